@@ -1,0 +1,199 @@
+"""A decoder-only transformer's shape and its exact parameter counts.
+
+Counts follow the Hugging Face implementations module by module (checked against meta-device
+instantiation in tests/test_param_counts.py):
+
+* llama / mistral / granite / qwen2 / mixtral / granitemoe: q, k, v, o projections (GQA: k and v
+  are ``kv_heads * head_dim`` wide), RMSNorm weights (no bias), a gated MLP (gate, up, down) or,
+  for MoE, ``num_experts`` gated experts plus a bias-free router ``hidden -> num_experts``.
+* gpt_bigcode (santacoder, granite-20b/34b code): fused ``c_attn`` (h -> h + 2·head_dim for MQA),
+  LayerNorms with bias, a plain GeLU MLP (c_fc, c_proj) with biases and learned absolute positions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+LLAMA_LIKE = frozenset({"llama", "mistral", "granite", "qwen2", "mixtral", "granitemoe"})
+SUPPORTED_TYPES = LLAMA_LIKE | {"gpt_bigcode"}
+
+
+@dataclass(frozen=True)
+class Linear:
+    """One linear module of a decoder layer (or of the model), as LoRA sees it."""
+
+    name: str
+    in_features: int
+    out_features: int
+    bias: bool
+    per_layer: int = 1  # how many copies per decoder layer (MoE experts)
+
+    @property
+    def params(self) -> int:
+        return self.per_layer * (self.in_features * self.out_features + (self.out_features if self.bias else 0))
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """Hyper-parameters of one catalogued (or user-given) model, with derived counts."""
+
+    name: str
+    model_type: str
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    vocab_size: int
+    head_dim: int = 0
+    tie_word_embeddings: bool = False
+    num_experts: int = 0
+    experts_per_token: int = 0
+    attention_bias: bool = False
+    qkv_bias: bool = False
+    mlp_bias: bool = False
+    max_position_embeddings: int = 0
+    source: str = ""
+    verification: str = ""
+    answerable: bool = True
+    aliases: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if self.model_type not in SUPPORTED_TYPES:
+            raise ValueError(
+                f"model_type must be one of {sorted(SUPPORTED_TYPES)}; got '{self.model_type}'"
+            )
+        if self.head_dim == 0:
+            object.__setattr__(self, "head_dim", self.hidden_size // self.num_heads)
+
+    # ---- shape facts -------------------------------------------------------------------------
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 1
+
+    @property
+    def gated_mlp(self) -> bool:
+        """SwiGLU (gate * up) for the llama family; a plain GeLU MLP for gpt_bigcode."""
+        return self.model_type in LLAMA_LIKE
+
+    @property
+    def q_width(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+    # ---- modules -----------------------------------------------------------------------------
+    @cached_property
+    def layer_linears(self) -> tuple[Linear, ...]:
+        """Linear modules of one decoder layer, under their HF names."""
+        h, inter = self.hidden_size, self.intermediate_size
+        if self.model_type == "gpt_bigcode":
+            return (
+                Linear("c_attn", h, self.q_width + 2 * self.kv_width, self.attention_bias),
+                Linear("attn.c_proj", self.q_width, h, self.attention_bias),
+                Linear("c_fc", h, inter, self.mlp_bias),
+                Linear("mlp.c_proj", inter, h, self.mlp_bias),
+            )
+        qkv_b = self.attention_bias or self.qkv_bias
+        attn = (
+            Linear("q_proj", h, self.q_width, qkv_b),
+            Linear("k_proj", h, self.kv_width, qkv_b),
+            Linear("v_proj", h, self.kv_width, qkv_b),
+            Linear("o_proj", self.q_width, h, self.attention_bias),
+        )
+        experts = max(self.num_experts, 1)
+        if self.model_type == "mixtral":
+            names = ("w1", "w3", "w2")  # gate, up, down inside each expert
+        else:
+            names = ("gate_proj", "up_proj", "down_proj")
+        mlp = (
+            Linear(names[0], h, inter, self.mlp_bias, experts),
+            Linear(names[1], h, inter, self.mlp_bias, experts),
+            Linear(names[2], inter, h, self.mlp_bias, experts),
+        )
+        router = (Linear("router", h, self.num_experts, False),) if self.is_moe else ()
+        return attn + mlp + router
+
+    @property
+    def layer_norm_params(self) -> int:
+        """Two norms per layer: RMSNorm has a weight only, LayerNorm a weight and a bias."""
+        per_norm = 2 * self.hidden_size if self.model_type == "gpt_bigcode" else self.hidden_size
+        return 2 * per_norm
+
+    @cached_property
+    def layer_params(self) -> int:
+        return sum(lin.params for lin in self.layer_linears) + self.layer_norm_params
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab_size * self.hidden_size
+
+    @property
+    def position_params(self) -> int:
+        """Learned absolute positions (gpt_bigcode wpe); rotary models have none."""
+        return self.max_position_embeddings * self.hidden_size if self.model_type == "gpt_bigcode" else 0
+
+    @property
+    def lm_head_params(self) -> int:
+        return 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
+
+    @property
+    def final_norm_params(self) -> int:
+        return 2 * self.hidden_size if self.model_type == "gpt_bigcode" else self.hidden_size
+
+    @cached_property
+    def total_params(self) -> int:
+        return (
+            self.embedding_params
+            + self.position_params
+            + self.num_layers * self.layer_params
+            + self.final_norm_params
+            + self.lm_head_params
+        )
+
+    @cached_property
+    def active_params(self) -> int:
+        """Parameters touched per token: MoE routes each token through experts_per_token experts."""
+        if not self.is_moe:
+            return self.total_params
+        expert_params = sum(lin.params for lin in self.layer_linears if lin.per_layer > 1)
+        active_share = expert_params * self.experts_per_token // self.num_experts
+        return self.total_params - self.num_layers * (expert_params - active_share)
+
+    @property
+    def largest_layer_params(self) -> int:
+        """Largest module's *direct* parameters (DeepSpeed ZeRO-3 gathers one at a time).
+
+        Embedding or lm_head for most LLMs; a stacked MoE expert weight in granitemoe
+        (its experts live in one 3-D parameter); one projection otherwise.
+        """
+        candidates = [self.embedding_params, self.lm_head_params]
+        for lin in self.layer_linears:
+            size = lin.in_features * lin.out_features
+            candidates.append(size * (lin.per_layer if self.model_type == "granitemoe" else 1))
+        if self.model_type == "granitemoe":  # input_linear fuses gate and up: (E, 2I, h)
+            candidates.append(2 * self.num_experts * self.intermediate_size * self.hidden_size)
+        return max(candidates)
+
+    def lora_params(self, targets: tuple[str, ...], rank: int) -> int:
+        """Adapter parameters r·(in + out) per targeted linear, per layer (and per expert)."""
+        chosen = self.lora_targets(targets)
+        per_layer = sum(lin.per_layer * rank * (lin.in_features + lin.out_features) for lin in chosen)
+        return self.num_layers * per_layer
+
+    def lora_targets(self, targets: tuple[str, ...]) -> tuple[Linear, ...]:
+        """Layer linears LoRA adapts; 'all-linear' = every linear but the router."""
+        wanted = {t.strip() for t in targets}
+        linears = [lin for lin in self.layer_linears if lin.name != "router"]
+        if "all-linear" in wanted:
+            return tuple(linears)
+        short = {lin.name.split(".")[-1] for lin in linears}
+        return tuple(lin for lin in linears if lin.name in wanted or (lin.name.split(".")[-1] in wanted and lin.name.split(".")[-1] in short))
+
+    @property
+    def linear_params_per_layer(self) -> int:
+        """Weights of the layer linears (what 4-bit QLoRA quantises)."""
+        return sum(lin.per_layer * lin.in_features * lin.out_features for lin in self.layer_linears if lin.name != "router")

@@ -1,0 +1,67 @@
+"""``autoconf-gpu`` entry point: a table of subcommand -> module, each module one verb.
+
+Each verb module defines ``add_parser(subparsers) -> None`` and ``run(args) -> int``. Library
+errors become one line on stderr and exit code 2; nothing else here knows any formula.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from pydantic import ValidationError
+
+from autoconf.errors import AutoconfError, NotBuiltError
+
+# subcommand -> module under autoconf.cli (one module per verb)
+COMMANDS: dict[str, str] = {
+    "estimate": "estimate",
+    "sweep": "sweep",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line and exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        sys.stderr.write(f"autoconf-gpu: error: {message}\n")
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="autoconf-gpu", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    subparsers = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for module in COMMANDS.values():
+        importlib.import_module(f"autoconf.cli.{module}").add_parser(subparsers)
+    return parser
+
+
+def validation_message(exc: ValidationError) -> str:
+    """First pydantic error as 'field: message (got value)'."""
+    err = exc.errors()[0]
+    field = ".".join(str(p) for p in err.get("loc", ())) or "input"
+    return f"{field}: {err['msg']} (got {err.get('input')!r})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
+    module = importlib.import_module(f"autoconf.cli.{COMMANDS[args.command]}")
+    try:
+        return int(module.run(args) or 0)
+    except AutoconfError as exc:
+        sys.stderr.write(f"autoconf-gpu: error: {exc}\n")
+    except ValidationError as exc:
+        sys.stderr.write(f"autoconf-gpu: error: {validation_message(exc)}\n")
+    except NotBuiltError as exc:
+        sys.stderr.write(f"autoconf-gpu: error: {exc}\n")
+    except (FileNotFoundError, PermissionError) as exc:
+        sys.stderr.write(f"autoconf-gpu: error: {exc}\n")
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

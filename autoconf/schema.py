@@ -1,0 +1,223 @@
+"""Pydantic types shared by every layer: the job, its placement and the estimates.
+
+Names here are the contract of design §3: the CLI flags, REST bodies, ado properties and sweep
+columns all reuse them. Units are in field names (``*_bytes``, ``*_gib``, ``*_seconds``, ``*_usd``).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+GIB = 2**30
+
+Method = Literal["full", "lora", "qlora"]
+DType = Literal["bf16", "fp16", "fp32", "amp-bf16", "amp-fp16"]
+Optimizer = Literal["adamw", "adamw-8bit", "sgd"]
+OptimizerImpl = Literal["fused", "foreach", "for-loop"]
+Attention = Literal["flash", "sdpa", "eager"]
+Strategy = Literal[
+    "ddp", "fsdp", "fsdp-shard-grad-op", "fsdp-hybrid", "zero0", "zero1", "zero2", "zero3"
+]
+Offload = Literal["none", "optimizer", "optimizer+params"]
+EstimatorName = Literal["theory", "learned", "hybrid", "traced"]
+Phase = Literal["static", "forward", "loss", "backward", "optimizer"]
+
+DEFAULT_LORA_TARGETS: tuple[str, ...] = ("q_proj", "v_proj")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
+
+
+class Job(_Strict):
+    """What is trained and how: independent of where it runs."""
+
+    model: str = Field(
+        description="Catalogue model name or alias (e.g. 'llama3.1-8b'), a path to a local HF "
+        "config.json, or a bare parameter count such as '7e9'."
+    )
+    method: Method = Field("full", description="Fine-tuning method: full, lora or qlora.")
+    dtype: DType = Field(
+        "bf16",
+        description="Training precision: pure bf16/fp16/fp32 weights, or amp-* (fp32 master "
+        "weights with autocast to bf16/fp16).",
+    )
+    tokens_per_sample: int = Field(
+        4096, gt=0, le=2_097_152, description="Sequence length per sample (padded), tokens."
+    )
+    batch_size: int = Field(
+        16, gt=0, le=1_048_576,
+        description="Global batch per optimizer step across all GPUs (as in ado's SFTTrainer).",
+    )
+    gradient_accumulation_steps: int = Field(1, ge=1, le=4096, description="Micro-steps per optimizer step.")
+    lora_r: int = Field(8, gt=0, le=4096, description="LoRA rank (lora and qlora only).")
+    lora_alpha: float = Field(16.0, gt=0, description="LoRA alpha (does not change memory).")
+    lora_dropout: float = Field(0.0, ge=0, lt=1, description="LoRA dropout probability.")
+    lora_target_modules: tuple[str, ...] = Field(
+        DEFAULT_LORA_TARGETS,
+        description="Module names LoRA adapts (e.g. q_proj, v_proj), or 'all-linear'.",
+    )
+    optimizer: Optimizer = Field("adamw", description="Optimizer: adamw, adamw-8bit or sgd (momentum).")
+    optimizer_state_dtype: Literal["param", "fp32"] = Field(
+        "param",
+        description="AdamW state precision: 'param' (torch default: same dtype as the parameter) or fp32.",
+    )
+    optimizer_impl: OptimizerImpl = Field(
+        "fused", description="torch optimizer implementation (HF Trainer default adamw_torch_fused = fused)."
+    )
+    gradient_checkpointing: bool = Field(True, description="Full activation recomputation per decoder layer.")
+    attention: Attention = Field("flash", description="Attention kernel: flash, sdpa (memory-efficient) or eager.")
+    fused_loss: bool = Field(
+        False, description="Chunked/fused cross-entropy (Liger, fms-acceleration FOAK): no b·s·V logits."
+    )
+    packing: bool = Field(False, description="Pack samples to tokens_per_sample (no padding waste).")
+
+    @field_validator("lora_target_modules", mode="before")
+    @classmethod
+    def _split_targets(cls, value: object) -> object:
+        """Accept 'q_proj,v_proj' and '[q_proj, v_proj]' as well as lists."""
+        if isinstance(value, str):
+            text = value.strip().strip("[]")
+            return tuple(p.strip().strip("'\"") for p in text.split(",") if p.strip())
+        return value
+
+    @field_validator("model")
+    @classmethod
+    def _non_empty(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("model must be a catalogue name, a config.json path or a parameter count")
+        return value.strip()
+
+
+class Placement(_Strict):
+    """Where and how the job is spread: GPUs, workers, sharding and parallelism."""
+
+    gpu_model: str = Field(description="GPU name in ado's spelling (e.g. NVIDIA-A100-80GB-PCIe) or an alias.")
+    number_gpus: int = Field(1, ge=1, le=65536, description="Total GPUs across all workers.")
+    gpus_per_worker: int | None = Field(
+        None, ge=1, le=8, description="GPUs per worker (node); default min(number_gpus, 8)."
+    )
+    strategy: Strategy | None = Field(
+        None,
+        description="Data-parallel sharding: ddp, fsdp (full shard), fsdp-shard-grad-op, fsdp-hybrid, "
+        "zero0..zero3. Default: fsdp when number_gpus > 1 (as fms-hf-tuning), else ddp.",
+    )
+    tp: int = Field(1, ge=1, le=64, description="Tensor-parallel degree (must divide heads).")
+    pp: int = Field(1, ge=1, le=256, description="Pipeline-parallel degree (must divide layers).")
+    offload: Offload = Field("none", description="CPU offload: none, optimizer, or optimizer+params.")
+
+    @model_validator(mode="after")
+    def _check_degrees(self) -> "Placement":
+        if self.number_gpus % (self.tp * self.pp) != 0:
+            raise ValueError(
+                f"number_gpus must be a multiple of tp*pp = {self.tp * self.pp}; got {self.number_gpus}"
+            )
+        return self
+
+    @property
+    def effective_strategy(self) -> Strategy:
+        if self.strategy is not None:
+            return self.strategy
+        return "fsdp" if self.dp > 1 else "ddp"
+
+    @property
+    def dp(self) -> int:
+        """Data-parallel degree: GPUs that each hold a different micro-batch."""
+        return self.number_gpus // (self.tp * self.pp)
+
+    @property
+    def workers(self) -> int:
+        per = self.gpus_per_worker or min(self.number_gpus, 8)
+        return -(-self.number_gpus // per)
+
+
+class Calibration(_Strict):
+    """Explicit overrides of theory constants (seed-style VRAM-budget CLI factors)."""
+
+    grad_ckpt_reduction: float | None = Field(
+        None, gt=0, le=1, description="Fraction of per-layer activations kept with checkpointing."
+    )
+    attn_act_factor_flash: float | None = Field(None, ge=0, description="Attention activation factor (× s·b·h) with flash/SDPA.")
+    attn_act_factor_eager: float | None = Field(None, ge=0, description="Extra eager activation factor (× a·s²·b).")
+    mlp_act_factor: float | None = Field(None, ge=0, description="MLP activation factor (× s·b·h).")
+    fragmentation_gib: float | None = Field(None, ge=0, description="Allocator fragmentation, GiB.")
+    misc_overhead_gib: float | None = Field(None, ge=0, description="CUDA context + workspaces, GiB.")
+
+
+class MemoryEstimate(_Strict):
+    """Per-GPU memory, by component, at the phase of the step where the peak occurs."""
+
+    weights_bytes: float = Field(ge=0, description="Parameters resident on the GPU.")
+    gradients_bytes: float = Field(ge=0, description="Gradients resident at the end of backward.")
+    optimizer_bytes: float = Field(ge=0, description="Optimizer states (and fp32 master weights).")
+    activations_bytes: float = Field(ge=0, description="Saved activations at the peak phase.")
+    logits_bytes: float = Field(ge=0, description="Logits / loss tensors at the peak phase.")
+    overhead_bytes: float = Field(ge=0, description="CUDA context, workspaces, buffers, fragmentation.")
+    peak_bytes: float = Field(ge=0, description="Peak per-GPU memory (the max over phases).")
+    peak_phase: Phase = Field(description="Phase of the training step at which the peak happens.")
+    capacity_bytes: float = Field(ge=0, description="Usable memory of one GPU.")
+    fits: bool = Field(description="peak_bytes <= capacity_bytes (see oom_risk for the risk).")
+    oom_risk: float = Field(ge=0, le=1, description="Probability of out-of-memory, 0-1.")
+    estimator: EstimatorName = Field(description="Which estimator produced this.")
+    notes: tuple[str, ...] = Field((), description="Assumptions and fall-backs worth knowing.")
+
+    def gib(self, name: str) -> float:
+        return float(getattr(self, f"{name}_bytes")) / GIB
+
+    @property
+    def peak_gib(self) -> float:
+        return self.peak_bytes / GIB
+
+    @property
+    def capacity_gib(self) -> float:
+        return self.capacity_bytes / GIB
+
+
+class ThroughputEstimate(_Strict):
+    tokens_per_second: float = Field(ge=0, description="Training tokens per second, whole job (all GPUs).")
+    tokens_per_second_per_gpu: float = Field(ge=0, description="tokens_per_second / number_gpus.")
+    flops_per_token: float = Field(ge=0, description="Training FLOPs per token (forward + backward [+ recompute]).")
+    mfu: float = Field(ge=0, le=1, description="Model FLOPs utilisation assumed.")
+    step_seconds: float = Field(ge=0, description="Seconds per optimizer step.")
+    compute_seconds: float = Field(ge=0, description="Compute part of a step.")
+    communication_seconds: float = Field(ge=0, description="Exposed communication part of a step.")
+    estimator: EstimatorName = "theory"
+
+
+class TimeEstimate(_Strict):
+    total_seconds: float = Field(ge=0, description="Wall time of the job.")
+    train_seconds: float = Field(ge=0, description="Time spent in training steps.")
+    load_seconds: float = Field(ge=0, description="Model load / start-up time.")
+    checkpoint_seconds: float = Field(ge=0, description="Time spent writing checkpoints.")
+    tokens: float = Field(ge=0, description="Tokens processed (after padding/packing, × epochs).")
+
+
+class CostEstimate(_Strict):
+    cost_usd: float = Field(ge=0, description="GPU-hours × price per GPU-hour.")
+    gpu_hours: float = Field(ge=0)
+    price_per_gpu_hour_usd: float = Field(ge=0)
+    price_source: str = Field(description="Where the price comes from, with its date, or 'user'.")
+
+
+class Estimate(_Strict):
+    """Everything one estimator says about one (job, placement)."""
+
+    job: Job
+    placement: Placement
+    memory: MemoryEstimate
+    throughput: ThroughputEstimate | None = None
+    estimator: EstimatorName = "theory"
+    model_version: str | None = Field(None, description="Learned-model version used, if any.")
+
+
+class Recommendation(_Strict):
+    can_recommend: int = Field(ge=0, le=1, description="1 if a placement was found, else 0.")
+    gpus: int = Field(ge=0, description="GPUs per worker at the recommended placement (0 if none).")
+    workers: int = Field(ge=0, description="Workers (nodes) at the recommended placement (0 if none).")
+    number_gpus: int = Field(ge=0, description="gpus × workers.")
+    reason: str = Field("", description="Why nothing could be recommended, or notes on the answer.")
+    estimate: Estimate | None = Field(None, description="Estimates at the recommended placement.")
+    estimator: EstimatorName = "hybrid"
+    model_version: str | None = None
