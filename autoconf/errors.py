@@ -32,7 +32,7 @@ class UnknownNameError(AutoconfError):
         by_lower = {k.lower(): k for k in known}
         suggestions = [by_lower[c] for c in close]
         hint = f"; closest: {', '.join(suggestions)}" if suggestions else ""
-        super().__init__(field, f"'{name}' is not a known {what}{hint} (list them with `autoconf-gpu models list`)")
+        super().__init__(field, f"'{name}' is not a known {what}{hint} (list them with `autoconf-gpu catalog`)")
         self.name = name
         self.suggestions = suggestions
 

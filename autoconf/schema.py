@@ -65,7 +65,9 @@ class Job(_Strict):
         description="AdamW state precision: 'param' (torch default: same dtype as the parameter) or fp32.",
     )
     optimizer_impl: OptimizerImpl = Field(
-        "fused", description="torch optimizer implementation (HF Trainer default adamw_torch_fused = fused)."
+        "foreach",
+        description="torch AdamW implementation: foreach (HF adamw_torch on CUDA, fms-hf-tuning's default; "
+        "a params-sized temporary in step()), fused (adamw_torch_fused) or for-loop.",
     )
     gradient_checkpointing: bool = Field(True, description="Full activation recomputation per decoder layer.")
     attention: Attention = Field("flash", description="Attention kernel: flash, sdpa (memory-efficient) or eager.")

@@ -19,6 +19,7 @@ from autoconf.errors import AutoconfError, NotBuiltError
 COMMANDS: dict[str, str] = {
     "estimate": "estimate",
     "sweep": "sweep",
+    "catalog": "catalog",
 }
 
 

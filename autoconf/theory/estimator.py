@@ -1,0 +1,31 @@
+"""The theory estimator: the contract of autoconf/estimators.py over the pure formulas."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from autoconf.frame import estimate_columns, map_rows, row_inputs
+from autoconf.schema import Calibration, Estimate, Job, Placement
+from autoconf.theory.memory import estimate_memory
+
+
+class TheoryEstimator:
+    """Formulas only: answers for every catalogued architecture and GPU, in microseconds."""
+
+    name = "theory"
+    model_version: str | None = None
+
+    def __init__(self, calibration: Calibration | None = None) -> None:
+        self.calibration = calibration
+
+    def estimate(self, job: Job, placement: Placement) -> Estimate:
+        memory = estimate_memory(job, placement, calibration=self.calibration)
+        return Estimate(job=job, placement=placement, memory=memory, throughput=None, estimator="theory")
+
+    def estimate_frame(self, frame: pd.DataFrame) -> pd.DataFrame:
+        def answer(row: dict[str, Any]) -> dict[str, Any]:
+            return estimate_columns(self.estimate(*row_inputs(row, default_gpus=1)))
+
+        return map_rows(frame, answer)

@@ -1,0 +1,157 @@
+"""Model states per GPU: weights, gradients and optimizer states, by dtype, method and sharding.
+
+Byte counts (Ψ = parameters, Ψ_t = trainable parameters, N = sharding degree):
+
+* pure bf16/fp16 (HF with torch_dtype=bf16, torch AdamW): weights 2Ψ, grads 2Ψ_t, AdamW m and v
+  ``zeros_like(param)`` so also 2+2 B → 8 B/param (traced in shared/theory_notes.md; confirmed by the
+  fms-acceleration rows: Mistral-7B full FT ends a step with 6 B/param allocated = weights + states).
+* amp (fp32 master weights + autocast): 4 + 4 + 8 = 16 B/param, plus the bf16 weight copies autocast
+  caches through forward/backward (+2 B/param, transient; theory_notes "Variants").
+* DeepSpeed ZeRO (bf16 mixed precision): bf16 weights 2, bf16 grads 2, and per partition fp32 grads 4,
+  fp32 master 4, m and v 8 (ZeRO paper, Rajbhandari et al. 2020, §3 with fp32 grad accumulation).
+* LoRA/QLoRA: peft casts adapters to fp32 (``autocast_adapter_dtype=True``), so an adapter parameter
+  costs 4 + 4 + 8 = 16 B; the frozen base has no gradient or state.
+* QLoRA: bitsandbytes NF4 stores 0.5 B/param for layer linears plus one fp32 absmax per 64-weight block
+  (4/64 = 0.0625 B/param, HF default without double quantisation); embeddings, head and norms stay bf16.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autoconf.catalog.architecture import Architecture
+from autoconf.schema import Job, Placement
+
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "amp-bf16": 4, "amp-fp16": 4}
+ADAPTER_BYTES = 4  # peft autocasts LoRA weights to fp32
+NF4_BYTES = 0.5 + 4 / 64  # 4-bit code + fp32 absmax per block of 64 (bitsandbytes blocksize 64)
+ZERO_BUCKET_ELEMENTS = 5e8  # DeepSpeed reduce_bucket_size / allgather_bucket_size default (elements)
+
+
+@dataclass(frozen=True)
+class States:
+    """Per-GPU bytes of the model states and the transient parts that depend on the phase."""
+
+    weights: float
+    gradients: float
+    optimizer: float
+    gathered: float  # unsharded parameter units live during forward/backward (FSDP/ZeRO-3)
+    grads_persist: bool  # gradients live during the next forward (DDP buckets, FSDP/ZeRO shards)
+    optimizer_step_temp: float  # extra bytes while optimizer.step() runs
+    buffers: float  # framework buckets (ZeRO reduce/allgather)
+    trainable_params: int
+
+
+def trainable_params(job: Job, arch: Architecture) -> int:
+    if job.method == "full":
+        return arch.total_params
+    return arch.lora_params(job.lora_target_modules, job.lora_r)
+
+
+def stage_params(arch: Architecture, placement: Placement) -> float:
+    """Parameters held by the busiest pipeline stage, before tensor-parallel splitting."""
+    head = arch.lm_head_params + arch.final_norm_params
+    embed = arch.embedding_params + arch.position_params
+    layers = -(-arch.num_layers // placement.pp) * arch.layer_params
+    if placement.pp == 1:
+        return embed + layers + head
+    return layers + max(embed, head)
+
+
+def _weight_bytes(job: Job, arch: Architecture, placement: Placement) -> float:
+    """Resident weights of one model replica on one GPU (before data-parallel sharding)."""
+    share = stage_params(arch, placement) / arch.total_params / placement.tp
+    wbytes = DTYPE_BYTES[job.dtype]
+    if job.method == "qlora":
+        linear = arch.num_layers * arch.linear_params_per_layer
+        other = arch.total_params - linear
+        base = linear * NF4_BYTES + other * 2
+    else:
+        base = arch.total_params * wbytes
+    adapters = 0 if job.method == "full" else trainable_params(job, arch) * ADAPTER_BYTES
+    return share * (base + adapters)
+
+
+def _optimizer_bytes_per_param(job: Job, zero: bool) -> float:
+    """State bytes per trainable parameter (excluding DeepSpeed's fp32 master, added separately)."""
+    amp = job.dtype.startswith("amp") or job.dtype == "fp32"
+    state = 4 if (amp or zero or job.method != "full" or job.optimizer_state_dtype == "fp32") else DTYPE_BYTES[job.dtype]
+    if job.optimizer == "adamw":
+        return 2 * state
+    if job.optimizer == "adamw-8bit":
+        return 2 * 1 + 2 * 4 / 2048  # two uint8 states + fp32 absmax per 2048-block (bitsandbytes)
+    return state  # SGD with momentum: one buffer
+
+
+def _shard_degree(placement: Placement) -> int:
+    if placement.effective_strategy == "fsdp-hybrid":
+        return min(placement.dp, placement.gpus_per_worker or min(placement.number_gpus, 8))
+    return placement.dp
+
+
+def model_states(job: Job, arch: Architecture, placement: Placement) -> States:
+    """Weights, gradients and optimizer bytes per GPU at steady state (step >= 2)."""
+    strategy = placement.effective_strategy
+    n = _shard_degree(placement)
+    psi_t = trainable_params(job, arch) / placement.tp / placement.pp
+    full = job.method == "full"
+    grad_b = (DTYPE_BYTES[job.dtype] if full else ADAPTER_BYTES)
+    weights = _weight_bytes(job, arch, placement)
+    grads = psi_t * grad_b
+    zero = strategy.startswith("zero") and strategy != "zero0"
+    opt = psi_t * _optimizer_bytes_per_param(job, zero)
+    if zero and full and not job.dtype.startswith("amp") and job.dtype != "fp32":
+        # ZeRO mixed precision adds an fp32 master copy (4 B) and an fp32 gradient partition (4 B) per
+        # trainable parameter; both are partitioned like the optimizer states: 2Ψ + 18Ψ/N for ZeRO-2.
+        opt += psi_t * (4 + 4)
+    shard_w = strategy in ("fsdp", "fsdp-hybrid", "zero3")
+    shard_g = shard_w or strategy in ("fsdp-shard-grad-op", "zero2")
+    shard_o = shard_g or strategy == "zero1"
+    unit = _unit_bytes(job, arch, arch.layer_params) / placement.tp
+    gathered = 0.0
+    if shard_w and n > 1:
+        weights /= n
+        # FSDP (auto-wrapped per decoder layer) keeps the current and the prefetched layer unsharded, and
+        # the root unit (embeddings, final norm, head) unsharded through forward and backward; ZeRO-3 the
+        # largest module (DeepSpeed's own estimator counts 4·Ψ_LL = params + grads of the largest layer).
+        root = (arch.embedding_params + arch.lm_head_params) * DTYPE_BYTES[job.dtype] * (1 - 1 / n)
+        gathered = 2 * unit + root if strategy.startswith("fsdp") else 2 * arch.largest_layer_params * 2
+    grads = grads / n if shard_g else grads
+    opt = opt / n if shard_o else opt
+    if placement.offload != "none":
+        opt = 0.0  # optimizer (and its fp32 master) lives in CPU RAM
+    if placement.offload == "optimizer+params":
+        weights = 0.0
+        gathered = max(gathered, 2 * unit)
+    temp = _optimizer_temp(job, arch, psi_t / (n if shard_o else 1), placement)
+    buffers = ZERO_BUCKET_ELEMENTS * 2 if strategy in ("zero1", "zero2") and n > 1 else 0.0
+    # DDP's gradients are views of its persistent buckets and DeepSpeed keeps its gradient partitions;
+    # FSDP's sharded gradients are freed by zero_grad(set_to_none=True) like a single GPU's (the
+    # fms-acceleration FSDP full-FT rows peak in the optimizer step, not at the loss).
+    persist = n > 1 and (strategy == "ddp" or strategy.startswith("zero"))
+    return States(weights, grads, opt, gathered, persist, temp, buffers, int(psi_t))
+
+
+def _unit_bytes(job: Job, arch: Architecture, params: float) -> float:
+    """Bytes of ``params`` unsharded: 4-bit for QLoRA layer linears, else the weight dtype."""
+    if job.method == "qlora":
+        return params * NF4_BYTES
+    return params * DTYPE_BYTES[job.dtype]
+
+
+def _optimizer_temp(job: Job, arch: Architecture, local_trainable: float, placement: Placement) -> float:
+    """Temporaries of optimizer.step().
+
+    foreach AdamW materialises one params-sized list of intermediates (theory_notes: +1× params,
+    7B: +12.5 GiB; the fms-acceleration Mistral-7B full rows peak at exactly 10 B/param = 8 + 2);
+    the for-loop version needs about two copies of the largest tensor; fused needs none.
+    """
+    if placement.offload != "none" or job.optimizer != "adamw":
+        return 0.0
+    state_b = 4 if job.method != "full" else DTYPE_BYTES[job.dtype]
+    if job.optimizer_impl == "foreach":
+        return local_trainable * state_b
+    if job.optimizer_impl == "for-loop":
+        largest = arch.largest_layer_params if job.method == "full" else 0
+        return 2 * largest * state_b / placement.tp
+    return 0.0
