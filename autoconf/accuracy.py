@@ -98,6 +98,7 @@ def estimate_rows(estimator_name: str, frame: pd.DataFrame, model_version: str |
         try:
             answers.append(estimator.estimate(*row_to_inputs(row)))
         except (AutoconfError, ValidationError) as exc:
+            logger.debug("%s refused %s: %s", estimator_name, row.get("source_ref", "?"), exc)
             answers.append(str(exc).splitlines()[0])
     return answers
 
@@ -158,3 +159,80 @@ def oom_check(estimator_name: str, frame: pd.DataFrame, model_version: str | Non
     out["predicted_fits"] = [None if isinstance(a, str) else a.memory.fits for a in answers]
     out["error"] = [a if isinstance(a, str) else "" for a in answers]
     return out
+
+
+# ----------------------------------------------------------------------------- report (Markdown)
+GIB = 2**30
+WORST_COLUMNS = ("source_ref", "metric", "model_name", "method", "strategy", "number_gpus", "tokens_per_sample",
+                 "per_device_batch_size", "kernels", "measured_gib", "predicted_gib", "error_pct")
+
+
+def markdown_table(frame: pd.DataFrame, digits: int = 1) -> str:
+    """A GitHub Markdown table (floats rounded to ``digits``)."""
+    def cell(value: object) -> str:
+        if isinstance(value, float | np.floating):
+            return "" if np.isnan(value) else f"{value:.{digits}f}"
+        return str(value).replace("|", "\\|")
+    lines = ["| " + " | ".join(map(str, frame.columns)) + " |", "|" + "---|" * len(frame.columns)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+def distinct_worst(results: pd.DataFrame, k: int = 10) -> pd.DataFrame:
+    """The k worst rows, one per configuration (re-measurements of a setting show once)."""
+    config = ["metric", "model_name", "method", "number_gpus", "tokens_per_sample", "per_device_batch_size", "kernels"]
+    ranked = worst_rows(results, k=len(results))
+    table = ranked.drop_duplicates(subset=[c for c in config if c in ranked]).head(k).copy()
+    table["measured_gib"] = table["measured"] / GIB
+    table["predicted_gib"] = table["predicted"] / GIB
+    return table[[c for c in WORST_COLUMNS if c in table]]
+
+
+def oom_summary(check: pd.DataFrame) -> dict[str, int]:
+    """Counts of missed OOMs (oom rows said to fit) and false alarms (ok rows said not to fit)."""
+    answered = check[check["error"] == ""]
+    fits = answered["predicted_fits"].astype(bool)
+    return {
+        "oom_rows": int((answered["status"] == "oom").sum()),
+        "oom_said_fit": int(((answered["status"] == "oom") & fits).sum()),
+        "ok_rows": int((answered["status"] == "ok").sum()),
+        "ok_said_no_fit": int(((answered["status"] == "ok") & ~fits).sum()),
+        "refused": int((check["error"] != "").sum()),
+    }
+
+
+def memory_report(estimator_name: str, frame: pd.DataFrame, command: str, k: int = 10,
+                  model_version: str | None = None) -> str:
+    """The Markdown section of docs/accuracy.md for one estimator's peak-memory accuracy."""
+    scored = score_memory(estimator_name, frame, model_version)
+    ooms = oom_summary(oom_check(estimator_name, frame, model_version))
+    results = scored[scored["error"] == ""]
+    refused = scored[scored["error"] != ""].drop_duplicates(["source_ref"])
+    refusals = "; ".join(f"{model}: {n}" for model, n in refused.groupby("model_name").size().items())
+    parts = [
+        f"## Peak memory: `{estimator_name}` vs measured runs",
+        f"Regenerate: `{command}`. Data: `data/measurements.csv` ({len(frame)} rows; "
+        f"{len(scorable(frame))} unique `ok` rows with a catalogued model). Error % = 100·(predicted − measured)/measured; "
+        "bias = median signed error (negative = under-predicted). `torch_allocated` is torch's "
+        "max_memory_allocated (rank 0), what the estimate models; `nvidia_smi` is the mean over GPUs of the "
+        "device peak, which adds the CUDA context and the allocator's cache, so under-prediction is expected there."
+        + (f" Runs the estimator refused (not scored): {len(refused)} ({refusals}); first reason: "
+           f"{refused['error'].iloc[0]}" if len(refused) else ""),
+        "### Overall", markdown_table(summarise(results, ["metric"])),
+        "### By method and strategy", markdown_table(summarise(results, ["metric", "method", "strategy"])),
+        "### By model (torch_allocated)",
+        markdown_table(summarise(results[results["metric"] == "torch_allocated"], ["model_name", "method"])),
+        "### Fixed vs variable sequence length (torch_allocated)",
+        "Variable-length rows (no packing, or padding-free) carry the measured mean tokens/sample, so their "
+        "error mixes formula and input uncertainty.",
+        markdown_table(summarise(results[results["metric"] == "torch_allocated"], ["variable_length", "method"])),
+        f"### {k} worst rows, torch_allocated (distinct configurations)",
+        markdown_table(distinct_worst(results[results["metric"] == "torch_allocated"], k)),
+        f"### {k // 2} worst rows, nvidia_smi (distinct configurations)",
+        markdown_table(distinct_worst(results[results["metric"] == "nvidia_smi"], k // 2)),
+        "### Out-of-memory runs",
+        f"Of {ooms['oom_rows']} unique runs that ran out of memory (no result, nvidia-smi ≥ 90 % of the board), "
+        f"`{estimator_name}` says **{ooms['oom_said_fit']} fit** (missed OOMs); of {ooms['ok_rows']} runs that "
+        f"completed, it says {ooms['ok_said_no_fit']} do not fit (false alarms).",
+    ]
+    return "\n\n".join(parts) + "\n"

@@ -80,6 +80,21 @@ def _required(row: Mapping[str, object], name: str) -> object:
     return value
 
 
+def job_dtype(row: Mapping[str, object]) -> str | None:
+    """The Job dtype of a row: its torch_dtype, or amp-* when FSDP upcasts trainable weights.
+
+    With HF ``bf16=True``/``fp16=True`` (column ``amp``) under accelerate FSDP, accelerate's
+    ``prepare_model`` casts every trainable FSDP flat parameter to fp32 ("Upcasted low precision
+    parameters ... because mixed precision turned on in FSDP", huggingface/accelerate
+    src/accelerate/accelerator.py), so full fine-tuning keeps fp32 master weights, gradients and
+    AdamW states; frozen LoRA bases are not upcast. Empty = not stated (the Job default applies).
+    """
+    dtype, amp = row.get("dtype"), row.get("amp")
+    if _present(amp) and row.get("strategy") == "fsdp" and row.get("method") == "full":
+        return f"amp-{amp}"
+    return str(dtype) if _present(dtype) else None
+
+
 def row_to_inputs(row: Mapping[str, object] | pd.Series) -> tuple[Job, Placement]:
     """The (Job, Placement) a measured row describes; empty optional cells keep the schema defaults."""
     if isinstance(row, pd.Series):
@@ -90,8 +105,11 @@ def row_to_inputs(row: Mapping[str, object] | pd.Series) -> tuple[Job, Placement
         "tokens_per_sample": int(_required(row, "tokens_per_sample")),  # type: ignore[arg-type]
         "batch_size": int(_required(row, "batch_size")),  # type: ignore[arg-type]
     }
+    dtype = job_dtype(row)
+    if dtype is not None:
+        job["dtype"] = dtype
     optional = {
-        "dtype": str, "gradient_accumulation_steps": int, "lora_r": int, "lora_alpha": float,
+        "gradient_accumulation_steps": int, "lora_r": int, "lora_alpha": float,
         "lora_target_modules": str, "gradient_checkpointing": bool, "attention": str,
         "fused_loss": bool, "packing": bool,
     }

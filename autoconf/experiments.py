@@ -170,7 +170,7 @@ SEARCH_OPTIONAL = [
     # A 0.001 grid rather than a continuous range: ado's continuous check compares a string with a
     # number and crashes (TypeError), its discrete check rejects a string cleanly.
     _prop("max_oom_risk", "Highest accepted out-of-memory risk (0-1, steps of 0.001) of the recommended placement.",
-          variableType=VariableTypeEnum.DISCRETE_VARIABLE_TYPE, interval=OOM_RISK_STEP, domainRange=[0.0, 1.0 + OOM_RISK_STEP]),
+          variableType=VariableTypeEnum.DISCRETE_VARIABLE_TYPE, interval=OOM_RISK_STEP, domainRange=[0.0, round(1.0 + OOM_RISK_STEP, 3)]),
     _prop("strict", "If true, points outside the version's training domain get can_recommend = 0.",
           variableType=VariableTypeEnum.BINARY_VARIABLE_TYPE),
 ]

@@ -74,7 +74,19 @@ class Job(_Strict):
     fused_loss: bool = Field(
         False, description="Chunked/fused cross-entropy (Liger, fms-acceleration FOAK): no b·s·V logits."
     )
+    loss_kernel: Literal["hf", "fused-ce", "fused-linear-ce"] | None = Field(
+        None,
+        description="Cross-entropy implementation: hf (fp32 upcast), fused-ce (Triton CE over bf16 logits, "
+        "fms-acceleration FOAK) or fused-linear-ce (Liger: logits never materialised). Default: "
+        "fused-linear-ce when fused_loss, else hf.",
+    )
     packing: bool = Field(False, description="Pack samples to tokens_per_sample (no padding waste).")
+
+    @property
+    def effective_loss_kernel(self) -> str:
+        if self.loss_kernel is not None:
+            return self.loss_kernel
+        return "fused-linear-ce" if self.fused_loss else "hf"
 
     @field_validator("lora_target_modules", mode="before")
     @classmethod

@@ -87,9 +87,11 @@ class LiveBytes(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         out = func(*args, **(kwargs or {}))
-        for leaf in tree_flatten(out)[0]:
-            if isinstance(leaf, torch.Tensor):
-                self.track(leaf, self.category)
+        tensors = [leaf for leaf in tree_flatten(out)[0] if isinstance(leaf, torch.Tensor)]
+        if not tensors:  # metadata queries (prim.device on fake tensors) allocate nothing
+            return out
+        for tensor in tensors:
+            self.track(tensor, self.category)
         self.ops.update(str(func).encode())
         self.num_ops += 1
         self.sample()

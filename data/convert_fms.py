@@ -147,9 +147,14 @@ def memory_columns(df: pd.DataFrame, capacity_mib: pd.Series) -> pd.DataFrame:
 
 
 def loss_kernel(configs: pd.Series) -> pd.Series:
-    """Which fused loss a framework_config enables (sample-configurations/*.yaml)."""
-    liger = configs.str.contains("liger")  # fused_linear_loss: true (Liger FLCE), fast_loss: false
-    foak = configs.str.contains("foak")  # fast_loss: true (unsloth Triton cross-entropy)
+    """Which loss kernel a framework_config enables (sample-configurations/*.yaml).
+
+    Only Liger's fused linear cross-entropy avoids the b·s·V logits (``fused_loss`` = 1); FOAK's
+    fast_loss swaps torch.nn.CrossEntropyLoss for a Triton kernel applied to the materialised logits
+    (fused-ops-and-kernels models/llama.py "llama-cross-ent" rule), so ``fused_loss`` stays 0 there.
+    """
+    liger = configs.str.contains("liger")  # fused_linear_loss: true, fast_loss: false
+    foak = configs.str.contains("foak")  # fast_loss: true
     return pd.Series(np.select([liger, foak], ["liger-flce", "foak-fast-loss"], ""), index=configs.index)
 
 
@@ -201,7 +206,7 @@ def convert(source_dir: Path = DEFAULT_SOURCE) -> pd.DataFrame:
         "strategy": np.select([ngpu > 1, ngpu == 1], ["fsdp", "ddp"], ""),
         "gradient_checkpointing": 1,  # defaults.yaml: gradient_checkpointing: True
         "attention": "flash",  # defaults.yaml: use_flash_attn: True
-        "fused_loss": configs.str.contains("foak|liger").astype(int),
+        "fused_loss": configs.str.contains("liger").astype(int),
         "loss_kernel": loss_kernel(configs),
         "packing": (~df.campaign.str.startswith(UNPACKED_CAMPAIGNS)
                     | configs.str.contains("padding-free|multipack")).astype(int),

@@ -8,6 +8,14 @@ instantiation in tests/test_param_counts.py):
   for MoE, ``num_experts`` gated experts plus a bias-free router ``hidden -> num_experts``.
 * gpt_bigcode (santacoder, granite-20b/34b code): fused ``c_attn`` (h -> h + 2·head_dim for MQA),
   LayerNorms with bias, a plain GeLU MLP (c_fc, c_proj) with biases and learned absolute positions.
+
+MoE layout follows transformers 5: the experts of a layer are ONE module holding two 3-D parameters,
+``gate_up_proj`` (E, 2·I, h) and ``down_proj`` (E, h, I); the router is a custom module, not an
+``nn.Linear``. That fixes two things checked in tests/test_param_counts.py: the largest module
+(ZeRO-3 gathers a module's direct parameters at once) of a MoE is its experts block, and LoRA
+(peft 0.21) reaches experts only where peft maps the transformers-4 names onto the fused tensors
+(mixtral: ``w1`` + ``w3`` -> ``gate_up_proj`` at rank 2r, ``w2`` -> ``down_proj``, ``gate`` -> router
+weight); granitemoe experts and router cannot be LoRA targets, so "all-linear" there means q/k/v/o.
 """
 
 from __future__ import annotations
@@ -15,8 +23,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from autoconf.errors import InvalidInputError
+
 LLAMA_LIKE = frozenset({"llama", "mistral", "granite", "qwen2", "mixtral", "granitemoe"})
 SUPPORTED_TYPES = LLAMA_LIKE | {"gpt_bigcode"}
+ROUTERS = frozenset({"gate", "router"})  # mixtral's router keeps its transformers-4 name "gate" (peft maps it)
+# peft 0.21 maps these transformers-4 mixtral names onto the fused transformers-5 expert tensors
+# (peft/utils/transformers_weight_conversion.py: _MOE_TARGET_MODULE_MAPPING / _MOE_FUSED_TARGETS).
+MIXTRAL_FUSED = ("w1", "w3")  # gate and up live in one gate_up_proj: both or neither, at rank 2r
 
 
 @dataclass(frozen=True)
@@ -114,7 +128,8 @@ class Architecture:
             Linear(names[1], h, inter, self.mlp_bias, experts),
             Linear(names[2], inter, h, self.mlp_bias, experts),
         )
-        router = (Linear("router", h, self.num_experts, False),) if self.is_moe else ()
+        router_name = "gate" if self.model_type == "mixtral" else "router"
+        router = (Linear(router_name, h, self.num_experts, False),) if self.is_moe else ()
         return attn + mlp + router
 
     @property
@@ -165,35 +180,54 @@ class Architecture:
 
     @property
     def largest_layer_params(self) -> int:
-        """Largest module's *direct* parameters (DeepSpeed ZeRO-3 gathers one at a time).
+        """Largest module's *direct* parameters (DeepSpeed ZeRO-3 gathers one module at a time).
 
-        Embedding or lm_head for most LLMs; a stacked MoE expert weight in granitemoe
-        (its experts live in one 3-D parameter); one projection otherwise.
+        The embedding (or an untied lm_head, same size) for most LLMs; for a MoE the experts module,
+        whose direct parameters are the fused gate_up_proj (E, 2I, h) and down_proj (E, h, I).
         """
-        candidates = [self.embedding_params, self.lm_head_params]
-        for lin in self.layer_linears:
-            size = lin.in_features * lin.out_features
-            candidates.append(size * (lin.per_layer if self.model_type == "granitemoe" else 1))
-        if self.model_type == "granitemoe":  # input_linear fuses gate and up: (E, 2I, h)
-            candidates.append(2 * self.num_experts * self.intermediate_size * self.hidden_size)
+        candidates = [self.embedding_params, self.lm_head_params, self.position_params]
+        candidates += [lin.params for lin in self.layer_linears if lin.per_layer == 1]
+        if self.is_moe:
+            candidates.append(sum(lin.params for lin in self.layer_linears if lin.per_layer > 1))
         return max(candidates)
 
     def lora_params(self, targets: tuple[str, ...], rank: int) -> int:
-        """Adapter parameters r·(in + out) per targeted linear, per layer (and per expert)."""
-        chosen = self.lora_targets(targets)
-        per_layer = sum(lin.per_layer * rank * (lin.in_features + lin.out_features) for lin in chosen)
+        """Trainable LoRA parameters, as peft 0.21 counts them on the transformers-5 model.
+
+        A linear (in, out) gets r·(in + out). Mixtral experts are 3-D tensors that peft wraps whole:
+        r·E·(in + out) for ``w2`` (down_proj), 2r·E·(h + 2I) for ``w1``+``w3`` (one gate_up_proj
+        adapter of rank 2r, so the fused pair costs E·2r·I more than two separate rank-r adapters).
+        """
+        per_layer = 0
+        for lin in self.lora_targets(targets):
+            if lin.name in MIXTRAL_FUSED:
+                continue
+            per_layer += lin.per_layer * rank * (lin.in_features + lin.out_features)
+        if {lin.name for lin in self.lora_targets(targets)} >= set(MIXTRAL_FUSED):
+            experts, h, inter = self.num_experts, self.hidden_size, self.intermediate_size
+            per_layer += experts * 2 * rank * (h + 2 * inter)
         return self.num_layers * per_layer
 
     def lora_targets(self, targets: tuple[str, ...]) -> tuple[Linear, ...]:
-        """Layer linears LoRA adapts; 'all-linear' = every linear but the router."""
+        """Layer linears LoRA adapts: names match the last dotted part (peft's suffix match).
+
+        'all-linear' = every nn.Linear but lm_head, plus mixtral's router and experts (peft maps
+        them); granitemoe's experts and router are never adaptable.
+        """
         wanted = {t.strip() for t in targets}
-        linears = [lin for lin in self.layer_linears if lin.name != "router"]
+        adaptable = [lin for lin in self.layer_linears if self.model_type == "mixtral" or lin.per_layer == 1]
+        adaptable = [lin for lin in adaptable if self.model_type == "mixtral" or lin.name not in ROUTERS]
         if "all-linear" in wanted:
-            return tuple(linears)
-        short = {lin.name.split(".")[-1] for lin in linears}
-        return tuple(lin for lin in linears if lin.name in wanted or (lin.name.split(".")[-1] in wanted and lin.name.split(".")[-1] in short))
+            return tuple(adaptable)
+        chosen = tuple(lin for lin in adaptable if lin.name in wanted or lin.name.split(".")[-1] in wanted)
+        fused = [name for name in MIXTRAL_FUSED if name in {lin.name for lin in chosen}]
+        if len(fused) == 1:
+            raise InvalidInputError(
+                "lora_target_modules", f"must name both w1 and w3 or neither (one fused gate_up_proj); got {sorted(wanted)}"
+            )
+        return chosen
 
     @property
     def linear_params_per_layer(self) -> int:
         """Weights of the layer linears (what 4-bit QLoRA quantises)."""
-        return sum(lin.per_layer * lin.in_features * lin.out_features for lin in self.layer_linears if lin.name != "router")
+        return sum(lin.per_layer * lin.in_features * lin.out_features for lin in self.layer_linears if lin.name not in ROUTERS)

@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "estimate": "estimate",
     "sweep": "sweep",
     "catalog": "catalog",
+    "accuracy": "accuracy",
 }
 
 

@@ -33,7 +33,19 @@ PRECISION_FACTOR = {"bf16": 1.0, "fp16": 1.0, "fp32": 2.0, "amp-bf16": 2.27, "am
 EAGER_BYTES_PER_SCORE = 6  # fp32 softmax output + bf16 copy for the PV matmul
 GC_BYTES_PER_HIDDEN = 2  # bf16 layer input kept per checkpointed layer
 LOSS_BYTES_PER_VOCAB = 12  # 4 saved fp32 log-softmax + 8 transient fp32 gradients
-FUSED_LOSS_BYTES_PER_VOCAB = 2  # fused CE kernels keep at most a bf16 logits chunk, computed in place
+# FOAK's fused cross-entropy (a Triton kernel over the materialised bf16 logits) avoids the fp32 upcast
+# copies: the fms-acceleration A100 rows grow by 8·V bytes per token beyond the checkpoints (Mistral-7B,
+# V=32000: 8.1 GiB per 16k tokens; Llama-3-8B, V=128256: 19.9 GiB per 16k tokens).
+FUSED_CE_BYTES_PER_VOCAB = 8
+# Liger's fused linear cross-entropy never materialises the logits: the same rows grow by the same
+# 127·h bytes per token for V=32000 and V=128256, i.e. independent of V; beyond the 2·h·L checkpoints
+# that leaves ≈ 64·h per token (chunk buffers and the fp32 gradient of the hidden states it computes
+# during the forward pass). Measured on h=4096, L=32 models only.
+FUSED_LINEAR_CE_BYTES_PER_HIDDEN = 64
+# Under FSDP with mixed precision (accelerate), the residual stream that checkpointing keeps is fp32:
+# the fms-acceleration 2- and 4-GPU PEFT rows grow by 185·h bytes per token vs 127·h on one GPU
+# (Mistral-7B, 32 layers: +1.8·h per layer ≈ 2 more bytes per hidden unit per layer).
+FSDP_GC_BYTES_PER_HIDDEN = 4
 DOWN_TARGETS = frozenset({"down_proj", "w2", "c_proj", "mlp.c_proj", "all-linear"})
 
 
@@ -60,8 +72,14 @@ def mlp_coef(job: Job, arch: Architecture, calib: Calibration | None = None) -> 
     return coef
 
 
-def layer_bytes_per_token(job: Job, arch: Architecture, calib: Calibration | None = None) -> float:
-    """Bytes one decoder layer saves per token without checkpointing."""
+def layer_bytes_per_token(
+    job: Job, arch: Architecture, calib: Calibration | None = None, fsdp: bool = False
+) -> float:
+    """Bytes one decoder layer saves per token without checkpointing.
+
+    Under FSDP mixed precision the layers compute in bf16 from gathered bf16 parameters even when the
+    sharded master copy is fp32 (amp), so the amp precision factor does not apply there.
+    """
     coef = attention_coef(job, arch, calib) + mlp_coef(job, arch, calib)
     if job.method != "full" and job.lora_dropout > 0:
         coef += len(arch.lora_targets(job.lora_target_modules))
@@ -69,17 +87,23 @@ def layer_bytes_per_token(job: Job, arch: Architecture, calib: Calibration | Non
     if job.attention == "eager":
         factor = calib.attn_act_factor_eager if calib and calib.attn_act_factor_eager is not None else EAGER_BYTES_PER_SCORE
         per_token += factor * arch.num_heads * job.tokens_per_sample
-    return per_token * PRECISION_FACTOR[job.dtype]
+    return per_token * (1.0 if fsdp else PRECISION_FACTOR[job.dtype])
 
 
-def checkpoint_bytes_per_token(job: Job, arch: Architecture, calib: Calibration | None = None) -> float:
+def checkpoint_bytes_per_token(
+    job: Job, arch: Architecture, calib: Calibration | None = None, fsdp: bool = False
+) -> float:
     """Bytes one checkpointed layer keeps per token (its input), or a user-given fraction."""
     if calib and calib.grad_ckpt_reduction is not None:
-        return calib.grad_ckpt_reduction * layer_bytes_per_token(job, arch, calib)
+        return calib.grad_ckpt_reduction * layer_bytes_per_token(job, arch, calib, fsdp)
+    if fsdp:
+        return FSDP_GC_BYTES_PER_HIDDEN * arch.hidden_size
     return GC_BYTES_PER_HIDDEN * arch.hidden_size * PRECISION_FACTOR[job.dtype]
 
 
 def loss_bytes_per_token(job: Job, arch: Architecture) -> float:
     """Logits + cross-entropy bytes per token at the loss peak."""
-    per_vocab = FUSED_LOSS_BYTES_PER_VOCAB if job.fused_loss else LOSS_BYTES_PER_VOCAB
-    return per_vocab * arch.vocab_size
+    kernel = job.effective_loss_kernel
+    if kernel == "fused-linear-ce":
+        return FUSED_LINEAR_CE_BYTES_PER_HIDDEN * arch.hidden_size
+    return (FUSED_CE_BYTES_PER_VOCAB if kernel == "fused-ce" else LOSS_BYTES_PER_VOCAB) * arch.vocab_size

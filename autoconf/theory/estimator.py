@@ -9,6 +9,7 @@ import pandas as pd
 from autoconf.frame import estimate_columns, map_rows, row_inputs
 from autoconf.schema import Calibration, Estimate, Job, Placement
 from autoconf.theory.memory import estimate_memory
+from autoconf.theory.throughput import throughput_or_none
 
 
 class TheoryEstimator:
@@ -22,7 +23,8 @@ class TheoryEstimator:
 
     def estimate(self, job: Job, placement: Placement) -> Estimate:
         memory = estimate_memory(job, placement, calibration=self.calibration)
-        return Estimate(job=job, placement=placement, memory=memory, throughput=None, estimator="theory")
+        throughput = throughput_or_none(job, placement)  # None where the GPU has no peak for the dtype
+        return Estimate(job=job, placement=placement, memory=memory, throughput=throughput, estimator="theory")
 
     def estimate_frame(self, frame: pd.DataFrame) -> pd.DataFrame:
         def answer(row: dict[str, Any]) -> dict[str, Any]:

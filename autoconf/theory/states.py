@@ -107,14 +107,14 @@ def model_states(job: Job, arch: Architecture, placement: Placement) -> States:
     shard_w = strategy in ("fsdp", "fsdp-hybrid", "zero3")
     shard_g = shard_w or strategy in ("fsdp-shard-grad-op", "zero2")
     shard_o = shard_g or strategy == "zero1"
-    unit = _unit_bytes(job, arch, arch.layer_params) / placement.tp
+    unit = _unit_bytes(job, arch, arch.layer_params) / placement.tp  # gathered in the compute dtype
     gathered = 0.0
     if shard_w and n > 1:
         weights /= n
         # FSDP (auto-wrapped per decoder layer) keeps the current and the prefetched layer unsharded, and
         # the root unit (embeddings, final norm, head) unsharded through forward and backward; ZeRO-3 the
         # largest module (DeepSpeed's own estimator counts 4·Ψ_LL = params + grads of the largest layer).
-        root = (arch.embedding_params + arch.lm_head_params) * DTYPE_BYTES[job.dtype] * (1 - 1 / n)
+        root = (arch.embedding_params + arch.lm_head_params) * min(DTYPE_BYTES[job.dtype], 2 if job.dtype.startswith("amp") else 4) * (1 - 1 / n)
         gathered = 2 * unit + root if strategy.startswith("fsdp") else 2 * arch.largest_layer_params * 2
     grads = grads / n if shard_g else grads
     opt = opt / n if shard_o else opt
@@ -136,7 +136,7 @@ def _unit_bytes(job: Job, arch: Architecture, params: float) -> float:
     """Bytes of ``params`` unsharded: 4-bit for QLoRA layer linears, else the weight dtype."""
     if job.method == "qlora":
         return params * NF4_BYTES
-    return params * DTYPE_BYTES[job.dtype]
+    return params * (2 if job.dtype.startswith("amp") else DTYPE_BYTES[job.dtype])
 
 
 def _optimizer_temp(job: Job, arch: Architecture, local_trainable: float, placement: Placement) -> float:

@@ -1,0 +1,3 @@
+from autoconf.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,296 @@
+"""The torch side of the probe: build the job's model with random weights and run real training steps.
+
+Imported only by ``autoconf.probe.run_probe`` (optional extra ``[probe]``: torch, transformers, peft;
+bitsandbytes for QLoRA and 8-bit Adam). Nothing is downloaded: the model is built from the
+catalogue's architecture through a transformers config, with transformers' own random init.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import logging
+import math
+import tempfile
+import time
+from dataclasses import replace
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from autoconf.catalog import Architecture, get_architecture
+from autoconf.errors import InvalidInputError
+from autoconf.probe_memory import HostPeak, NvidiaSmiPeak, cap_address_space, nvidia_smi_id
+from autoconf.schema import Job
+
+if TYPE_CHECKING:
+    from autoconf.probe import ProbeSettings
+
+log = logging.getLogger(__name__)
+
+# Job.dtype -> (dtype the weights are built in, autocast dtype or None). amp-* keeps fp32 master
+# weights and autocasts matmuls, as HF Trainer does with --bf16/--fp16 on an fp32 model.
+DTYPES: dict[str, tuple[torch.dtype, torch.dtype | None]] = {
+    "bf16": (torch.bfloat16, None),
+    "fp16": (torch.float16, None),
+    "fp32": (torch.float32, None),
+    "amp-bf16": (torch.float32, torch.bfloat16),
+    "amp-fp16": (torch.float32, torch.float16),
+}
+# Job.attention -> transformers attn_implementation. "flash" is the flash-attn 2 package;
+# "sdpa" is PyTorch's scaled_dot_product_attention (its flash backend on CUDA for an unmasked bf16 batch).
+ATTENTION = {"flash": "flash_attention_2", "sdpa": "sdpa", "eager": "eager"}
+LEARNING_RATE = 1e-5  # any value: memory and speed do not depend on it
+
+
+def hf_config(arch: Architecture, attention: str) -> Any:
+    """A transformers config with the catalogue architecture's exact shape."""
+    if arch.model_type == "gpt_bigcode":
+        shape = dict(
+            n_embd=arch.hidden_size, n_inner=arch.intermediate_size, n_layer=arch.num_layers,
+            n_head=arch.num_heads, multi_query=arch.num_kv_heads == 1, n_positions=arch.max_position_embeddings,
+        )
+    else:
+        shape = dict(
+            hidden_size=arch.hidden_size, intermediate_size=arch.intermediate_size,
+            num_hidden_layers=arch.num_layers, num_attention_heads=arch.num_heads,
+            num_key_value_heads=arch.num_kv_heads, head_dim=arch.head_dim,
+            max_position_embeddings=arch.max_position_embeddings or 4096,
+            attention_bias=arch.attention_bias, mlp_bias=arch.mlp_bias,
+        )
+        if arch.is_moe:
+            shape.update(num_local_experts=arch.num_experts, num_experts_per_tok=arch.experts_per_token)
+    config = AutoConfig.for_model(
+        arch.model_type, vocab_size=arch.vocab_size, tie_word_embeddings=arch.tie_word_embeddings,
+        use_cache=False, bos_token_id=None, eos_token_id=None, pad_token_id=None, **shape,
+    )
+    config._attn_implementation = ATTENTION[attention]
+    return config
+
+
+def resolve_device(requested: str) -> str:
+    if requested == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise InvalidInputError("device", "must be cpu or auto on a machine without CUDA; got cuda")
+    return requested
+
+
+def check_supported(job: Job, device: str) -> None:
+    """Refuse, with the reason, what cannot be probed on this machine (typed errors, exit code 2)."""
+    if job.method == "qlora" and (device != "cuda" or not _has("bitsandbytes")):
+        raise InvalidInputError(
+            "method", f"qlora can only be probed on CUDA with bitsandbytes installed; got device {device}"
+            + ("" if _has("bitsandbytes") else " without bitsandbytes"))
+    if job.optimizer == "adamw-8bit" and (device != "cuda" or not _has("bitsandbytes")):
+        raise InvalidInputError("optimizer", f"adamw-8bit needs CUDA and bitsandbytes; got device {device}")
+    if job.attention == "flash" and (device != "cuda" or not _has("flash_attn")):
+        raise InvalidInputError(
+            "attention", f"flash needs CUDA and the flash-attn package; got device {device} "
+            "(use --attention sdpa: PyTorch's flash kernel)")
+    if job.fused_loss:
+        raise InvalidInputError("fused_loss", "must be false: the probe runs HF's un-fused cross-entropy; got true")
+    if job.dtype == "fp32" and job.method == "qlora":
+        raise InvalidInputError("dtype", "qlora computes in bf16 or fp16; got fp32")
+
+
+def _has(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+def build_model(job: Job, arch: Architecture, device: str) -> torch.nn.Module:
+    """The model on ``device`` with random weights; LoRA/QLoRA adapters applied with peft."""
+    weight_dtype, _ = DTYPES[job.dtype]
+    config = hf_config(arch, job.attention)
+    if job.method == "qlora":
+        model = _build_4bit(config, weight_dtype, device)
+    else:
+        with torch.device(device):
+            model = AutoModelForCausalLM.from_config(config, dtype=weight_dtype)
+    if job.gradient_checkpointing:
+        # non-reentrant: what HF recommends and what lets frozen (LoRA) inputs work without hooks
+        enable = getattr(model, "activation_checkpointing_enable", None)  # transformers >= 5.x name
+        if enable is not None:
+            enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if job.method in ("lora", "qlora"):
+        from peft import LoraConfig, get_peft_model
+
+        targets: str | list[str] = list(job.lora_target_modules)
+        if "all-linear" in targets:
+            targets = "all-linear"
+        lora = LoraConfig(r=job.lora_r, lora_alpha=job.lora_alpha, lora_dropout=job.lora_dropout,
+                          target_modules=targets, task_type="CAUSAL_LM")
+        model = get_peft_model(model, lora)  # adapters in fp32 (peft's autocast_adapter_dtype default)
+    model.train()
+    return model
+
+
+def _build_4bit(config: Any, compute_dtype: torch.dtype, device: str) -> torch.nn.Module:
+    """QLoRA base: random bf16 weights saved to a temporary folder, reloaded 4-bit NF4 by transformers.
+
+    Quantisation happens in from_pretrained, so the random model is written once (no download).
+    NF4 without double quantisation, as states.py assumes; norms, embeddings and head stay bf16
+    (no prepare_model_for_kbit_training upcast).
+    """
+    from transformers import BitsAndBytesConfig
+
+    with tempfile.TemporaryDirectory(prefix="autoconf-probe-") as folder:
+        with torch.device(device):
+            AutoModelForCausalLM.from_config(config, dtype=compute_dtype).save_pretrained(folder)
+        gc.collect()
+        torch.cuda.empty_cache()
+        quant = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                   bnb_4bit_compute_dtype=compute_dtype, bnb_4bit_use_double_quant=False)
+        return AutoModelForCausalLM.from_pretrained(
+            folder, quantization_config=quant, dtype=compute_dtype, device_map={"": torch.cuda.current_device()},
+            attn_implementation=config._attn_implementation)
+
+
+def make_optimizer(job: Job, model: torch.nn.Module) -> torch.optim.Optimizer:
+    """The job's optimizer over trainable parameters, with its torch implementation (fused/foreach/for-loop)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    impl = {"fused": dict(fused=True), "foreach": dict(foreach=True), "for-loop": dict(foreach=False)}[job.optimizer_impl]
+    if job.optimizer == "adamw-8bit":
+        import bitsandbytes as bnb
+
+        return bnb.optim.AdamW8bit(params, lr=LEARNING_RATE)
+    if job.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=LEARNING_RATE, momentum=0.9, **impl)
+    return torch.optim.AdamW(params, lr=LEARNING_RATE, **impl)
+
+
+def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: torch.Tensor, job: Job) -> float:
+    """One optimizer step: gradient_accumulation_steps × (forward with labels -> loss, backward), then step."""
+    _, autocast_dtype = DTYPES[job.dtype]
+    loss_value = math.nan
+    for _ in range(job.gradient_accumulation_steps):
+        with _autocast(batch.device.type, autocast_dtype):
+            output = model(input_ids=batch, labels=batch)
+        loss = output.loss
+        del output  # the Trainer keeps only the loss; the logits must not live through backward
+        (loss / job.gradient_accumulation_steps).backward()
+        loss_value = float(loss.detach())
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss_value
+
+
+@contextlib.contextmanager
+def _autocast(device_type: str, dtype: torch.dtype | None) -> Iterator[None]:
+    if dtype is None:
+        yield
+    else:
+        with torch.autocast(device_type=device_type, dtype=dtype):
+            yield
+
+
+def _is_oom(exc: BaseException) -> bool:
+    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    text = str(exc)
+    return "can't allocate memory" in text or "out of memory" in text.lower()
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def run(job: Job, settings: ProbeSettings) -> dict[str, Any]:
+    """Build, warm up, probe; every field of ProbeResult except the device facts, OOM caught."""
+    arch = get_architecture(job.model)
+    device = resolve_device(settings.device)
+    check_supported(job, device)
+    if settings.host_memory_limit_gib is not None:
+        if device != "cpu":
+            raise InvalidInputError("host_memory_limit_gib", f"applies to device cpu only; got {device}")
+        cap_address_space(settings.host_memory_limit_gib)
+    torch.manual_seed(settings.seed)
+    out: dict[str, Any] = {"device": device, "status": "ok", "reason": "", "catalogue_parameters": arch.total_params,
+                           "attention_implementation": ATTENTION[job.attention]}
+    if device == "cpu":
+        _prime_host(job, arch)
+    host, smi = HostPeak(), NvidiaSmiPeak(nvidia_smi_id() if device == "cuda" else None)
+    model = optimizer = None
+    with smi:
+        try:
+            start = time.perf_counter()
+            model = build_model(job, arch, device)
+            optimizer = make_optimizer(job, model)
+            out["build_seconds"] = time.perf_counter() - start
+            out["parameters"] = sum(p.numel() for p in model.parameters())
+            out["trainable_parameters"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
+            out.update(_steps(model, optimizer, job, arch, device, settings, (host, smi)))
+        except Exception as exc:  # an OOM or a failure is the answer, not a crash
+            out.update(status="oom" if _is_oom(exc) else "failed", reason=f"{type(exc).__name__}: {exc}"[:500])
+            log.debug("probe step failed", exc_info=True)
+        out.update(_memory(device, host, smi))
+        del model, optimizer
+        gc.collect()
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    return out
+
+
+def _prime_host(job: Job, arch: Architecture) -> None:
+    """One step of a miniature of the model before the host baseline is taken.
+
+    The first training step of a process grows its RSS by ~0.2 GB that is not the model's (measured
+    here on torch 2.13 CPU: a 158k-parameter model's first probe read 206 MB, a second one in the same
+    process 12 MB): lazily loaded kernels, thread pools and allocator arenas. A miniature of the same
+    family, dtype, attention and method (hidden 64, 2 layers, vocabulary 512) loads them first.
+    """
+    kv = 1 if arch.num_kv_heads == 1 else (4 if arch.num_kv_heads == arch.num_heads else 2)
+    mini = replace(arch, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4, num_kv_heads=kv,
+                   head_dim=16, vocab_size=512, num_experts=min(arch.num_experts, 4),
+                   experts_per_token=min(arch.experts_per_token, 2))
+    mini_job = job.model_copy(update={"tokens_per_sample": min(job.tokens_per_sample, 256),
+                                      "batch_size": job.gradient_accumulation_steps})
+    model = build_model(mini_job, mini, "cpu")
+    optimizer = make_optimizer(mini_job, model)
+    batch = torch.randint(0, mini.vocab_size, (1, mini_job.tokens_per_sample))
+    train_step(model, optimizer, batch, mini_job)
+    del model, optimizer, batch
+    gc.collect()
+
+
+def _steps(model: torch.nn.Module, optimizer: torch.optim.Optimizer, job: Job, arch: Architecture,
+           device: str, settings: ProbeSettings, meters: tuple[HostPeak, NvidiaSmiPeak]) -> dict[str, Any]:
+    """Warmup then timed probe steps on one random batch; peaks restart once the model is built."""
+    per_device_batch = job.batch_size // job.gradient_accumulation_steps
+    batch = torch.randint(0, arch.vocab_size, (per_device_batch, job.tokens_per_sample), device=device)
+    for _ in range(settings.warmup_steps):
+        train_step(model, optimizer, batch, job)
+    _sync(device)
+    # Peaks count from here: steady state (optimizer states exist; the first step peaks lower, see
+    # theory_notes), without the first step's one-off costs (lazy kernel/library loading on the host,
+    # the QLoRA build's bf16 copy). Host RSS still counts from before the build, so weights are in.
+    for meter in meters:
+        meter.reset()
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    start = time.perf_counter()
+    loss = math.nan
+    for _ in range(settings.probe_steps):
+        loss = train_step(model, optimizer, batch, job)
+    _sync(device)
+    elapsed = time.perf_counter() - start
+    tokens = per_device_batch * job.tokens_per_sample * job.gradient_accumulation_steps * settings.probe_steps
+    return {"tokens_per_second": tokens / elapsed, "step_seconds": elapsed / settings.probe_steps, "loss": loss}
+
+
+def _memory(device: str, host: HostPeak, smi: NvidiaSmiPeak) -> dict[str, Any]:
+    """Peak figures; on CUDA the allocator's peaks (over warmup + probe steps) and nvidia-smi's."""
+    if device == "cuda":
+        reserved = float(torch.cuda.max_memory_reserved())
+        return {"memory_metric": "torch_reserved", "peak_memory_bytes": reserved,
+                "torch_allocated_bytes": float(torch.cuda.max_memory_allocated()),
+                "torch_reserved_bytes": reserved, "nvidia_smi_bytes": smi.peak_bytes}
+    rss = host.peak_bytes()
+    return {"memory_metric": "host_rss", "peak_memory_bytes": rss, "host_rss_bytes": rss}

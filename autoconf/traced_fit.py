@@ -1,0 +1,249 @@
+"""Fit the traced live bytes of every op as an affine function of the micro-batch shape; cache on disk.
+
+With flash/SDPA attention every tensor of a training step has b·s, s or no token dimension, so the
+live bytes after op i are exactly ``c_i + α_i·b·s + γ_i·s`` (shared/theory_notes.md: activation and
+loss memory are exactly linear in tokens). Eager attention adds ``b·s²`` and ``s²`` terms (scores and
+masks). The op sequence does not depend on the shape within a regime (b = 1 differs from b ≥ 2: HF
+expands position ids and copies shifted labels only for b ≥ 2), so a few traces of one regime give the
+per-op coefficients by an exact linear solve, checked on one more shape. The peak at any (b, s) is then
+the maximum over ops, with its phase and breakdown: no re-trace for other batch sizes or lengths.
+
+Only numpy here; the trace itself runs in a subprocess (``python -m autoconf.traced_step``), so a
+crash inside a dispatch mode (theory_notes pitfall 8) cannot take the caller down.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+FIT_VERSION = 1  # part of the cache key: bump when the trace or the fit changes meaning
+NUM_CATEGORIES = 5  # weights, gradients, optimizer, activations, logits (autoconf/traced_step.py)
+PHASE_NAMES = ("forward", "loss", "backward", "optimizer")
+TRACE_TIMEOUT_S = 900  # a 405B-shaped trace takes ~1 min on a loaded core; anything slower is stuck
+# Fit shapes (batch, seq) and one check shape per regime. Trace cost grows with the number of ops,
+# not with tensor sizes, so small shapes are as exact as large ones and just as fast.
+DESIGNS: dict[tuple[str, bool], tuple[list[tuple[int, int]], tuple[int, int]]] = {
+    ("single", False): ([(1, 256), (1, 512)], (1, 384)),
+    ("batched", False): ([(2, 256), (2, 512), (3, 256), (3, 512)], (4, 384)),
+    ("single", True): ([(1, 128), (1, 256), (1, 384)], (1, 512)),
+    ("batched", True): ([(2, 128), (2, 256), (3, 128), (3, 256), (2, 384), (4, 384)], (4, 192)),
+}
+
+
+class TraceFailed(RuntimeError):
+    """The trace worker failed or its traces cannot be fitted; the message says why."""
+
+
+def features(batch: int, seq: int, regime: str, eager: bool) -> np.ndarray:
+    """Basis of the per-op affine model: 1, b·s, s, b (+ b·s², s² for eager); b = 1 folds b into 1 and b·s into s.
+
+    The b term is real: HF pads the labels to (b, s + 1) before shifting them.
+    """
+    if regime == "single":
+        terms = [1.0, float(seq)] + ([float(seq * seq)] if eager else [])
+    else:
+        terms = [1.0, float(batch * seq), float(seq), float(batch)]
+        terms += [float(batch * seq * seq), float(seq * seq)] if eager else []
+    return np.asarray(terms)
+
+
+def regime_of(batch: int) -> str:
+    return "single" if batch == 1 else "batched"
+
+
+@dataclass
+class Fit:
+    """Per-op coefficients (ops × categories × features), phases and phase-boundary landmarks."""
+
+    coef: np.ndarray
+    phase: np.ndarray
+    landmarks: dict[str, np.ndarray]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def _phi(self, batch: int, seq: int) -> np.ndarray:
+        return features(batch, seq, self.meta["regime"], self.meta["eager"])
+
+    def categories(self, batch: int, seq: int) -> np.ndarray:
+        """Live bytes per op and category at (batch, seq): ops × 5."""
+        return self.coef @ self._phi(batch, seq)
+
+    def landmark(self, name: str, batch: int, seq: int) -> np.ndarray:
+        """Bytes per category at a phase boundary (end_forward, end_loss, end_backward, end_step)."""
+        return self.landmarks[name] @ self._phi(batch, seq)
+
+    def peak(self, batch: int, seq: int, scale: np.ndarray | None = None,
+             add: np.ndarray | None = None) -> tuple[float, str, np.ndarray]:
+        """Peak bytes, its phase and its breakdown, categories scaled by ``scale`` (sharding) and
+        shifted by ``add`` (phases × categories: bytes the trace cannot see, e.g. gathered units)."""
+        values = self.categories(batch, seq)
+        if scale is not None:
+            values = values * scale
+        if add is not None:
+            values = values + add[self.phase]
+        totals = values.sum(axis=1)
+        i = int(np.argmax(totals))
+        return float(totals[i]), PHASE_NAMES[int(self.phase[i])], values[i]
+
+
+def _prune(coef: np.ndarray, phase: np.ndarray, max_rounds: int = 64) -> np.ndarray:
+    """Indices of ops not dominated (every coefficient ≤) by a same-phase neighbour.
+
+    A dominated op can never be the peak for any non-negative shape and category scaling, so the
+    pruned set gives the same peaks, per phase too.
+    """
+    keep = np.arange(len(phase))
+    flat = coef.reshape(len(phase), -1)
+    for _ in range(max_rounds):
+        f, ph = flat[keep], phase[keep]
+        same = ph[:-1] == ph[1:]
+        ge_next = (f[1:] >= f[:-1]).all(axis=1)  # op i dominated by op i+1 (ties: drop the earlier)
+        le_prev = (f[1:] <= f[:-1]).all(axis=1) & (f[1:] != f[:-1]).any(axis=1)  # op i+1 strictly by op i
+        drop = np.zeros(len(keep), dtype=bool)
+        drop[:-1] |= same & ge_next
+        drop[1:] |= same & le_prev & ~ge_next
+        if not drop.any():
+            break
+        keep = keep[~drop]
+    return keep
+
+
+def _landmarks(coef: np.ndarray, phase: np.ndarray) -> dict[str, np.ndarray]:
+    """Last op of each phase (the tracker samples once more as it leaves a phase) and the step start."""
+    marks = {"start": coef[0]}
+    for code, name in enumerate(("end_forward", "end_loss", "end_backward", "end_step")):
+        where = np.flatnonzero(phase == code)
+        if len(where):
+            marks[name] = coef[where[-1]]
+    return marks
+
+
+def solve(shapes: list[tuple[int, int]], samples: list[np.ndarray], regime: str, eager: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Exact per-op coefficients from as many traces as features: (ops × 5 × F) int64, phases."""
+    design = np.stack([features(b, s, regime, eager) for b, s in shapes])
+    if np.linalg.matrix_rank(design) < design.shape[1]:
+        raise TraceFailed(f"fit shapes {shapes} do not determine the {design.shape[1]} coefficients")
+    values = np.stack([s[:, :NUM_CATEGORIES] for s in samples]).astype(np.float64)  # K × ops × 5
+    coef = np.linalg.solve(design, values.reshape(len(shapes), -1))
+    coef = np.rint(coef).astype(np.int64).reshape(design.shape[1], -1, NUM_CATEGORIES)
+    return coef.transpose(1, 2, 0), samples[0][:, NUM_CATEGORIES].astype(np.int8)
+
+
+def cache_dir() -> Path:
+    """``$AUTOCONF_CACHE/traced`` if set, else ``~/.cache/autoconf/traced``."""
+    root = os.environ.get("AUTOCONF_CACHE")
+    return Path(root) / "traced" if root else Path.home() / ".cache" / "autoconf" / "traced"
+
+
+def _versions() -> dict[str, str]:
+    return {pkg: metadata.version(pkg) for pkg in ("torch", "transformers", "peft")}
+
+
+def cache_key(spec: dict[str, Any], regime: str) -> str:
+    """Hash of everything a trace depends on: the spec, the regime, the fit and library versions."""
+    payload = {"spec": spec, "regime": regime, "fit_version": FIT_VERSION, "versions": _versions()}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def run_worker(spec: dict[str, Any], timeout_s: float = TRACE_TIMEOUT_S) -> tuple[dict[str, Any], list[np.ndarray]]:
+    """Run ``python -m autoconf.traced_step`` on ``spec``; its JSON summary and per-shape samples."""
+    with tempfile.TemporaryDirectory(prefix="autoconf-trace-") as tmp:
+        spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "samples.npz"
+        spec_path.write_text(json.dumps(spec), encoding="utf-8")
+        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-m", "autoconf.traced_step", str(spec_path), str(out_path)],
+                capture_output=True, text=True, timeout=timeout_s, env=env, check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise TraceFailed(f"trace of {spec['arch']['name']} took more than {timeout_s:.0f} s") from exc
+        if proc.returncode != 0:
+            tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+            raise TraceFailed(f"trace worker exited with {proc.returncode}: {tail}")
+        summary = json.loads(proc.stdout.strip().splitlines()[-1])
+        with np.load(out_path) as data:
+            arrays = [data[f"samples_{i}"] for i in range(len(summary["results"]))]
+    return summary, arrays
+
+
+def fit_trace(spec: dict[str, Any], regime: str, verify: bool = True) -> Fit:
+    """Trace the design shapes of ``regime`` in one worker and solve the per-op coefficients."""
+    eager = spec["attention"] == "eager"
+    shapes, check = DESIGNS[(regime, eager)]
+    traced = shapes + ([check] if verify else [])
+    start = time.perf_counter()
+    summary, arrays = run_worker({**spec, "shapes": [list(s) for s in traced], "warmup_shape": list(shapes[0])})
+    if len({r["ops_digest"] for r in summary["results"]}) > 1 or len({len(a) for a in arrays}) > 1:
+        raise TraceFailed(f"the op sequence of {spec['arch']['name']} changes with the shape; cannot fit it")
+    coef, phase = solve(shapes, arrays[: len(shapes)], regime, eager)
+    results = summary["results"]
+    meta: dict[str, Any] = {
+        "regime": regime, "eager": eager, "shapes": shapes, "num_ops": results[0]["num_ops"],
+        "step_seconds": [round(r["step_seconds"], 3) for r in results],
+        "wall_seconds": round(time.perf_counter() - start, 2), "max_rss_bytes": summary["max_rss_bytes"],
+        "total_params": summary["total_params"], "trainable_params": summary["trainable_params"],
+        "versions": summary["versions"],
+    }
+    if verify:
+        predicted = coef @ features(*check, regime, eager)
+        actual = arrays[-1][:, :NUM_CATEGORIES]
+        meta["check_shape"] = check
+        meta["check_max_error_bytes"] = int(np.abs(predicted - actual).max())
+        meta["check_peak_error_bytes"] = int(abs(predicted.sum(axis=1).max() - actual.sum(axis=1).max()))
+    marks = _landmarks(coef, phase)
+    keep = _prune(coef, phase)
+    meta["kept_ops"] = int(len(keep))
+    return Fit(coef[keep], phase[keep], marks, meta)
+
+
+def save_fit(fit: Fit, path: Path) -> None:
+    """Write atomically (a sweep may run several processes on one cache)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp.npz")
+    marks = {f"mark_{k}": v for k, v in fit.landmarks.items()}
+    np.savez_compressed(tmp, coef=fit.coef, phase=fit.phase, meta=np.asarray(json.dumps(fit.meta)), **marks)
+    os.replace(tmp, path)
+
+
+def load_fit(path: Path) -> Fit:
+    with np.load(path) as data:
+        marks = {k[5:]: data[k] for k in data.files if k.startswith("mark_")}
+        return Fit(data["coef"], data["phase"], marks, json.loads(str(data["meta"])))
+
+
+_MEMORY: dict[str, Fit] = {}
+
+
+def get_fit(spec: dict[str, Any], regime: str, verify: bool = True) -> Fit:
+    """The fit for ``spec`` and ``regime``: from memory, the disk cache, or a new trace."""
+    key = cache_key(spec, regime)
+    if key in _MEMORY:
+        return _MEMORY[key]
+    path = cache_dir() / f"{key}.npz"
+    fit = None
+    if path.is_file():
+        try:
+            fit = load_fit(path)
+        except (OSError, ValueError, KeyError) as exc:
+            logger.warning("ignoring unreadable traced cache %s: %s", path, exc)
+    if fit is None:
+        logger.info("tracing %s (%s, %s regime)", spec["arch"]["name"], spec["method"], regime)
+        fit = fit_trace(spec, regime, verify)
+        save_fit(fit, path)
+    _MEMORY[key] = fit
+    return fit

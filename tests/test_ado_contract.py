@@ -1,0 +1,185 @@
+"""Contract of the ado experiments, checked with the real ado-core (in-process, no Ray).
+
+Pins the experiment identifiers, required/optional properties, domains, defaults and outputs;
+validates every YAML in examples/ and sweep/ against the experiments as ado itself does; calls the
+decorated functions directly, including with bad points.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+pytest.importorskip("ado")
+
+from ado.core.discoveryspace.config import DiscoverySpaceConfiguration  # noqa: E402
+from ado.core.operation.config import DiscoveryOperationResourceConfiguration  # noqa: E402
+from ado.modules.actuators.registry import ActuatorRegistry  # noqa: E402
+from ado.schema.entityspace import EntitySpaceRepresentation  # noqa: E402
+from ado.schema.experiment import Experiment  # noqa: E402
+from ado.schema.measurementspace import MeasurementSpace  # noqa: E402
+from ado.schema.point import SpacePoint  # noqa: E402
+from ado.schema.reference import ExperimentReference  # noqa: E402
+
+from autoconf import experiments  # noqa: E402
+from autoconf.catalog import list_gpus, list_models  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+REQUIRED = ["model_name", "method", "gpu_model", "tokens_per_sample", "batch_size"]
+COMMON_OPTIONAL = ["model_version", "estimator", "gpus_per_node", "dtype", "gradient_accumulation_steps",
+                   "gradient_checkpointing", "attention", "fused_loss", "lora_r"]
+CONTRACT = {
+    "min_gpu_recommender": {
+        "required": REQUIRED,
+        "optional": [*COMMON_OPTIONAL, "max_gpus", "max_oom_risk", "strict"],
+        "outputs": ["can_recommend", "gpus", "workers", "number_gpus", "peak_memory_gib", "oom_risk",
+                    "tokens_per_second", "reason", "answered_by"],
+    },
+    "resource_estimate": {
+        "required": [*REQUIRED, "number_gpus"],
+        "optional": COMMON_OPTIONAL,
+        "outputs": ["weights_gib", "gradients_gib", "optimizer_gib", "activations_gib", "logits_gib",
+                    "overhead_gib", "peak_memory_gib", "capacity_gib", "fits", "oom_risk", "tokens_per_second",
+                    "reason", "answered_by"],
+    },
+}
+DEFAULTS = {
+    "model_version": "latest", "gpus_per_node": 8, "dtype": "bf16", "gradient_accumulation_steps": 1,
+    "gradient_checkpointing": True, "attention": "flash", "fused_loss": False, "lora_r": 8,
+    "max_gpus": 64, "max_oom_risk": 0.05, "strict": False,
+}
+SIMPLE = {"model_name": "llama-7b", "method": "lora", "gpu_model": "NVIDIA-A100-80GB-PCIe",
+          "tokens_per_sample": 8192, "batch_size": 16}
+
+
+@pytest.fixture(scope="module")
+def registry() -> ActuatorRegistry:
+    return ActuatorRegistry()
+
+
+def _experiment(registry: ActuatorRegistry, identifier: str) -> Experiment:
+    return registry.experimentForReference(
+        ExperimentReference(actuatorIdentifier="custom_experiments", experimentIdentifier=identifier)
+    )
+
+
+def _domain(experiment: Experiment, identifier: str) -> Any:  # noqa: ANN401
+    props = [*experiment.requiredProperties, *experiment.optionalProperties]
+    return next(p for p in props if p.identifier == identifier).propertyDomain
+
+
+@pytest.mark.parametrize("identifier", sorted(CONTRACT))
+def test_registered_with_pinned_properties(registry: ActuatorRegistry, identifier: str) -> None:
+    """ado finds the experiment through the entry point (a broken import would only log a warning)."""
+    exp = _experiment(registry, identifier)
+    assert [p.identifier for p in exp.requiredProperties] == CONTRACT[identifier]["required"]
+    assert [p.identifier for p in exp.optionalProperties] == CONTRACT[identifier]["optional"]
+    assert [p.identifier for p in exp.targetProperties] == CONTRACT[identifier]["outputs"]
+    assert exp.version == experiments.EXPERIMENT_VERSION
+    assert all((p.metadata or {}).get("description") for p in [*exp.requiredProperties, *exp.optionalProperties])
+
+
+@pytest.mark.parametrize("identifier", sorted(CONTRACT))
+def test_defaults(registry: ActuatorRegistry, identifier: str) -> None:
+    exp = _experiment(registry, identifier)
+    defaults = {v.property.identifier: v.value for v in exp.defaultParameterization}
+    expected = {k: v for k, v in DEFAULTS.items() if k in CONTRACT[identifier]["optional"]}
+    assert {k: defaults[k] for k in expected} == expected
+    assert defaults["estimator"] == experiments.DEFAULT_ESTIMATOR_NAME in ("hybrid", "theory")
+
+
+def test_domains(registry: ActuatorRegistry) -> None:
+    exp = _experiment(registry, "min_gpu_recommender")
+    assert _domain(exp, "model_name").values == list(dict.fromkeys([*experiments.DOMAIN.models, *list_models()]))
+    assert set(list_models(answerable_only=True)) <= set(_domain(exp, "model_name").values)
+    assert _domain(exp, "gpu_model").values == list(experiments.DOMAIN.gpus)
+    assert set(_domain(exp, "gpu_model").values) <= set(list_gpus())
+    assert _domain(exp, "method").values == ["full", "lora", "qlora"]
+    assert _domain(exp, "estimator").values == ["theory", "learned", "hybrid", "traced"]
+    assert _domain(exp, "dtype").values == ["bf16", "fp16", "fp32", "amp-bf16", "amp-fp16"]
+    assert _domain(exp, "batch_size").domainRange == [1, 1_048_577]
+    assert _domain(exp, "tokens_per_sample").domainRange == [1, 2_097_153]
+    assert _domain(exp, "gpus_per_node").domainRange == [1, 9]
+    assert _domain(exp, "model_version").values[0] == "latest"
+
+
+def test_experiment_dump_validate_round_trip(registry: ActuatorRegistry) -> None:
+    for identifier in CONTRACT:
+        exp = _experiment(registry, identifier)
+        assert Experiment.model_validate(exp.model_dump()) == exp
+
+
+@pytest.mark.parametrize(("name", "identifier", "valid"), [
+    ("simple", "min_gpu_recommender", True),
+    ("resource_estimate", "resource_estimate", True),
+    ("out_of_domain", "min_gpu_recommender", False),
+])
+def test_example_points(registry: ActuatorRegistry, name: str, identifier: str, valid: bool) -> None:
+    point = SpacePoint.model_validate(yaml.safe_load((ROOT / "examples" / f"{name}.yaml").read_text()))
+    assert [r.experimentIdentifier for r in point.experiments] == [identifier]
+    assert _experiment(registry, identifier).validate_entity(point.to_entity()) is valid
+
+
+@pytest.mark.parametrize(("name", "size"), [("space.yaml", 3960), ("space_small.yaml", 36)])
+def test_sweep_spaces_fit_the_experiment(registry: ActuatorRegistry, name: str, size: int) -> None:
+    config = DiscoverySpaceConfiguration.model_validate(yaml.safe_load((ROOT / "sweep" / name).read_text()))
+    entity_space = EntitySpaceRepresentation(constitutiveProperties=config.entitySpace)
+    measurement = MeasurementSpace.measurementSpaceFromExperimentReferences(config.experiments)
+    assert measurement.checkEntitySpaceCompatible(entity_space, strict=True)
+    assert entity_space.size == size
+
+
+def test_operation_yaml_visits_every_point() -> None:
+    config = DiscoveryOperationResourceConfiguration.model_validate(
+        yaml.safe_load((ROOT / "sweep" / "operation.yaml").read_text()))
+    params = config.operation.parameters
+    params = params if isinstance(params, dict) else params.model_dump()
+    assert params["numberEntities"] == "all"
+    assert params["samplerConfig"]["samplerType"] == "generator"
+
+
+def test_direct_call_answers_simple_point() -> None:
+    out = experiments.min_gpu_recommender(**SIMPLE)
+    assert out["can_recommend"] == 1
+    assert out["gpus"] >= 1 and out["workers"] >= 1
+    assert out["number_gpus"] == out["gpus"] * out["workers"]
+    assert 0 < out["peak_memory_gib"] <= 80
+    assert out["tokens_per_second"] > 0
+    assert out["answered_by"].split("@")[0] == experiments.DEFAULT_ESTIMATOR_NAME
+
+
+def test_direct_call_resource_estimate_breakdown() -> None:
+    out = experiments.resource_estimate(**{**SIMPLE, "model_name": "llama3.1-8b", "method": "full"}, number_gpus=4,
+                                        estimator="theory")
+    parts = sum(out[f"{c}_gib"] for c in experiments.MEMORY_COMPONENTS)
+    assert out["peak_memory_gib"] > 0 and parts > 0
+    assert out["capacity_gib"] == pytest.approx(80, rel=0.05)
+    assert out["fits"] in (0, 1) and out["answered_by"] == "theory"
+
+
+@pytest.mark.parametrize("bad", [
+    {"model_name": "gpt-5"},               # unknown model
+    {"batch_size": -8},                    # negative batch
+    {"batch_size": "16"},                  # string for an int
+    {"tokens_per_sample": 0},
+    {"model_version": "9.9.9"},            # not an installed model version
+    {"gpu_model": "H100"},                 # alias, not ado's spelling
+    {"max_oom_risk": "0.05"},              # string for a number
+])
+def test_bad_points_rejected_by_ado_validation(bad: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="do not match required/optional properties"):
+        experiments.min_gpu_recommender(**{**SIMPLE, **bad})
+
+
+@pytest.mark.parametrize(("experiment", "extra", "output"), [
+    ("min_gpu_recommender", {"model_name": "granite-13b-v2"}, "can_recommend"),   # catalogued, unverified
+    ("min_gpu_recommender", {"model_name": "llama3.1-405b", "method": "full", "max_gpus": 1}, "can_recommend"),
+    ("resource_estimate", {"model_name": "granite-13b-v2", "number_gpus": 2}, "fits"),
+])
+def test_unanswerable_points_answered_with_reason(experiment: str, extra: dict[str, Any], output: str) -> None:
+    out = getattr(experiments, experiment)(**{**SIMPLE, "estimator": "theory", **extra})
+    assert out[output] == 0
+    assert out["reason"]
