@@ -35,6 +35,8 @@ INT_COLUMNS = (
     "gradient_accumulation_steps", "lora_r", "peak_memory_bytes", "torch_allocated_bytes",
     "torch_allocated_static_bytes", "nvidia_smi_bytes",
 )
+# Data column loss_kernel -> Job.loss_kernel (data/README.md "Loss kernels").
+LOSS_KERNELS = {"": "hf", "foak-fast-loss": "fused-ce", "liger-flce": "fused-linear-ce"}
 # Memory metric -> the column holding that metric's bytes.
 METRIC_COLUMNS = {"torch_allocated": "torch_allocated_bytes", "nvidia_smi": "nvidia_smi_bytes"}
 
@@ -117,6 +119,9 @@ def row_to_inputs(row: Mapping[str, object] | pd.Series) -> tuple[Job, Placement
         value = row.get(name)
         if _present(value):
             job[name] = cast(int(value)) if cast is bool else cast(value)  # type: ignore[call-overload]
+    kernel = row.get("loss_kernel")
+    if isinstance(kernel, str) and kernel in LOSS_KERNELS:
+        job["loss_kernel"] = LOSS_KERNELS[kernel]
     placement: dict[str, object] = {
         "gpu_model": str(_required(row, "gpu_model")),
         "number_gpus": int(_required(row, "number_gpus")),  # type: ignore[arg-type]

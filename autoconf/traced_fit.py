@@ -80,19 +80,22 @@ class Fit:
 
     def categories(self, batch: int, seq: int) -> np.ndarray:
         """Live bytes per op and category at (batch, seq): ops × 5."""
-        return self.coef @ self._phi(batch, seq)
+        return self.coef.astype(np.float64) @ self._phi(batch, seq)
 
     def landmark(self, name: str, batch: int, seq: int) -> np.ndarray:
         """Bytes per category at a phase boundary (end_forward, end_loss, end_backward, end_step)."""
-        return self.landmarks[name] @ self._phi(batch, seq)
+        return self.landmarks[name].astype(np.float64) @ self._phi(batch, seq)
 
     def peak(self, batch: int, seq: int, scale: np.ndarray | None = None,
              add: np.ndarray | None = None) -> tuple[float, str, np.ndarray]:
-        """Peak bytes, its phase and its breakdown, categories scaled by ``scale`` (sharding) and
-        shifted by ``add`` (phases × categories: bytes the trace cannot see, e.g. gathered units)."""
+        """Peak bytes, its phase and its breakdown at (batch, seq).
+
+        ``scale`` and ``add`` (phases × categories) turn one replica into one GPU: categories scaled by
+        sharding, plus bytes the trace cannot see (gathered FSDP units, persistent gradient buckets).
+        """
         values = self.categories(batch, seq)
         if scale is not None:
-            values = values * scale
+            values = values * scale[self.phase]
         if add is not None:
             values = values + add[self.phase]
         totals = values.sum(axis=1)
@@ -133,14 +136,25 @@ def _landmarks(coef: np.ndarray, phase: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def solve(shapes: list[tuple[int, int]], samples: list[np.ndarray], regime: str, eager: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Exact per-op coefficients from as many traces as features: (ops × 5 × F) int64, phases."""
-    design = np.stack([features(b, s, regime, eager) for b, s in shapes])
-    if np.linalg.matrix_rank(design) < design.shape[1]:
+    """Exact per-op coefficients from as many traces as features: (ops × 5 × F) int64, phases.
+
+    Bytes are integers and every coefficient (bytes per token, per position, per sample) is too: the
+    token terms are solved from differences to the first trace (small numbers, no rounding trouble
+    next to hundreds of GiB of weights), the constant follows in integer arithmetic, and the result
+    must reproduce every fit trace to the byte.
+    """
+    design = np.stack([features(b, s, regime, eager) for b, s in shapes]).astype(np.int64)
+    if np.linalg.matrix_rank(design.astype(np.float64)) < design.shape[1]:
         raise TraceFailed(f"fit shapes {shapes} do not determine the {design.shape[1]} coefficients")
-    values = np.stack([s[:, :NUM_CATEGORIES] for s in samples]).astype(np.float64)  # K × ops × 5
-    coef = np.linalg.solve(design, values.reshape(len(shapes), -1))
-    coef = np.rint(coef).astype(np.int64).reshape(design.shape[1], -1, NUM_CATEGORIES)
-    return coef.transpose(1, 2, 0), samples[0][:, NUM_CATEGORIES].astype(np.int8)
+    values = np.stack([s[:, :NUM_CATEGORIES] for s in samples]).reshape(len(shapes), -1)  # K × (ops·5)
+    diff = (design[1:, 1:] - design[0, 1:]).astype(np.float64)
+    rest = np.rint(np.linalg.solve(diff, (values[1:] - values[0]).astype(np.float64))).astype(np.int64)
+    const = values[0] - design[0, 1:] @ rest
+    coef = np.vstack([const[None, :], rest])
+    if not np.array_equal(design @ coef, values):
+        raise TraceFailed("live bytes are not affine in the shape features; cannot fit them exactly")
+    coef = coef.reshape(design.shape[1], -1, NUM_CATEGORIES).transpose(1, 2, 0)
+    return coef, samples[0][:, NUM_CATEGORIES].astype(np.int8)
 
 
 def cache_dir() -> Path:
@@ -200,7 +214,7 @@ def fit_trace(spec: dict[str, Any], regime: str, verify: bool = True) -> Fit:
         "versions": summary["versions"],
     }
     if verify:
-        predicted = coef @ features(*check, regime, eager)
+        predicted = coef @ features(*check, regime, eager).astype(np.int64)
         actual = arrays[-1][:, :NUM_CATEGORIES]
         meta["check_shape"] = check
         meta["check_max_error_bytes"] = int(np.abs(predicted - actual).max())

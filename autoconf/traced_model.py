@@ -112,7 +112,7 @@ def build_model(spec: dict[str, Any], fake_mode: Any | None) -> nn.Module:
     (model.get_base_model() if hasattr(model, "get_base_model") else model).tie_weights()
     if spec["gradient_checkpointing"]:
         # Non-reentrant recomputation per decoder layer (HF Trainer's gradient_checkpointing=True).
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     model.train()
     return model
 

@@ -165,7 +165,8 @@ def duplicates(out: pd.DataFrame) -> pd.Series:
             "tokens_per_second_per_device", "train_runtime_s", "train_samples_per_second"]
     key = out[cols].astype(str).agg("|".join, axis=1)
     measured = out[["torch_allocated_bytes", "nvidia_smi_bytes", "tokens_per_second_per_device"]].notna().any(axis=1)
-    first = out.source_ref.groupby(key).transform("first")
+    by_date = out.campaign.str.split("@").str[1].sort_values(kind="stable").index  # earliest file first
+    first = out.source_ref.loc[by_date].groupby(key.loc[by_date]).transform("first").reindex(out.index)
     return first.where(measured & (first != out.source_ref), "")
 
 
@@ -186,7 +187,7 @@ def convert(source_dir: Path = DEFAULT_SOURCE) -> pd.DataFrame:
     out = pd.DataFrame({
         "source": "fms-acceleration",
         "source_ref": "raw/" + df.source_file + "@" + parts.str[2].map(commits) + "#row=" + row.astype(str),
-        "campaign": df.campaign + "@" + parts.str[1],
+        "campaign": df.campaign + "@" + parts.str[1] + ":" + parts.str[2],
         "in_repo_head": df.in_repo_head,
         "framework": "fms-hf-tuning",
         "gpu_model": gpu,

@@ -17,6 +17,7 @@ from autoconf.accuracy import (
     oom_summary,
     percent_errors,
     score_memory,
+    score_throughput,
     scorable,
     summarise,
     worst_rows,
@@ -72,7 +73,7 @@ def test_markdown_table() -> None:
 def sample() -> pd.DataFrame:
     """A slice of the real table: two campaigns with ok, oom, duplicate and torch/nvidia rows."""
     frame = load_measurements()
-    keep = frame["campaign"].isin(["refs/a100_80gb@2024-05-24", "refs/a100_80gb@2024-05-27"])
+    keep = frame["campaign"].str.startswith(("refs/a100_80gb@2024-05-24", "refs/a100_80gb@2024-05-27"))
     return frame[keep]
 
 
@@ -120,3 +121,12 @@ def test_bench_writes_its_section(sample: pd.DataFrame, tmp_path: Path, monkeypa
     text = report.read_text()
     assert "keep me" in text and "<!-- section:memory-theory -->" in text
     assert REPO_DATA.is_file()
+
+
+def test_score_throughput_rows(sample: pd.DataFrame) -> None:
+    results = score_throughput("theory", sample)
+    expected = scorable(sample)["tokens_per_second"].notna().sum()
+    assert len(results) == expected and set(results["metric"]) == {"tokens_per_second"}
+    answered = results[results["error"] == ""]
+    assert (answered["measured"] > 0).all()
+    assert np.isfinite(answered["error_pct"]).all() or answered["predicted"].isna().all()

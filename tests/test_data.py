@@ -95,7 +95,7 @@ def test_source_ref_points_at_raw_row(table: pd.DataFrame, ref_index: int) -> No
     assert str(row["model_hf_id"] or "") == raw.get("model_name_or_path", "")
 
 
-@pytest.mark.parametrize("index", [30, 400, 1600, 1990])
+@pytest.mark.parametrize("index", [30, 400, 1150, 1600, 1990])
 def test_row_to_inputs_round_trip(table: pd.DataFrame, index: int) -> None:
     row = table.iloc[index]
     job, placement = row_to_inputs(row)
@@ -105,6 +105,8 @@ def test_row_to_inputs_round_trip(table: pd.DataFrame, index: int) -> None:
     assert (job.fused_loss, job.packing, job.gradient_checkpointing) == (
         bool(row["fused_loss"]), bool(row["packing"]), bool(row["gradient_checkpointing"]))
     assert job.attention == row["attention"]
+    assert job.effective_loss_kernel == {"": "hf", "foak-fast-loss": "fused-ce", "liger-flce": "fused-linear-ce"}[
+        row["loss_kernel"]]
     if row["method"] != "full":
         assert job.lora_r == row["lora_r"]
         assert ",".join(job.lora_target_modules) == row["lora_target_modules"]

@@ -1,0 +1,250 @@
+"""Request bodies of the REST API (no FastAPI here): the flat Job+Placement body and the nested EstimateInput.
+
+The nested form follows the resource-estimator design (foundation-model-stack/fm-training-estimator,
+adrs/001-estimator-api.md): ``estimator{method}`` and ``configs[{hf_training, fm, data, infra, peft_lora}]``,
+with that document's defaults (fp32 weights, technique full, max_seq_length 2048, 1 pod, A100 80 GB).
+Sections keep keys we do not use (``hf_training`` is all of HF's TrainingArguments). Each body becomes a
+list of ``Resolved`` inputs: a Job, a Placement and the options of time, cost, tokens and recommend.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, create_model
+
+from autoconf.catalog import canonical_gpu, get_gpu
+from autoconf.errors import AutoconfError, InvalidInputError
+from autoconf.schema import EstimatorName, Job, Placement
+
+MAX_CONFIGS = 64  # bounds the work one request can ask for
+
+
+class RequestOptions(BaseModel):
+    """Options beside the Job and Placement fields of a flat body."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+    estimator: EstimatorName | None = Field(None, description="theory | learned | hybrid (default) | traced.")
+    model_version: str | None = Field(None, description="Learned-model version (learned/hybrid).")
+    token_budget: float | None = Field(None, gt=0, le=1e16, description="Total tokens to train on (overrides the rest).")
+    dataset_tokens: float | None = Field(None, gt=0, le=1e16, description="Tokens per epoch after padding/packing.")
+    num_samples: int | None = Field(None, gt=0, le=10**12, description="Samples per epoch, each padded to tokens_per_sample.")
+    epochs: float = Field(1.0, gt=0, le=10_000, description="Passes over the dataset.")
+    num_checkpoints: int | None = Field(None, ge=0, le=100_000, description="Checkpoints written (default: one per epoch).")
+    price_per_gpu_hour_usd: float | None = Field(None, ge=0, le=1e6, description="Overrides the catalogued price.")
+    provider: str | None = Field(None, max_length=64, description="Pick a catalogued provider's price (aws, lambda, ...).")
+    dataset_path: str | None = Field(None, max_length=4096, description="Local JSONL/CSV/Parquet file on the server.")
+    text_field: str | None = Field(None, max_length=256, description="Text field of the dataset records.")
+    tokenizer_path: str | None = Field(None, max_length=4096, description="Local tokenizer.json for exact counts.")
+    texts: list[str] | None = Field(None, max_length=10_000, description="Texts to count instead of a dataset file.")
+    max_gpus: int = Field(64, ge=1, le=4096, description="Recommend: largest placement tried.")
+    gpus_per_node: int = Field(8, ge=1, le=8, description="Recommend: GPUs per worker.")
+    max_oom_risk: float = Field(0.05, ge=0, le=1, description="Recommend: acceptable out-of-memory risk.")
+    strict: bool = Field(False, description="Recommend: refuse outside the learned model's training domain.")
+
+
+_FLAT_FIELDS = {**Job.model_fields, **Placement.model_fields, **RequestOptions.model_fields}
+FlatBody = create_model(  # type: ignore[call-overload]
+    "FlatBody",
+    __config__=ConfigDict(extra="forbid", protected_namespaces=()),
+    __doc__="Flat body: every Job and Placement field plus the request options.",
+    **{name: (info.annotation, info) for name, info in _FLAT_FIELDS.items()},
+)
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="allow", protected_namespaces=())
+
+
+class EstimatorSection(_Section):
+    method: EstimatorName = Field("hybrid", description="theory | learned | hybrid | traced.")
+    base_data_path: str | None = None
+    token_estimation_version: int | str | None = None
+    model_version: str | None = None
+
+
+class HFSection(_Section):
+    per_device_train_batch_size: int = Field(8, gt=0, le=65536)
+    gradient_accumulation_steps: int = Field(1, ge=1, le=4096)
+    num_train_epochs: float = Field(3.0, gt=0, le=10_000)
+    max_steps: int = Field(-1, ge=-1, le=10**9)
+    gradient_checkpointing: bool = False
+    bf16: bool = False
+    fp16: bool = False
+
+
+class FMSection(_Section):
+    base_model_path: str = Field("ibm-granite/granite-3b-code-base", min_length=1, max_length=4096)
+    flash_attention_v2: bool = False
+    max_seq_length: int = Field(2048, gt=0, le=2_097_152)
+    torch_dtype: Literal["float32", "float16", "bfloat16", "fp32", "fp16", "bf16"] = "float32"
+    technique: str = Field("full", max_length=32)
+    packing: bool = False
+
+
+class DataSection(_Section):
+    dataset: str | None = Field(None, max_length=4096)
+    dataset_text_field: str = Field("text", max_length=256)
+
+
+class InfraSection(_Section):
+    numGpusPerPod: int = Field(0, ge=0, le=8)
+    numPods: int = Field(1, ge=1, le=8192)
+    gpu_memory_in_gb: int = Field(80, gt=0, le=4096)
+    gpuModel: str = Field("A100", min_length=1, max_length=128)
+
+
+class PeftLoraSection(_Section):
+    r: int = Field(4, gt=0, le=4096)
+    lora_alpha: float = Field(8, gt=0)
+    lora_dropout: float = Field(0.1, ge=0, lt=1)
+    target_modules: str | list[str] = "[q_proj, v_proj]"
+
+
+class ConfigSection(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    hf_training: HFSection = Field(default_factory=HFSection)
+    fm: FMSection = Field(default_factory=FMSection)
+    data: DataSection = Field(default_factory=DataSection)
+    infra: InfraSection = Field(default_factory=InfraSection)
+    peft_lora: PeftLoraSection = Field(default_factory=PeftLoraSection)
+
+
+class EstimateInput(BaseModel):
+    """Nested body of the resource-estimator design (``job_configs``/``estimator_metadata`` accepted too)."""
+
+    model_config = ConfigDict(extra="forbid")
+    estimator: EstimatorSection = Field(
+        default_factory=EstimatorSection, validation_alias=AliasChoices("estimator", "estimator_metadata")
+    )
+    configs: list[ConfigSection] = Field(
+        min_length=1, max_length=MAX_CONFIGS, validation_alias=AliasChoices("configs", "job_configs")
+    )
+
+
+@dataclass
+class Resolved:
+    """One configuration to answer, whatever the body's form."""
+
+    job: Job
+    placement: Placement
+    options: RequestOptions
+    prefix: str = ""  # where this config sits in the body, for error locations
+    notes: list[str] = field(default_factory=list)
+
+
+# Where each Job/Placement field comes from in the nested form (for error locations).
+NESTED_FIELD = {
+    "model": "fm.base_model_path", "method": "fm.technique", "dtype": "fm.torch_dtype",
+    "tokens_per_sample": "fm.max_seq_length", "batch_size": "hf_training.per_device_train_batch_size",
+    "gradient_accumulation_steps": "hf_training.gradient_accumulation_steps", "gpu_model": "infra.gpuModel",
+    "number_gpus": "infra.numGpusPerPod", "gpus_per_worker": "infra.numGpusPerPod", "lora_r": "peft_lora.r",
+    "lora_alpha": "peft_lora.lora_alpha", "lora_dropout": "peft_lora.lora_dropout",
+    "lora_target_modules": "peft_lora.target_modules",
+}
+DTYPES = {"float32": "fp32", "fp32": "fp32", "float16": "fp16", "fp16": "fp16", "bfloat16": "bf16", "bf16": "bf16"}
+
+
+def located(exc: AutoconfError, prefix: str, nested: bool) -> AutoconfError:
+    """The same error, its field renamed to where it sits in the request body."""
+    name = NESTED_FIELD.get(exc.field, exc.field) if nested else exc.field
+    exc.field = f"{prefix}.{name}" if prefix else name
+    return exc
+
+
+def parse_body(body: Any) -> list[Resolved]:
+    """Flat or nested body -> resolved inputs (pydantic/Autoconf errors propagate as 422s)."""
+    if not isinstance(body, dict):
+        raise InvalidInputError("body", f"must be a JSON object; got {type(body).__name__}")
+    if "configs" in body or "job_configs" in body:
+        return _nested(EstimateInput.model_validate(body))
+    flat = FlatBody.model_validate(body)
+    values = flat.model_dump(exclude_unset=True)
+    job = Job(**{k: v for k, v in values.items() if k in Job.model_fields})
+    placement = Placement(**{k: v for k, v in values.items() if k in Placement.model_fields})
+    options = RequestOptions(**{k: v for k, v in values.items() if k in RequestOptions.model_fields})
+    return [Resolved(job, placement, options)]
+
+
+def _nested(data: EstimateInput) -> list[Resolved]:
+    out = []
+    for index, config in enumerate(data.configs):
+        prefix = f"configs.{index}"
+        try:
+            out.append(_config(config, data.estimator, prefix))
+        except AutoconfError as exc:
+            raise located(exc, prefix, nested=True) from None
+        except ValidationError as exc:  # a Job/Placement check on values the sections allowed
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err.get("loc", ())) or "input"
+            raise located(InvalidInputError(where, err.get("msg", "invalid")), prefix, nested=True) from None
+    return out
+
+
+def _gpu_name(infra: InfraSection, notes: list[str]) -> str:
+    """gpuModel, refined by gpu_memory_in_gb where the catalogue has that variant ('A100' + 40 -> A100-40GB)."""
+    try:
+        return canonical_gpu(f"{infra.gpuModel}-{infra.gpu_memory_in_gb}GB")
+    except AutoconfError:
+        name = canonical_gpu(infra.gpuModel)
+    memory_gb = get_gpu(name).memory_bytes / 1e9
+    if abs(memory_gb - infra.gpu_memory_in_gb) > 0.1 * infra.gpu_memory_in_gb:
+        notes.append(f"infra.gpu_memory_in_gb={infra.gpu_memory_in_gb} differs from {name} ({memory_gb:.0f} GB); "
+                     "the catalogue's capacity is used")
+    return name
+
+
+def _config(config: ConfigSection, est: EstimatorSection, prefix: str) -> Resolved:
+    hf, fm, infra, lora = config.hf_training, config.fm, config.infra, config.peft_lora
+    notes: list[str] = []
+    per_pod = infra.numGpusPerPod or 1
+    if infra.numGpusPerPod == 0:
+        notes.append("infra.numGpusPerPod=0 (auto-discover) answered for 1 GPU per pod; /api/recommend searches")
+    gpus = per_pod * infra.numPods
+    technique = fm.technique.strip().lower()
+    if technique not in ("full", "lora", "qlora"):
+        raise InvalidInputError("method", f"must be full, lora or qlora; got '{fm.technique}'")
+    dtype = DTYPES[fm.torch_dtype]
+    if dtype == "fp32" and (hf.bf16 or hf.fp16):
+        dtype = "amp-bf16" if hf.bf16 else "amp-fp16"  # fp32 master weights + autocast
+    job = Job(
+        model=fm.base_model_path, method=technique, dtype=dtype, tokens_per_sample=fm.max_seq_length,
+        batch_size=hf.per_device_train_batch_size * gpus * hf.gradient_accumulation_steps,
+        gradient_accumulation_steps=hf.gradient_accumulation_steps, gradient_checkpointing=hf.gradient_checkpointing,
+        attention="flash" if fm.flash_attention_v2 else "sdpa", packing=fm.packing,
+        lora_r=lora.r, lora_alpha=lora.lora_alpha, lora_dropout=lora.lora_dropout, lora_target_modules=lora.target_modules,
+    )
+    placement = Placement(gpu_model=_gpu_name(infra, notes), number_gpus=gpus, gpus_per_worker=per_pod)
+    budget = None
+    if hf.max_steps > 0:
+        budget = float(hf.max_steps) * job.batch_size * job.tokens_per_sample
+    dataset = config.data.dataset
+    path = dataset if dataset and Path(dataset).is_file() else None
+    if dataset and path is None:
+        notes.append(f"data.dataset '{dataset}' is not a local file here; it was not read")
+    options = RequestOptions(
+        estimator=est.method, model_version=est.model_version, token_budget=budget, epochs=hf.num_train_epochs,
+        dataset_path=path, text_field=config.data.dataset_text_field if path else None,
+        gpus_per_node=infra.numGpusPerPod or 8,
+    )
+    return Resolved(job, placement, options, prefix, notes)
+
+
+def seed_example() -> dict[str, Any]:
+    """The resource-estimator design's example body, as its ADR writes it (comments removed)."""
+    return {
+        "estimator": {"base_data_path": "data.csv", "method": "theory", "token_estimation_version": 0},
+        "configs": [{
+            "hf_training": {"output_dir": "./output"},
+            "fm": {"base_model_path": "ibm-granite/granite-3b-code-base", "flash_attention_v2": "false",
+                   "lora_config": None, "max_seq_length": 2048, "block_size": 2048,
+                   "data_config_file": "data_config.json", "prompt_tuning_config": None,
+                   "torch_dtype": "float32", "technique": "full"},
+            "data": {"te_approach": 0, "dataset": None, "dataset_text_field": "text", "dataset_split": "test",
+                     "dataset_config_name": None},
+            "infra": {"numGpusPerPod": 1, "numPods": 1, "gpu_memory_in_gb": 80, "gpuModel": "A100"},
+            "peft_lora": {"r": 4, "lora_alpha": 8, "lora_dropout": 0.1, "target_modules": "[q_proj, v_proj]"},
+        }],
+    }
