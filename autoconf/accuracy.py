@@ -228,6 +228,11 @@ def memory_report(estimator_name: str, frame: pd.DataFrame, command: str, k: int
         "(see their comments), these errors are in-sample."
         + (f" Runs the estimator refused (not scored): {len(refused)} ({refusals}); first reason: "
            f"{refused['error'].iloc[0]}" if len(refused) else ""),
+        "### Headline: fixed-length runs by method (torch_allocated)",
+        "The estimator's input is the padded sequence length; for variable-length runs (no packing, or "
+        "padding-free) only the mean length was logged while the peak follows the longest batch, so the "
+        "headline scores the runs whose length is known. All rows are scored in the tables below.",
+        markdown_table(summarise(torch[torch["variable_length"] == 0], ["method"])),
         "### Overall", markdown_table(summarise(results, ["metric"])),
         "### By method and strategy", markdown_table(summarise(results, ["metric", "method", "strategy"])),
         "### By model (torch_allocated)",

@@ -35,6 +35,27 @@ def _proc_status_bytes(field: str) -> int | None:
     return None
 
 
+M_MMAP_THRESHOLD = -3  # glibc <malloc.h> mallopt parameter number
+MMAP_THRESHOLD_BYTES = 128 * KIB  # glibc's documented default, here fixed (no dynamic raise)
+
+
+def pin_mmap_threshold() -> bool:
+    """Make glibc serve every allocation >= 128 KiB by mmap and give it back on free.
+
+    By default glibc raises the threshold after the first large free (up to 32 MiB) and then keeps
+    freed tensors in the heap, so a later allocation reuses resident pages and the RSS peak under-reads
+    (measured here: 1.19 GiB vs 1.43 GiB for the same step). Fixing the threshold (mallopt(3))
+    makes RSS follow the live tensors. False where glibc is not the allocator.
+    """
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        return bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
+    except (OSError, AttributeError):
+        return False
+
+
 class HostPeak:
     """Peak process RSS since the last reset, minus the RSS when this meter was created."""
 

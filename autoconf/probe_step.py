@@ -22,7 +22,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from autoconf.catalog import Architecture, get_architecture
 from autoconf.errors import InvalidInputError
-from autoconf.probe_memory import HostPeak, NvidiaSmiPeak, cap_address_space, nvidia_smi_id
+from autoconf.probe_memory import HostPeak, NvidiaSmiPeak, cap_address_space, nvidia_smi_id, pin_mmap_threshold
 from autoconf.schema import Job
 
 if TYPE_CHECKING:
@@ -215,6 +215,7 @@ def run(job: Job, settings: ProbeSettings) -> dict[str, Any]:
     out: dict[str, Any] = {"device": device, "status": "ok", "reason": "", "catalogue_parameters": arch.total_params,
                            "attention_implementation": ATTENTION[job.attention]}
     if device == "cpu":
+        pin_mmap_threshold()
         _prime_host(job, arch)
     host, smi = HostPeak(), NvidiaSmiPeak(nvidia_smi_id() if device == "cuda" else None)
     model = optimizer = None

@@ -21,6 +21,10 @@ COMMANDS: dict[str, str] = {
     "sweep": "sweep",
     "catalog": "catalog",
     "accuracy": "accuracy",
+    "deepspeed": "deepspeed",
+    "plan": "plan",
+    "serve": "serve",
+    "tokens": "tokens",
 }
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from autoconf.catalog import get_architecture
 from autoconf.errors import InvalidInputError
-from autoconf.schema import Job, Placement
+from autoconf.schema import Job, Placement, TimeEstimate
 from autoconf.theory.memory import estimate_memory
 from autoconf.theory.throughput import estimate_throughput
 from autoconf.theory.timing import estimate_time
@@ -99,6 +99,7 @@ def compare(
     variants: int = 1,
     context_tokens: int | None = None,
     rule_tokens_per_second: float | None = None,
+    time: TimeEstimate | None = None,
 ) -> list[RuleComparison]:
     """Each rule of thumb next to our estimate for this job and placement."""
     arch = get_architecture(job.model)
@@ -107,7 +108,7 @@ def compare(
     one_gpu = placement.model_copy(update={"number_gpus": 1, "strategy": None, "tp": 1, "pp": 1})
     train_peak = estimate_memory(job, one_gpu).peak_bytes
     tps = estimate_throughput(job, placement).tokens_per_second
-    time = estimate_time(job, placement, token_budget=tokens)
+    time = time or estimate_time(job, placement, token_budget=tokens)
     ours_hours = time.total_seconds / 3600.0 * placement.number_gpus * (1.0 + buffer) * variants
     rule_tps = rule_tokens_per_second or tps
     return [

@@ -1,0 +1,115 @@
+"""Numeric features of (job, placement) rows for the learned models: job, architecture, theory.
+
+The learned models never see a model *name*: they see the architecture numbers (parameters, layers,
+hidden size, heads, KV heads, vocabulary, experts) and the theory's own per-component bytes, so a
+model they never saw is described by the same quantities as the ones they did. Every feature is a
+float (flags are 0/1, the method is one-hot), so AutoGluon's pipeline passes the columns through
+unchanged and the numpy fast path (``fastpath.py``) reads the very same matrix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+
+import numpy as np
+
+from autoconf.catalog import get_architecture, get_gpu
+from autoconf.schema import GIB, Job, Placement
+from autoconf.theory.states import DTYPE_BYTES, trainable_params
+from autoconf.theory.vector import ALLOCATOR_PARTS, MemoryBatch
+
+PHASE_NAMES = ("loss", "backward", "static", "optimizer")
+SHARDED = ("fsdp", "fsdp-hybrid", "zero3")  # strategies that shard the weights themselves
+
+JOB_FEATURES = (
+    "method_full", "method_lora", "method_qlora", "dtype_bytes", "amp", "tokens_per_sample", "batch_size",
+    "micro_batch", "micro_batch_tokens", "gradient_accumulation_steps", "gradient_checkpointing",
+    "attention_eager", "fused_loss", "lora_r", "lora_modules", "number_gpus", "data_parallel", "weights_sharded",
+    "tp", "pp",
+)
+ARCH_FEATURES = (
+    "params_b", "trainable_params_b", "active_params_b", "num_layers", "hidden_size", "intermediate_size",
+    "num_heads", "num_kv_heads", "head_dim", "vocab_size", "num_experts", "experts_per_token", "gpt_bigcode",
+    "tied_embeddings",
+)
+THEORY_FEATURES = (
+    *(f"theory_{p}_gib" for p in (*ALLOCATOR_PARTS, "overhead")), "theory_allocated_gib", "theory_peak_gib",
+    "theory_activation_share", *(f"phase_{p}" for p in PHASE_NAMES),
+)
+GPU_FEATURES = ("capacity_gib", "theory_peak_over_capacity", "gpu_bf16_tflops", "gpu_bandwidth_tbps", "gpu_nvlink")
+
+# Which features each predictor reads. Memory ratios exclude the GPU: torch's allocations do not
+# depend on the board (same kernels on A100 and L40), and the data hold only two boards, so a GPU
+# feature would only let the trees memorise them. The OOM classifier needs the capacity; the
+# throughput ratio needs compute and bandwidth.
+MEMORY_FEATURES = (*JOB_FEATURES, *ARCH_FEATURES, *THEORY_FEATURES)
+OOM_FEATURES = (*MEMORY_FEATURES, *GPU_FEATURES)
+THROUGHPUT_FEATURES = (*JOB_FEATURES, *ARCH_FEATURES, "theory_tokens_per_second_per_gpu", *GPU_FEATURES)
+ALL_FEATURES = tuple(dict.fromkeys((*OOM_FEATURES, *THROUGHPUT_FEATURES)))
+
+
+@lru_cache(maxsize=512)
+def _arch_values(model: str) -> tuple[float, ...]:
+    a = get_architecture(model)
+    return (a.total_params / 1e9, 0.0, a.active_params / 1e9, a.num_layers, a.hidden_size, a.intermediate_size,
+            a.num_heads, a.num_kv_heads, a.head_dim, a.vocab_size, a.num_experts, a.experts_per_token,
+            float(a.model_type == "gpt_bigcode"), float(a.tie_word_embeddings))
+
+
+@lru_cache(maxsize=4096)
+def _trainable_b(job: Job) -> float:
+    return trainable_params(job, get_architecture(job.model)) / 1e9
+
+
+@lru_cache(maxsize=64)
+def _gpu_values(name: str) -> tuple[float, float, float, float]:
+    g = get_gpu(name)
+    return (g.memory_bytes / GIB, g.bf16_tflops or 0.0, g.memory_bandwidth_gbps / 1000, float(g.intra_node_link == "nvlink"))
+
+
+def _job_values(job: Job, place: Placement, micro: int) -> tuple[float, ...]:
+    lora_modules = 0.0 if job.method == "full" else float(len(get_architecture(job.model).lora_targets(job.lora_target_modules)))
+    return (
+        float(job.method == "full"), float(job.method == "lora"), float(job.method == "qlora"),
+        float(DTYPE_BYTES[job.dtype]), float(job.dtype.startswith("amp")), job.tokens_per_sample, job.batch_size,
+        micro, micro * job.tokens_per_sample, job.gradient_accumulation_steps, float(job.gradient_checkpointing),
+        float(job.attention == "eager"), float(job.fused_loss), job.lora_r if job.method != "full" else 0.0,
+        lora_modules, place.number_gpus, place.dp, float(place.effective_strategy in SHARDED and place.dp > 1),
+        place.tp, place.pp,
+    )
+
+
+def feature_matrix(
+    jobs: Sequence[Job], placements: Sequence[Placement], theory: MemoryBatch,
+    names: Sequence[str] = MEMORY_FEATURES, theory_tokens_per_gpu: np.ndarray | None = None,
+) -> np.ndarray:
+    """(rows, len(names)) float64 features; rows the theory refused are NaN (never predicted)."""
+    n = len(jobs)
+    cols: dict[str, np.ndarray] = {}
+    ok = theory.ok
+    job_rows = np.full((n, len(JOB_FEATURES)), np.nan)
+    arch_rows = np.full((n, len(ARCH_FEATURES)), np.nan)
+    gpu_rows = np.full((n, 4), np.nan)
+    for i in np.flatnonzero(ok):
+        job, place = jobs[i], placements[i]
+        job_rows[i] = _job_values(job, place, int(theory.micro_batch[i]))
+        arch_rows[i] = _arch_values(job.model)
+        arch_rows[i, 1] = _trainable_b(job)
+        gpu_rows[i] = _gpu_values(place.gpu_model)
+    cols.update({name: job_rows[:, k] for k, name in enumerate(JOB_FEATURES)})
+    cols.update({name: arch_rows[:, k] for k, name in enumerate(ARCH_FEATURES)})
+    for part in (*ALLOCATOR_PARTS, "overhead"):
+        cols[f"theory_{part}_gib"] = theory.parts[part] / GIB
+    cols["theory_allocated_gib"] = theory.allocated / GIB
+    cols["theory_peak_gib"] = theory.peak / GIB
+    with np.errstate(invalid="ignore", divide="ignore"):
+        cols["theory_activation_share"] = (theory.parts["activations"] + theory.parts["logits"]) / theory.allocated
+        cols["theory_peak_over_capacity"] = theory.peak / theory.capacity
+    phases = np.array(theory.phase)
+    for p in PHASE_NAMES:
+        cols[f"phase_{p}"] = np.where(ok, (phases == p).astype(float), np.nan)
+    cols["capacity_gib"], cols["gpu_bf16_tflops"], cols["gpu_bandwidth_tbps"], cols["gpu_nvlink"] = gpu_rows.T
+    if theory_tokens_per_gpu is not None:
+        cols["theory_tokens_per_second_per_gpu"] = np.asarray(theory_tokens_per_gpu, dtype=float)
+    return np.column_stack([cols[name] for name in names]) if n else np.zeros((0, len(names)))
