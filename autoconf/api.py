@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -114,29 +115,25 @@ _BODY_DOC = {
 }
 
 
-@app.post("/api/memory", openapi_extra=_BODY_DOC, summary="Per-GPU peak memory by component")
-async def memory(request: Request) -> JSONResponse:
-    return await _answer(request, "memory")
+SUMMARIES = {
+    "memory": "Per-GPU peak memory by component",
+    "time": "Tokens/s and wall time (load + train + checkpoints)",
+    "tokens": "Training tokens/s, and dataset token counts when given",
+    "cost": "GPU-hours × price per GPU-hour, USD",
+    "estimate": "Memory, throughput, time and cost together",
+}
 
 
-@app.post("/api/time", openapi_extra=_BODY_DOC, summary="Tokens/s and wall time (load + train + checkpoints)")
-async def time(request: Request) -> JSONResponse:
-    return await _answer(request, "time")
+def _route(name: str) -> Callable[[Request], Awaitable[JSONResponse]]:
+    async def handler(request: Request) -> JSONResponse:
+        return await _answer(request, name)
+
+    handler.__name__ = name
+    return handler
 
 
-@app.post("/api/tokens", openapi_extra=_BODY_DOC, summary="Training tokens/s, and dataset token counts when given")
-async def tokens(request: Request) -> JSONResponse:
-    return await _answer(request, "tokens")
-
-
-@app.post("/api/cost", openapi_extra=_BODY_DOC, summary="GPU-hours × price per GPU-hour, USD")
-async def cost(request: Request) -> JSONResponse:
-    return await _answer(request, "cost")
-
-
-@app.post("/api/estimate", openapi_extra=_BODY_DOC, summary="Memory, throughput, time and cost together")
-async def estimate(request: Request) -> JSONResponse:
-    return await _answer(request, "estimate")
+for _name, _summary in SUMMARIES.items():
+    app.add_api_route(f"/api/{_name}", _route(_name), methods=["POST"], summary=_summary, openapi_extra=_BODY_DOC)
 
 
 @app.post("/api/recommend", openapi_extra=_BODY_DOC, summary="Fewest GPUs (and workers) at which the job fits")

@@ -9,9 +9,11 @@ answered (no GPU peak for the dtype, no token count, no catalogued price) is ``n
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from autoconf.api_inputs import Resolved, located
+from autoconf.catalog import get_gpu
 from autoconf.errors import AutoconfError, InvalidInputError, NotBuiltError
 from autoconf.estimators import DEFAULT_ESTIMATOR, Estimator, get_estimator
 from autoconf.recommend import recommend
@@ -22,18 +24,32 @@ from autoconf.theory.timing import estimate_time
 from autoconf.tokens import TokenCount, count_file, count_texts, tokens_per_epoch
 
 log = logging.getLogger(__name__)
+RETRY_SECONDS = 30.0  # an estimator that failed to load is retried after this long (not on every request)
+_UNAVAILABLE: dict[tuple[str, str | None], tuple[float, str]] = {}
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "logits", "overhead")
 
 
 def pick_estimator(name: str | None, version: str | None) -> tuple[Estimator, list[str]]:
-    """The requested estimator; the hybrid falls back to theory (with a note) when it is not built."""
+    """The requested estimator; the hybrid falls back to theory (with a note) when it cannot be loaded.
+
+    Any failure to import or build an estimator is an installation state, not a server error: the
+    hybrid answers with theory, an explicitly requested learned/traced estimator is a 422.
+    """
     wanted = name or DEFAULT_ESTIMATOR
-    try:
-        return get_estimator(wanted, version), []
-    except (ImportError, NotBuiltError) as exc:
-        if wanted != "hybrid":
-            raise InvalidInputError("estimator", f"'{wanted}' is not available in this installation: {exc}") from exc
-        return get_estimator("theory"), [f"hybrid estimator not available ({exc}); answered with theory"]
+    failed = _UNAVAILABLE.get((wanted, version))
+    why = failed[1] if failed and time.monotonic() - failed[0] < RETRY_SECONDS else None
+    if why is None:
+        try:
+            return get_estimator(wanted, version), []
+        except AutoconfError:
+            raise
+        except Exception as exc:  # ImportError, NotBuiltError, or a broken optional module
+            log.warning("estimator %s unavailable: %s", wanted, exc)
+            why = str(exc)
+            _UNAVAILABLE[(wanted, version)] = (time.monotonic(), why)
+    if wanted != "hybrid":
+        raise InvalidInputError("estimator", f"'{wanted}' is not available in this installation: {why}")
+    return get_estimator("theory"), [f"hybrid estimator not available ({why}); answered with theory"]
 
 
 def run_estimate(item: Resolved, notes: list[str]) -> Estimate:
@@ -105,9 +121,9 @@ def _time(item: Resolved, tp: ThroughputEstimate, count: TokenCount | None, note
                          num_checkpoints=opts.num_checkpoints)
 
 
-def _cost(item: Resolved, time: TimeEstimate, notes: list[str]) -> CostEstimate | None:
+def _cost(item: Resolved, wall: TimeEstimate, notes: list[str]) -> CostEstimate | None:
     try:
-        return estimate_cost(time, item.placement, price_per_gpu_hour_usd=item.options.price_per_gpu_hour_usd,
+        return estimate_cost(wall, item.placement, price_per_gpu_hour_usd=item.options.price_per_gpu_hour_usd,
                              provider=item.options.provider)
     except InvalidInputError as exc:
         notes.append(f"cost: {exc.message}")
@@ -118,6 +134,7 @@ def answer_one(item: Resolved, parts: tuple[str, ...]) -> dict[str, Any]:
     notes = list(item.notes)
     out: dict[str, Any] = {"job": item.job.model_dump(mode="json"),
                            "placement": {**item.placement.model_dump(mode="json"), "workers": item.placement.workers,
+                                         "gpu_model": get_gpu(item.placement.gpu_model).name,
                                          "strategy": item.placement.effective_strategy}}
     estimate = run_estimate(item, notes) if "memory" in parts else None
     if estimate is not None:
@@ -130,11 +147,11 @@ def answer_one(item: Resolved, parts: tuple[str, ...]) -> dict[str, Any]:
     count = count_tokens(item) if "tokens" in parts or "time" in parts else None
     if "tokens" in parts:
         out["tokens"] = tokens_dict(count) if count else None
-    time = _time(item, tp, count, notes) if tp is not None and "time" in parts else None
+    wall = _time(item, tp, count, notes) if tp is not None and "time" in parts else None
     if "time" in parts:
-        out["time"] = time_dict(time) if time else None
+        out["time"] = time_dict(wall) if wall else None
     if "cost" in parts:
-        cost = _cost(item, time, notes) if time else None
+        cost = _cost(item, wall, notes) if wall else None
         out["cost"] = cost_dict(cost) if cost else None
     out["notes"] = notes
     return out
@@ -182,7 +199,7 @@ def recommend_one(item: Resolved) -> dict[str, Any]:
     out: dict[str, Any] = {"can_recommend": rec.can_recommend, "gpus": rec.gpus, "workers": rec.workers,
                            "number_gpus": rec.number_gpus, "reason": rec.reason, "estimator": rec.estimator,
                            "model_version": rec.model_version, "job": item.job.model_dump(mode="json"),
-                           "gpu_model": item.placement.gpu_model, "memory": None, "throughput": None}
+                           "gpu_model": get_gpu(item.placement.gpu_model).name, "memory": None, "throughput": None}
     if rec.estimate is not None:
         out["memory"] = memory_dict(rec.estimate.memory, rec.number_gpus)
         tp = rec.estimate.throughput or throughput_or_none(item.job, rec.estimate.placement)

@@ -154,16 +154,29 @@ def located(exc: AutoconfError, prefix: str, nested: bool) -> AutoconfError:
     return exc
 
 
+def _field_of(exc: ValidationError) -> InvalidInputError:
+    """First error as an InvalidInputError; a model-level check names its field first ('number_gpus must ...')."""
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err.get("loc", ()))
+    message = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+    if not where:
+        first = message.split(" ", 1)[0]
+        where = first if first in _FLAT_FIELDS else "body"
+    return InvalidInputError(where, message)
+
+
 def parse_body(body: Any) -> list[Resolved]:
     """Flat or nested body -> resolved inputs (pydantic/Autoconf errors propagate as 422s)."""
     if not isinstance(body, dict):
         raise InvalidInputError("body", f"must be a JSON object; got {type(body).__name__}")
     if "configs" in body or "job_configs" in body:
         return _nested(EstimateInput.model_validate(body))
-    flat = FlatBody.model_validate(body)
-    values = flat.model_dump(exclude_unset=True)
-    job = Job(**{k: v for k, v in values.items() if k in Job.model_fields})
-    placement = Placement(**{k: v for k, v in values.items() if k in Placement.model_fields})
+    values = FlatBody.model_validate(body).model_dump(exclude_unset=True)
+    try:
+        job = Job(**{k: v for k, v in values.items() if k in Job.model_fields})
+        placement = Placement(**{k: v for k, v in values.items() if k in Placement.model_fields})
+    except ValidationError as exc:  # model-level checks (tp·pp must divide number_gpus, ...)
+        raise _field_of(exc) from None
     options = RequestOptions(**{k: v for k, v in values.items() if k in RequestOptions.model_fields})
     return [Resolved(job, placement, options)]
 
@@ -177,9 +190,7 @@ def _nested(data: EstimateInput) -> list[Resolved]:
         except AutoconfError as exc:
             raise located(exc, prefix, nested=True) from None
         except ValidationError as exc:  # a Job/Placement check on values the sections allowed
-            err = exc.errors()[0]
-            where = ".".join(str(p) for p in err.get("loc", ())) or "input"
-            raise located(InvalidInputError(where, err.get("msg", "invalid")), prefix, nested=True) from None
+            raise located(_field_of(exc), prefix, nested=True) from None
     return out
 
 

@@ -37,8 +37,6 @@ MODELS_DIR = Path(__file__).resolve().parents[1] / "AutoGluonModels"
 # model_version value meaning "the newest version installed" (always in the domain, so that the
 # experiments stay usable before any learned version is built).
 LATEST = "latest"
-# ado experiment interface version (SemVer): the major changes when inputs/outputs change meaning.
-EXPERIMENT_VERSION = "1.0.0"
 # Job knobs exposed as optional properties: the defaults of ado's SFTTrainer stack (design §3),
 # visible in `ado describe experiment` and overridable per point or per space.
 JOB_KNOBS = ("dtype", "gradient_accumulation_steps", "gradient_checkpointing", "attention", "fused_loss", "lora_r")
@@ -239,7 +237,7 @@ _ANSWERABLE = (AutoconfError, NotBuiltError, ValidationError)
 
 @custom_experiment(
     required_properties=REQUIRED, optional_properties=[*COMMON_OPTIONAL, *SEARCH_OPTIONAL],
-    output_property_identifiers=RECOMMENDER_OUTPUTS, version=EXPERIMENT_VERSION, use_ray=USE_RAY,
+    output_property_identifiers=RECOMMENDER_OUTPUTS, use_ray=USE_RAY,
     metadata={"description": "Fewest GPUs (gpus per worker x workers) on which the job fits, with the "
               "peak memory, OOM risk and tokens/s there; can_recommend = 0 and the reason otherwise."},
 )
@@ -271,7 +269,7 @@ def min_gpu_recommender(
 
 @custom_experiment(
     required_properties=[*REQUIRED, NUMBER_GPUS], optional_properties=COMMON_OPTIONAL,
-    output_property_identifiers=ESTIMATE_OUTPUTS, version=EXPERIMENT_VERSION, use_ray=USE_RAY,
+    output_property_identifiers=ESTIMATE_OUTPUTS, use_ray=USE_RAY,
     metadata={"description": "Per-GPU memory by component (GiB), peak, fit, OOM risk and tokens/s of the job "
               "on number_gpus GPUs (FSDP full shard when number_gpus > 1, as fms-hf-tuning)."},
 )

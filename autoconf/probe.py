@@ -9,6 +9,7 @@ imported only inside ``run_probe`` (``autoconf.probe_step``, optional extra ``[p
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import platform
 import socket
@@ -19,21 +20,25 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from autoconf.catalog import canonical_gpu, canonical_name
-from autoconf.errors import AutoconfError, NotBuiltError, UnknownNameError
+from autoconf.catalog import canonical_gpu, canonical_name, model_row
+from autoconf.errors import AutoconfError, InvalidInputError, NotBuiltError, UnknownNameError
 from autoconf.probe_memory import cpu_name, gpu_facts
 from autoconf.schema import Estimate, Job, Placement
 
 log = logging.getLogger(__name__)
 
 SOURCE = "autoconf-probe"  # `source` and `framework` of every row the probe writes
-# Columns of a probe row: design §7 in its order, then what the probe also measures or sets.
+# Columns of a probe row: those of data/measurements.csv (design §7; data/README.md explains each)
+# in its order, then what only the probe measures or sets (a test checks the first part still matches).
 ROW_COLUMNS: tuple[str, ...] = (
-    "source", "source_ref", "framework", "gpu_model", "number_gpus", "number_nodes", "model_name", "method",
-    "tokens_per_sample", "batch_size", "per_device_batch_size", "gradient_accumulation_steps", "dtype",
-    "strategy", "gradient_checkpointing", "attention", "fused_loss", "kernels", "status", "peak_memory_bytes",
-    "memory_metric", "tokens_per_second", "torch_allocated_bytes", "torch_reserved_bytes", "nvidia_smi_bytes",
-    "lora_r", "lora_target_modules", "optimizer", "optimizer_impl", "reason",
+    "source", "source_ref", "campaign", "in_repo_head", "framework", "gpu_model", "gpu_variant_stated",
+    "number_gpus", "number_nodes", "model_name", "model_hf_id", "method", "tokens_per_sample",
+    "variable_length", "batch_size", "per_device_batch_size", "gradient_accumulation_steps", "dtype", "amp",
+    "strategy", "gradient_checkpointing", "attention", "fused_loss", "loss_kernel", "packing", "kernels",
+    "lora_r", "lora_alpha", "lora_target_modules", "status", "peak_memory_bytes", "memory_metric",
+    "torch_allocated_bytes", "torch_allocated_static_bytes", "nvidia_smi_bytes", "tokens_per_second",
+    "tokens_per_second_per_device", "train_samples_per_second", "train_runtime_s", "duplicate_of", "notes",
+    "torch_reserved_bytes", "optimizer", "optimizer_impl", "reason",
 )
 VERSIONED = ("torch", "transformers", "peft", "bitsandbytes")  # packages named in every source_ref
 
@@ -62,7 +67,7 @@ class ProbeResult(BaseModel):
     device: Literal["cuda", "cpu"]
     device_name: str = Field(description="GPU name from nvidia-smi, or the CPU model.")
     gpu_model: str = Field(description="Catalogue GPU name when known, the raw GPU name otherwise, or 'cpu'.")
-    memory_metric: Literal["torch_reserved", "host_rss"] | None = None
+    memory_metric: Literal["torch_allocated", "host_rss"] | None = None
     peak_memory_bytes: float | None = Field(None, description="The figure of memory_metric.")
     torch_allocated_bytes: float | None = Field(None, description="torch.cuda.max_memory_allocated().")
     torch_reserved_bytes: float | None = Field(None, description="torch.cuda.max_memory_reserved().")
@@ -92,9 +97,38 @@ def run_probe(job: Job, settings: ProbeSettings | None = None) -> ProbeResult:
         from autoconf import probe_step  # torch, transformers, peft: only now
     except ModuleNotFoundError as exc:
         raise AutoconfError("probe", f"needs the optional extra: pip install 'autoconf-gpu[probe]'; got {exc}") from exc
-    fields = probe_step.run(job, settings)
+    device = probe_step.resolve_device(settings.device)
+    check_supported(job, device)
+    if settings.host_memory_limit_gib is not None and device != "cpu":
+        raise InvalidInputError("host_memory_limit_gib", f"applies to device cpu only; got device {device}")
+    fields = probe_step.run(job, settings, device)
     env = environment(fields["device"])
     return ProbeResult(**fields, device_name=env["device"], gpu_model=env["gpu_model"], environment=env)
+
+
+def check_supported(job: Job, device: str) -> None:
+    """Refuse, with the reason, what cannot be probed here (typed errors: one line, exit code 2)."""
+    needs = []  # (field, what it needs, is it here)
+    if job.method == "qlora":
+        needs.append(("method", "qlora needs CUDA and bitsandbytes", _has("bitsandbytes")))
+    if job.optimizer == "adamw-8bit":
+        needs.append(("optimizer", "adamw-8bit needs CUDA and bitsandbytes", _has("bitsandbytes")))
+    if job.attention == "flash":
+        needs.append(("attention", "flash needs CUDA and flash-attn (sdpa runs PyTorch's flash kernel)",
+                      _has("flash_attn")))
+    for field, what, present in needs:
+        if device != "cuda" or not present:
+            missing = "" if present else ", package missing"
+            raise InvalidInputError(field, f"{what}; got device {device}{missing}")
+    if job.effective_loss_kernel != "hf":
+        raise InvalidInputError(
+            "loss_kernel", f"must be hf: the probe runs HF's cross-entropy; got {job.effective_loss_kernel}")
+    if job.method == "qlora" and job.dtype not in ("bf16", "fp16"):
+        raise InvalidInputError("dtype", f"qlora must compute in bf16 or fp16; got {job.dtype}")
+
+
+def _has(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
 
 
 def environment(device: str) -> dict[str, str]:
@@ -152,9 +186,12 @@ def compare_estimates(job: Job, placement: Placement, names: tuple[str, ...] = (
     for name in names:
         try:
             answers.append(Comparison(name, get_estimator(name).estimate(job, placement)))
-        except (ImportError, NotBuiltError, AutoconfError) as exc:
+        except (ImportError, NotBuiltError, AutoconfError) as exc:  # absent, not built, or out of its domain
             log.info("estimator %s skipped: %s", name, exc)
             answers.append(Comparison(name, None, f"skipped: {type(exc).__name__}: {exc}"))
+        except Exception as exc:  # a broken estimator must not hide the measurement; say so loudly
+            log.warning("estimator %s failed", name, exc_info=True)
+            answers.append(Comparison(name, None, f"failed: {type(exc).__name__}: {exc}"))
     return answers
 
 
@@ -166,37 +203,53 @@ def model_name(job: Job) -> str:
         return job.model
 
 
-def data_row(job: Job, result: ProbeResult | None, gpu_model: str, ref: str, reason: str = "") -> dict[str, str]:
-    """One row of the data/ table: the job's settings, then what was measured (empty when not)."""
-    row = {
-        "source": SOURCE, "source_ref": ref, "framework": SOURCE, "gpu_model": gpu_model,
-        "number_gpus": 1, "number_nodes": 1, "model_name": model_name(job), "method": job.method,
-        "tokens_per_sample": job.tokens_per_sample, "batch_size": job.batch_size,
+def data_row(job: Job, result: ProbeResult | None, gpu_model: str, ref: str,
+             campaign: str = "", reason: str = "") -> dict[str, str]:
+    """One row of the data/ table: the job's settings, then what was measured (empty when not).
+
+    Only an ``ok`` run has a peak. An OOM keeps torch's message in ``reason`` but no memory figure:
+    what was allocated before the failure is not a peak, and must not be learned as one.
+    """
+    name, lora = model_name(job), job.method != "full"
+    row: dict[str, object] = {
+        "source": SOURCE, "source_ref": ref, "campaign": campaign, "framework": SOURCE, "gpu_model": gpu_model,
+        "gpu_variant_stated": True, "number_gpus": 1, "number_nodes": 1, "model_name": name,
+        "model_hf_id": _hf_id(name), "method": job.method, "tokens_per_sample": job.tokens_per_sample,
+        "variable_length": False, "batch_size": job.batch_size,
         "per_device_batch_size": job.batch_size // job.gradient_accumulation_steps,
         "gradient_accumulation_steps": job.gradient_accumulation_steps, "dtype": job.dtype,
         # one process, no wrapper: what Placement(number_gpus=1) calls ddp
         "strategy": "ddp", "gradient_checkpointing": job.gradient_checkpointing, "attention": job.attention,
-        "fused_loss": job.fused_loss, "kernels": "none",
-        "lora_r": job.lora_r if job.method != "full" else "",
-        "lora_target_modules": ",".join(job.lora_target_modules) if job.method != "full" else "",
-        "optimizer": job.optimizer, "optimizer_impl": job.optimizer_impl,
-        "status": result.status if result else "failed", "reason": reason or (result.reason if result else ""),
+        "fused_loss": False, "packing": False, "kernels": "none",
+        "lora_r": job.lora_r if lora else None, "lora_alpha": job.lora_alpha if lora else None,
+        "lora_target_modules": ",".join(job.lora_target_modules) if lora else None,
+        "status": result.status if result else "failed", "optimizer": job.optimizer,
+        "optimizer_impl": job.optimizer_impl, "reason": reason or (result.reason if result else ""),
+        "notes": "random weights; synthetic tokens, no padding",
     }
-    if result is not None:
-        measured = {c: getattr(result, c) for c in ("memory_metric", "tokens_per_second", "torch_allocated_bytes",
-                                                    "torch_reserved_bytes", "nvidia_smi_bytes")}
-        # an OOM row keeps the torch figures seen before the failure, but no peak: it is not one
-        measured["peak_memory_bytes"] = result.peak_memory_bytes if result.status == "ok" else None
-        row.update(measured)
+    if result is not None and result.status == "ok":
+        row.update({c: getattr(result, c) for c in (
+            "memory_metric", "peak_memory_bytes", "torch_allocated_bytes", "torch_reserved_bytes",
+            "nvidia_smi_bytes", "tokens_per_second")})
+        row["tokens_per_second_per_device"] = result.tokens_per_second
+        if result.tokens_per_second is not None:
+            row["train_samples_per_second"] = result.tokens_per_second / job.tokens_per_sample
     return {c: cell(row.get(c)) for c in ROW_COLUMNS}
 
 
+def _hf_id(name: str) -> str:
+    try:
+        return model_row(name).get("hf_id", "")
+    except UnknownNameError:
+        return ""
+
+
 def cell(value: object) -> str:
-    """CSV text of a value: booleans lower-case, floats without needless digits, None empty."""
+    """CSV text of a value: booleans 1/0 (as data/measurements.csv), floats without needless digits."""
     if value is None:
         return ""
     if isinstance(value, bool):
-        return "true" if value else "false"
+        return "1" if value else "0"
     if isinstance(value, float):
         return f"{value:.0f}" if value.is_integer() else f"{value:.6g}"
     return str(value)

@@ -13,7 +13,7 @@ import logging
 import math
 import tempfile
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -76,30 +76,6 @@ def resolve_device(requested: str) -> str:
     if requested == "cuda" and not torch.cuda.is_available():
         raise InvalidInputError("device", "must be cpu or auto on a machine without CUDA; got cuda")
     return requested
-
-
-def check_supported(job: Job, device: str) -> None:
-    """Refuse, with the reason, what cannot be probed on this machine (typed errors, exit code 2)."""
-    if job.method == "qlora" and (device != "cuda" or not _has("bitsandbytes")):
-        raise InvalidInputError(
-            "method", f"qlora can only be probed on CUDA with bitsandbytes installed; got device {device}"
-            + ("" if _has("bitsandbytes") else " without bitsandbytes"))
-    if job.optimizer == "adamw-8bit" and (device != "cuda" or not _has("bitsandbytes")):
-        raise InvalidInputError("optimizer", f"adamw-8bit needs CUDA and bitsandbytes; got device {device}")
-    if job.attention == "flash" and (device != "cuda" or not _has("flash_attn")):
-        raise InvalidInputError(
-            "attention", f"flash needs CUDA and the flash-attn package; got device {device} "
-            "(use --attention sdpa: PyTorch's flash kernel)")
-    if job.fused_loss:
-        raise InvalidInputError("fused_loss", "must be false: the probe runs HF's un-fused cross-entropy; got true")
-    if job.dtype == "fp32" and job.method == "qlora":
-        raise InvalidInputError("dtype", "qlora computes in bf16 or fp16; got fp32")
-
-
-def _has(module: str) -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec(module) is not None
 
 
 def build_model(job: Job, arch: Architecture, device: str) -> torch.nn.Module:
@@ -202,41 +178,58 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def run(job: Job, settings: ProbeSettings) -> dict[str, Any]:
-    """Build, warm up, probe; every field of ProbeResult except the device facts, OOM caught."""
+@dataclass
+class _Meters:
+    """The probe's memory meters; the host one starts after the primer, just before the build."""
+
+    smi: NvidiaSmiPeak
+    host: HostPeak | None = None
+
+    def reset(self) -> None:
+        self.smi.reset()
+        if self.host is not None:
+            self.host.reset()
+
+
+def run(job: Job, settings: ProbeSettings, device: str) -> dict[str, Any]:
+    """Build, warm up, probe on a resolved device; every field of ProbeResult but the device facts.
+
+    The job was checked (``autoconf.probe.check_supported``); an OOM or any failure while building or
+    stepping is caught and becomes the status, so one bad point never crashes a campaign.
+    """
     arch = get_architecture(job.model)
-    device = resolve_device(settings.device)
-    check_supported(job, device)
     if settings.host_memory_limit_gib is not None:
-        if device != "cpu":
-            raise InvalidInputError("host_memory_limit_gib", f"applies to device cpu only; got {device}")
         cap_address_space(settings.host_memory_limit_gib)
     torch.manual_seed(settings.seed)
     out: dict[str, Any] = {"device": device, "status": "ok", "reason": "", "catalogue_parameters": arch.total_params,
                            "attention_implementation": ATTENTION[job.attention]}
-    if device == "cpu":
-        pin_mmap_threshold()
-        _prime_host(job, arch)
-    host, smi = HostPeak(), NvidiaSmiPeak(nvidia_smi_id() if device == "cuda" else None)
-    model = optimizer = None
-    with smi:
+    meters = _Meters(NvidiaSmiPeak(nvidia_smi_id() if device == "cuda" else None))
+    with meters.smi:
         try:
-            start = time.perf_counter()
-            model = build_model(job, arch, device)
-            optimizer = make_optimizer(job, model)
-            out["build_seconds"] = time.perf_counter() - start
-            out["parameters"] = sum(p.numel() for p in model.parameters())
-            out["trainable_parameters"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
-            out.update(_steps(model, optimizer, job, arch, device, settings, (host, smi)))
+            _build_and_step(job, arch, device, settings, meters, out)
         except Exception as exc:  # an OOM or a failure is the answer, not a crash
             out.update(status="oom" if _is_oom(exc) else "failed", reason=f"{type(exc).__name__}: {exc}"[:500])
-            log.debug("probe step failed", exc_info=True)
-        out.update(_memory(device, host, smi))
-        del model, optimizer
-        gc.collect()
+            log.debug("probe failed", exc_info=True)
+        out.update(_memory(device, meters))
+        gc.collect()  # the model and optimizer died with _build_and_step's frame
         if device == "cuda":
             torch.cuda.empty_cache()
     return out
+
+
+def _build_and_step(job: Job, arch: Architecture, device: str, settings: ProbeSettings, meters: _Meters,
+                    out: dict[str, Any]) -> None:
+    if device == "cpu":
+        pin_mmap_threshold()
+        _prime_host(job, arch)
+    meters.host = HostPeak()
+    start = time.perf_counter()
+    model = build_model(job, arch, device)
+    optimizer = make_optimizer(job, model)
+    out["build_seconds"] = time.perf_counter() - start
+    out["parameters"] = sum(p.numel() for p in model.parameters())
+    out["trainable_parameters"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    out.update(_steps(model, optimizer, job, arch, device, settings, meters))
 
 
 def _prime_host(job: Job, arch: Architecture) -> None:
@@ -262,7 +255,7 @@ def _prime_host(job: Job, arch: Architecture) -> None:
 
 
 def _steps(model: torch.nn.Module, optimizer: torch.optim.Optimizer, job: Job, arch: Architecture,
-           device: str, settings: ProbeSettings, meters: tuple[HostPeak, NvidiaSmiPeak]) -> dict[str, Any]:
+           device: str, settings: ProbeSettings, meters: _Meters) -> dict[str, Any]:
     """Warmup then timed probe steps on one random batch; peaks restart once the model is built."""
     per_device_batch = job.batch_size // job.gradient_accumulation_steps
     batch = torch.randint(0, arch.vocab_size, (per_device_batch, job.tokens_per_sample), device=device)
@@ -272,8 +265,7 @@ def _steps(model: torch.nn.Module, optimizer: torch.optim.Optimizer, job: Job, a
     # Peaks count from here: steady state (optimizer states exist; the first step peaks lower, see
     # theory_notes), without the first step's one-off costs (lazy kernel/library loading on the host,
     # the QLoRA build's bf16 copy). Host RSS still counts from before the build, so weights are in.
-    for meter in meters:
-        meter.reset()
+    meters.reset()
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
@@ -286,12 +278,13 @@ def _steps(model: torch.nn.Module, optimizer: torch.optim.Optimizer, job: Job, a
     return {"tokens_per_second": tokens / elapsed, "step_seconds": elapsed / settings.probe_steps, "loss": loss}
 
 
-def _memory(device: str, host: HostPeak, smi: NvidiaSmiPeak) -> dict[str, Any]:
-    """Peak figures; on CUDA the allocator's peaks (over warmup + probe steps) and nvidia-smi's."""
+def _memory(device: str, meters: _Meters) -> dict[str, Any]:
+    """Peak figures over the probe steps. On CUDA the headline is torch's max allocated, the
+    metric of data/measurements.csv; reserved (allocator cache) and nvidia-smi come with it."""
     if device == "cuda":
-        reserved = float(torch.cuda.max_memory_reserved())
-        return {"memory_metric": "torch_reserved", "peak_memory_bytes": reserved,
-                "torch_allocated_bytes": float(torch.cuda.max_memory_allocated()),
-                "torch_reserved_bytes": reserved, "nvidia_smi_bytes": smi.peak_bytes}
-    rss = host.peak_bytes()
+        allocated = float(torch.cuda.max_memory_allocated())
+        return {"memory_metric": "torch_allocated", "peak_memory_bytes": allocated,
+                "torch_allocated_bytes": allocated, "torch_reserved_bytes": float(torch.cuda.max_memory_reserved()),
+                "nvidia_smi_bytes": meters.smi.peak_bytes}
+    rss = meters.host.peak_bytes() if meters.host is not None else None
     return {"memory_metric": "host_rss", "peak_memory_bytes": rss, "host_rss_bytes": rss}

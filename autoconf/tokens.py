@@ -179,11 +179,23 @@ def count_file(
     max_seq_length: int | None = None,
 ) -> TokenCount:
     """Token count of a local JSONL/CSV/Parquet dataset."""
-    records = iter_records(Path(path))
-    texts = (record_text(r, text_field) for r in records)
-    result = count_texts(texts, tokenizer_path=tokenizer_path, max_seq_length=max_seq_length)
+    texts = (record_text(_as_record(r), text_field) for r in iter_records(Path(path)))
+    try:
+        result = count_texts(texts, tokenizer_path=tokenizer_path, max_seq_length=max_seq_length)
+    except (UnicodeDecodeError, csv.Error, OSError) as exc:
+        raise InvalidInputError("path", f"must be a readable UTF-8 {Path(path).suffix} file; got {exc}") from exc
+    except ValueError as exc:  # pyarrow.ArrowInvalid and friends subclass ValueError
+        if isinstance(exc, InvalidInputError):
+            raise
+        raise InvalidInputError("path", f"could not be read: {exc}") from exc
     logger.info("%s: %d samples, %d tokens (%s)", path, result.num_samples, result.total_tokens, result.method)
     return result
+
+
+def _as_record(record: Any) -> dict[str, Any]:
+    if not isinstance(record, dict):
+        raise InvalidInputError("path", f"records must be JSON objects; got {type(record).__name__}")
+    return record
 
 
 def tokens_per_epoch(count: TokenCount, packing: bool) -> int:

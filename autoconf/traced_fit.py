@@ -126,7 +126,8 @@ def _prune(coef: np.ndarray, phase: np.ndarray, max_rounds: int = 64) -> np.ndar
 
 
 def _landmarks(coef: np.ndarray, phase: np.ndarray) -> dict[str, np.ndarray]:
-    """Last op of each phase (the tracker samples once more as it leaves a phase) and the step start."""
+    """Last op of each phase (the tracker samples once more as it leaves a phase) and the step start;
+    the worker adds its named marks (decoder layer entries)."""
     marks = {"start": coef[0]}
     for code, name in enumerate(("end_forward", "end_loss", "end_backward", "end_step")):
         where = np.flatnonzero(phase == code)
@@ -173,56 +174,80 @@ def cache_key(spec: dict[str, Any], regime: str) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def run_worker(spec: dict[str, Any], timeout_s: float = TRACE_TIMEOUT_S) -> tuple[dict[str, Any], list[np.ndarray]]:
-    """Run ``python -m autoconf.traced_step`` on ``spec``; its JSON summary and per-shape samples."""
+def run_worker(specs: list[dict[str, Any]], timeout_s: float = TRACE_TIMEOUT_S) -> tuple[dict[str, Any], list[list[np.ndarray]]]:
+    """Run ``python -m autoconf.traced_step`` on ``specs`` (one start-up for all); its JSON summary and
+    the per-shape samples of each spec."""
     with tempfile.TemporaryDirectory(prefix="autoconf-trace-") as tmp:
-        spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "samples.npz"
-        spec_path.write_text(json.dumps(spec), encoding="utf-8")
+        spec_path, out_path = Path(tmp) / "specs.json", Path(tmp) / "samples.npz"
+        spec_path.write_text(json.dumps(specs), encoding="utf-8")
         env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+        names = ", ".join(sorted({s["arch"]["name"] for s in specs}))
         try:
             proc = subprocess.run(
                 [sys.executable, "-m", "autoconf.traced_step", str(spec_path), str(out_path)],
-                capture_output=True, text=True, timeout=timeout_s, env=env, check=False,
+                capture_output=True, text=True, timeout=timeout_s * len(specs), env=env, check=False,
             )
         except subprocess.TimeoutExpired as exc:
-            raise TraceFailed(f"trace of {spec['arch']['name']} took more than {timeout_s:.0f} s") from exc
+            raise TraceFailed(f"trace of {names} took more than {timeout_s * len(specs):.0f} s") from exc
         if proc.returncode != 0:
             tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-            raise TraceFailed(f"trace worker exited with {proc.returncode}: {tail}")
+            raise TraceFailed(f"trace worker for {names} exited with {proc.returncode}: {tail}")
         summary = json.loads(proc.stdout.strip().splitlines()[-1])
         with np.load(out_path) as data:
-            arrays = [data[f"samples_{i}"] for i in range(len(summary["results"]))]
+            arrays = [[data[f"samples_{j}_{i}"] for i in range(len(one["results"]))]
+                      for j, one in enumerate(summary["specs"])]
     return summary, arrays
 
 
-def fit_trace(spec: dict[str, Any], regime: str, verify: bool = True) -> Fit:
-    """Trace the design shapes of ``regime`` in one worker and solve the per-op coefficients."""
+def _design(spec: dict[str, Any], regime: str, verify: bool) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    shapes, check = DESIGNS[(regime, spec["attention"] == "eager")]
+    return shapes, shapes + ([check] if verify else [])
+
+
+def _fit_one(spec: dict[str, Any], regime: str, one: dict[str, Any], arrays: list[np.ndarray], verify: bool) -> Fit:
+    """Solve one spec's traces; check the extra shape if it was traced."""
     eager = spec["attention"] == "eager"
-    shapes, check = DESIGNS[(regime, eager)]
-    traced = shapes + ([check] if verify else [])
-    start = time.perf_counter()
-    summary, arrays = run_worker({**spec, "shapes": [list(s) for s in traced], "warmup_shape": list(shapes[0])})
-    if len({r["ops_digest"] for r in summary["results"]}) > 1 or len({len(a) for a in arrays}) > 1:
+    shapes, _ = _design(spec, regime, verify)
+    results = one["results"]
+    if len({r["ops_digest"] for r in results}) > 1 or len({len(a) for a in arrays}) > 1:
         raise TraceFailed(f"the op sequence of {spec['arch']['name']} changes with the shape; cannot fit it")
     coef, phase = solve(shapes, arrays[: len(shapes)], regime, eager)
-    results = summary["results"]
     meta: dict[str, Any] = {
         "regime": regime, "eager": eager, "shapes": shapes, "num_ops": results[0]["num_ops"],
-        "step_seconds": [round(r["step_seconds"], 3) for r in results],
-        "wall_seconds": round(time.perf_counter() - start, 2), "max_rss_bytes": summary["max_rss_bytes"],
-        "total_params": summary["total_params"], "trainable_params": summary["trainable_params"],
-        "versions": summary["versions"],
+        "step_seconds": [round(r["step_seconds"], 3) for r in results], "build_seconds": round(one["build_seconds"], 3),
+        "total_params": one["total_params"], "trainable_params": one["trainable_params"], "versions": one["versions"],
     }
     if verify:
+        check = DESIGNS[(regime, eager)][1]
         predicted = coef @ features(*check, regime, eager).astype(np.int64)
         actual = arrays[-1][:, :NUM_CATEGORIES]
         meta["check_shape"] = check
         meta["check_max_error_bytes"] = int(np.abs(predicted - actual).max())
         meta["check_peak_error_bytes"] = int(abs(predicted.sum(axis=1).max() - actual.sum(axis=1).max()))
     marks = _landmarks(coef, phase)
+    marks.update({name: coef[index] for name, index in results[0]["marks"].items()})
     keep = _prune(coef, phase)
     meta["kept_ops"] = int(len(keep))
     return Fit(coef[keep], phase[keep], marks, meta)
+
+
+def fit_many(items: list[tuple[dict[str, Any], str]], verify: bool = True) -> list[Fit]:
+    """Trace the design shapes of every (spec, regime) in one worker process and fit each."""
+    specs = [{**spec, "shapes": [list(s) for s in _design(spec, regime, verify)[1]]} for spec, regime in items]
+    start = time.perf_counter()
+    summary, arrays = run_worker(specs)
+    wall = time.perf_counter() - start
+    fits = []
+    for (spec, regime), one, samples in zip(items, summary["specs"], arrays):
+        fit = _fit_one(spec, regime, one, samples, verify)
+        fit.meta.update(worker_wall_seconds=round(wall, 2), worker_specs=len(items), max_rss_bytes=summary["max_rss_bytes"])
+        fits.append(fit)
+    return fits
+
+
+def fit_trace(spec: dict[str, Any], regime: str, verify: bool = True) -> Fit:
+    """Trace and fit one spec in its own worker."""
+    return fit_many([(spec, regime)], verify)[0]
 
 
 def save_fit(fit: Fit, path: Path) -> None:
@@ -243,21 +268,32 @@ def load_fit(path: Path) -> Fit:
 _MEMORY: dict[str, Fit] = {}
 
 
-def get_fit(spec: dict[str, Any], regime: str, verify: bool = True) -> Fit:
-    """The fit for ``spec`` and ``regime``: from memory, the disk cache, or a new trace."""
-    key = cache_key(spec, regime)
+def _cached(key: str) -> Fit | None:
     if key in _MEMORY:
         return _MEMORY[key]
     path = cache_dir() / f"{key}.npz"
-    fit = None
     if path.is_file():
         try:
-            fit = load_fit(path)
+            _MEMORY[key] = load_fit(path)
+            return _MEMORY[key]
         except (OSError, ValueError, KeyError) as exc:
             logger.warning("ignoring unreadable traced cache %s: %s", path, exc)
-    if fit is None:
-        logger.info("tracing %s (%s, %s regime)", spec["arch"]["name"], spec["method"], regime)
-        fit = fit_trace(spec, regime, verify)
-        save_fit(fit, path)
-    _MEMORY[key] = fit
-    return fit
+    return None
+
+
+def get_fits(items: list[tuple[dict[str, Any], str]], verify: bool = True) -> list[Fit]:
+    """Fits for every (spec, regime): from memory, the disk cache, or new traces in one worker."""
+    keys = [cache_key(spec, regime) for spec, regime in items]
+    missing = [i for i, key in enumerate(keys) if _cached(key) is None]
+    if missing:
+        logger.info("tracing %s", ", ".join(f"{items[i][0]['arch']['name']} ({items[i][0]['method']}, "
+                                            f"{items[i][1]})" for i in missing))
+        for i, fit in zip(missing, fit_many([items[i] for i in missing], verify)):
+            save_fit(fit, cache_dir() / f"{keys[i]}.npz")
+            _MEMORY[keys[i]] = fit
+    return [_MEMORY[key] for key in keys]
+
+
+def get_fit(spec: dict[str, Any], regime: str, verify: bool = True) -> Fit:
+    """The fit for ``spec`` and ``regime``: from memory, the disk cache, or a new trace."""
+    return get_fits([(spec, regime)], verify)[0]

@@ -1,8 +1,8 @@
 """Count the live tensor bytes of one training step, op by op, on fake (or real) CPU tensors.
 
-The trace worker: ``python -m autoconf.traced_step SPEC.json OUT.npz`` builds the model
-(autoconf/traced_model.py), runs one untracked warm-up step so that optimizer states exist (steady
-state, as from step 2 of real training), then one tracked step per requested (batch, sequence) shape.
+The trace worker: ``python -m autoconf.traced_step SPECS.json OUT.npz`` builds each model
+(autoconf/traced_model.py), creates the optimizer states with one untracked ``step()`` (steady state,
+as from step 2 of real training), then runs one tracked step per requested (batch, sequence) shape.
 
 Accounting (our own ``TorchDispatchMode``; the stock MemTracker walks every module on every op and
 cannot hook frozen LoRA weights, shared/theory_notes.md pitfall 5): every storage an op returns is
@@ -17,6 +17,7 @@ sampled, so the peak, its phase and its breakdown are exact at op granularity.
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import json
 import resource
@@ -31,7 +32,6 @@ import torch
 import transformers.masking_utils
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
-from torch.utils.weak import WeakIdKeyDictionary
 
 from autoconf.traced_model import DTYPES, build_model, build_optimizer
 
@@ -41,32 +41,47 @@ PHASES = ("forward", "loss", "backward", "optimizer")
 FORWARD, LOSS, BACKWARD, OPT_STEP = range(4)
 
 
+def _tensors(out: Any) -> list[torch.Tensor]:
+    """Tensors an op returned: one, a tuple of them, or (foreach ops) lists."""
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (tuple, list)):
+        return [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+    return []
+
+
 class LiveBytes(TorchDispatchMode):
     """Live storage bytes per category, sampled after every dispatched op."""
 
     def __init__(self) -> None:
         super().__init__()
         self.totals = [0] * len(CATEGORIES)
-        self.records: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        # id(storage) -> [nbytes, category, weakref]; the weakref's callback drops the entry at free
+        self.records: dict[int, list[Any]] = {}
         self.phase, self.category = FORWARD, ACTIVATIONS
         self.samples: list[tuple[int, ...]] = []
         self.ops = hashlib.sha1()
         self.num_ops = 0
+        self.marks: dict[str, int] = {}
+
+    def mark(self, name: str) -> None:
+        """Remember the current sample (a named landmark, e.g. a decoder layer's entry)."""
+        self.sample()
+        self.marks[name] = len(self.samples) - 1
 
     def track(self, tensor: torch.Tensor, category: int) -> None:
         storage = tensor.untyped_storage()
-        record = self.records.get(storage)
+        record = self.records.get(id(storage))
         if record is None:
-            record = [storage.nbytes(), category, None]
-            record[2] = weakref.ref(storage, partial(self._free, record))
-            self.records[storage] = record
-            self.totals[category] += record[0]
+            nbytes = storage.nbytes()
+            self.records[id(storage)] = [nbytes, category, weakref.ref(storage, partial(self._free, id(storage)))]
+            self.totals[category] += nbytes
         elif record[0] != storage.nbytes():  # resized in place (out= variants)
             self.totals[record[1]] += storage.nbytes() - record[0]
             record[0] = storage.nbytes()
 
     def reclassify(self, tensor: torch.Tensor, category: int) -> None:
-        record = self.records.get(tensor.untyped_storage())
+        record = self.records.get(id(tensor.untyped_storage()))
         if record is None:
             self.track(tensor, category)
         elif record[1] != category:
@@ -74,8 +89,9 @@ class LiveBytes(TorchDispatchMode):
             self.totals[category] += record[0]
             record[1] = category
 
-    def _free(self, record: list[Any], _ref: object) -> None:
-        self.totals[record[1]] -= record[0]
+    def _free(self, key: int, _ref: object) -> None:
+        nbytes, category, _ = self.records.pop(key)
+        self.totals[category] -= nbytes
 
     def set_phase(self, phase: int, category: int) -> None:
         self.sample()
@@ -87,12 +103,12 @@ class LiveBytes(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         out = func(*args, **(kwargs or {}))
-        tensors = [leaf for leaf in tree_flatten(out)[0] if isinstance(leaf, torch.Tensor)]
+        tensors = _tensors(out)
         if not tensors:  # metadata queries (prim.device on fake tensors) allocate nothing
             return out
         for tensor in tensors:
             self.track(tensor, self.category)
-        self.ops.update(str(func).encode())
+        self.ops.update(func.__name__.encode())
         self.num_ops += 1
         self.sample()
         return out
@@ -101,12 +117,22 @@ class LiveBytes(TorchDispatchMode):
 class StepHooks:
     """Model hooks that move the active tracker between phases and categories."""
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(self, model: torch.nn.Module, num_layers: int) -> None:
         self.tracker: LiveBytes | None = None
         model.get_output_embeddings().register_forward_pre_hook(self._enter_loss)
         for param in model.parameters():
             if param.requires_grad:
                 param.register_post_accumulate_grad_hook(self._grad_ready)
+        # Entries of two consecutive decoder layers (the 2nd and 3rd when there are 3+): their
+        # difference is exactly what one layer keeps for backward.
+        layers = next(m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == num_layers)
+        first = 1 if num_layers >= 3 else 0
+        for name, index in (("layer_a", first), ("layer_b", first + 1)):
+            layers[index].register_forward_pre_hook(partial(self._layer_entry, name))
+
+    def _layer_entry(self, name: str, _module: torch.nn.Module, _args: tuple[Any, ...]) -> None:
+        if self.tracker is not None and self.tracker.phase == FORWARD:  # not the recomputation
+            self.tracker.mark(name)
 
     def _enter_loss(self, _module: torch.nn.Module, args: tuple[Any, ...]) -> None:
         if self.tracker is None:
@@ -168,13 +194,26 @@ def run_step(model: torch.nn.Module, opt: torch.optim.Optimizer, hooks: StepHook
     del ids, labels
 
 
+def warm_up(model: torch.nn.Module, opt: torch.optim.Optimizer) -> None:
+    """Create the optimizer states as the first real step does: zero gradients, one ``step()``.
+
+    The states (and their dtypes) come from the optimizer's own first step, without the cost of a
+    forward and backward; the traced step that follows is then a steady-state step (>= 2).
+    """
+    for param in model.parameters():
+        if param.requires_grad:
+            param.grad = torch.zeros_like(param)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
 def _no_packed_sequences(position_ids: torch.Tensor) -> None:
     """Our synthetic batches are never packed; fake position ids cannot be read (theory_notes pitfall 4)."""
     return None
 
 
 def trace(spec: dict[str, Any]) -> dict[str, Any]:
-    """Warm-up step, then one tracked step per shape; returns samples and facts per shape."""
+    """Optimizer warm-up, then one tracked step per shape; returns samples and facts per shape."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     transformers.masking_utils.find_packed_sequence_indices = _no_packed_sequences
@@ -183,10 +222,13 @@ def trace(spec: dict[str, Any]) -> dict[str, Any]:
     start = time.perf_counter()
     model = build_model(spec, fake_mode)
     opt = build_optimizer(model, spec)
-    hooks = StepHooks(model)
+    hooks = StepHooks(model, spec["arch"]["num_layers"])
     built = time.perf_counter()
     with fake_mode if fake_mode is not None else contextlib.nullcontext():
-        run_step(model, opt, hooks, tuple(spec["warmup_shape"]), spec, None)
+        if spec.get("warmup_shape"):  # a whole step, for comparison with the optimizer-only warm-up
+            run_step(model, opt, hooks, tuple(spec["warmup_shape"]), spec, None)
+        else:
+            warm_up(model, opt)
         results = []
         for shape in spec["shapes"]:
             tracker = LiveBytes()
@@ -194,7 +236,7 @@ def trace(spec: dict[str, Any]) -> dict[str, Any]:
             run_step(model, opt, hooks, tuple(shape), spec, tracker)
             results.append({
                 "shape": list(shape), "samples": np.asarray(tracker.samples, dtype=np.int64),
-                "ops_digest": tracker.ops.hexdigest(), "num_ops": tracker.num_ops,
+                "marks": tracker.marks, "ops_digest": tracker.ops.hexdigest(), "num_ops": tracker.num_ops,
                 "step_seconds": time.perf_counter() - t0,
             })
     params = {id(p): p for p in model.parameters()}.values()
@@ -208,13 +250,19 @@ def trace(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    """Worker entry point: read the spec JSON, write samples (.npz) and a JSON summary on stdout."""
-    spec = json.loads(open(argv[0], encoding="utf-8").read())
-    out = trace(spec)
-    arrays = {f"samples_{i}": r.pop("samples") for i, r in enumerate(out["results"])}
+    """Worker entry point: SPEC.json holds a list of specs (one start-up for all of them); writes
+    samples_<spec>_<shape> arrays to OUT.npz and one JSON line with a summary per spec on stdout."""
+    specs = json.loads(open(argv[0], encoding="utf-8").read())
+    summaries, arrays = [], {}
+    for j, spec in enumerate(specs):
+        out = trace(spec)
+        for i, result in enumerate(out["results"]):
+            arrays[f"samples_{j}_{i}"] = result.pop("samples")
+        summaries.append(out)
+        gc.collect()
     np.savez_compressed(argv[1], **arrays)
-    out["max_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print(json.dumps(out))
+    max_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(json.dumps({"specs": summaries, "max_rss_bytes": max_rss}))
     return 0
 
 

@@ -78,7 +78,7 @@ def test_registered_with_pinned_properties(registry: ActuatorRegistry, identifie
     assert [p.identifier for p in exp.requiredProperties] == CONTRACT[identifier]["required"]
     assert [p.identifier for p in exp.optionalProperties] == CONTRACT[identifier]["optional"]
     assert [p.identifier for p in exp.targetProperties] == CONTRACT[identifier]["outputs"]
-    assert exp.version == experiments.EXPERIMENT_VERSION
+    assert exp.version is None  # unversioned: YAMLs reference it by name alone
     assert all((p.metadata or {}).get("description") for p in [*exp.requiredProperties, *exp.optionalProperties])
 
 

@@ -24,7 +24,8 @@ GPU = "NVIDIA-A100-80GB-PCIe"
 
 
 def _job(**kw: object) -> Job:
-    base = {"model": TINY, "tokens_per_sample": 256, "batch_size": 1}
+    # No checkpointing by default: the tests then share two cached fits (full, LoRA) of one regime.
+    base = {"model": TINY, "tokens_per_sample": 256, "batch_size": 1, "gradient_checkpointing": False}
     return Job(**{**base, **kw})
 
 
@@ -46,7 +47,7 @@ def test_fake_trace_equals_real_cpu_step(method: str, checkpointing: bool, atten
     from autoconf.traced_step import trace
 
     job = _job(method=method, gradient_checkpointing=checkpointing, attention=attention)
-    spec = {**trace_spec(job, get_architecture(TINY)), "shapes": [list(shape)], "warmup_shape": [1, 32]}
+    spec = {**trace_spec(job, get_architecture(TINY)), "shapes": [list(shape)]}
     fake = trace(spec)["results"][0]["samples"]
     real = trace({**spec, "real": True})["results"][0]["samples"]
     assert fake.shape == real.shape and fake.shape[0] > 300
@@ -58,8 +59,7 @@ def test_fake_trace_equals_real_cpu_step(method: str, checkpointing: bool, atten
 
 
 def test_fit_is_exact_and_cached() -> None:
-    job = _job(gradient_checkpointing=False)
-    spec = trace_spec(job, get_architecture(TINY))
+    spec = trace_spec(_job(), get_architecture(TINY))
     fit = get_fit(spec, "single")
     assert fit.meta["check_max_error_bytes"] == 0  # a shape outside the fit, predicted to the byte
     assert fit.meta["total_params"] == get_architecture(TINY).total_params
@@ -96,7 +96,7 @@ def test_estimator_contract(method: str) -> None:
 
 def test_more_gpus_do_not_raise_per_gpu_memory() -> None:
     est = get_estimator("traced")
-    job = _job(batch_size=4, gradient_checkpointing=False)
+    job = _job(batch_size=4)
     two, four = (est.estimate(job, Placement(gpu_model=GPU, number_gpus=n)).memory for n in (2, 4))
     assert four.peak_bytes <= two.peak_bytes
     assert four.activations_bytes < two.activations_bytes  # micro-batch 1 vs 2
@@ -105,7 +105,8 @@ def test_more_gpus_do_not_raise_per_gpu_memory() -> None:
 def test_estimate_frame_has_no_nans_and_reports_bad_rows() -> None:
     frame = pd.DataFrame(
         {"model": [TINY, TINY, "no-such-model"], "method": ["full", "qlora", "full"], "gpu_model": [GPU] * 3,
-         "tokens_per_sample": [512, 512, 512], "batch_size": [1, 1, 1], "passthrough": [1, 2, 3]}
+         "tokens_per_sample": [512, 512, 512], "batch_size": [1, 1, 1], "gradient_checkpointing": [False] * 3,
+         "passthrough": [1, 2, 3]}
     )
     out = get_estimator("traced").estimate_frame(frame)
     assert list(out["passthrough"]) == [1, 2, 3]
@@ -124,7 +125,8 @@ def test_qlora_falls_back_to_theory_with_a_note() -> None:
 def test_cli_estimate_with_traced(capsys: pytest.CaptureFixture[str]) -> None:
     from autoconf.cli import main
 
-    assert main(["estimate", "--model", TINY, "--seq-len", "512", "--estimator", "traced", "--optimizer-impl", "fused"]) == 0
+    assert main(["estimate", "--model", TINY, "--seq-len", "512", "--estimator", "traced",
+                 "--no-grad-checkpoint"]) == 0
     out = capsys.readouterr().out
     assert "estimator traced" in out and "traced: HF training step" in out
 

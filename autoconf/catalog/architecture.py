@@ -21,7 +21,7 @@ weight); granitemoe experts and router cannot be LoRA targets, so "all-linear" t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from autoconf.errors import InvalidInputError
 
@@ -192,6 +192,10 @@ class Architecture:
         return max(candidates)
 
     def lora_params(self, targets: tuple[str, ...], rank: int) -> int:
+        """Cached: the estimators ask for it several times per estimate."""
+        return _lora_params(self, tuple(targets), rank)
+
+    def _count_lora_params(self, targets: tuple[str, ...], rank: int) -> int:
         """Trainable LoRA parameters, as peft 0.21 counts them on the transformers-5 model.
 
         A linear (in, out) gets r·(in + out). Mixtral experts are 3-D tensors that peft wraps whole:
@@ -231,3 +235,8 @@ class Architecture:
     def linear_params_per_layer(self) -> int:
         """Weights of the layer linears (what 4-bit QLoRA quantises)."""
         return sum(lin.per_layer * lin.in_features * lin.out_features for lin in self.layer_linears if lin.name not in ROUTERS)
+
+
+@lru_cache(maxsize=4096)
+def _lora_params(arch: Architecture, targets: tuple[str, ...], rank: int) -> int:
+    return arch._count_lora_params(targets, rank)

@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "plan": "plan",
     "serve": "serve",
     "tokens": "tokens",
+    "probe": "probe", "measure": "measure",
 }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from autoconf.catalog import get_gpu
@@ -101,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     if args.worked_example:
         return _worked_example(args.json)
     if not args.model:
-        print("autoconf-gpu: error: plan needs --model (or --worked-example)")
+        sys.stderr.write("autoconf-gpu: error: plan needs --model (or --worked-example)\n")
         return 2
     plan = _plan(args)
     if args.json:

@@ -100,11 +100,10 @@ def _walk(node: dict[str, Any], names: list[str], out: dict[str, list], depth: i
     return idx, max(dl, dr)
 
 
-def forest_from_dump(dump: dict[str, Any], features: tuple[str, ...], link: str) -> Forest:
-    """Forest from ``lightgbm.Booster.dump_model()`` (its feature order must equal ``features``)."""
-    names = list(dump["feature_names"])
-    if tuple(names) != tuple(features):
-        raise ValueError(f"booster features must be {features}; got {tuple(names)}")
+def forest_from_dump(dump: dict[str, Any], link: str) -> Forest:
+    """Forest from ``lightgbm.Booster.dump_model()``; its features are the booster's, in its order."""
+    names = [str(n) for n in dump["feature_names"]]
+    features = tuple(names)
     out: dict[str, list] = {k: [] for k in ("feature", "threshold", "left", "right", "default_left", "missing", "value")}
     roots, depth = [], 0
     for tree in dump["tree_info"]:

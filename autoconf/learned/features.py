@@ -25,7 +25,7 @@ SHARDED = ("fsdp", "fsdp-hybrid", "zero3")  # strategies that shard the weights 
 JOB_FEATURES = (
     "method_full", "method_lora", "method_qlora", "dtype_bytes", "amp", "tokens_per_sample", "batch_size",
     "micro_batch", "micro_batch_tokens", "gradient_accumulation_steps", "gradient_checkpointing",
-    "attention_eager", "fused_loss", "lora_r", "lora_modules", "number_gpus", "data_parallel", "weights_sharded",
+    "attention_eager", "fused_loss", "packing", "lora_r", "lora_modules", "number_gpus", "data_parallel", "weights_sharded",
     "tp", "pp",
 )
 ARCH_FEATURES = (
@@ -68,25 +68,29 @@ def _gpu_values(name: str) -> tuple[float, float, float, float]:
     return (g.memory_bytes / GIB, g.bf16_tflops or 0.0, g.memory_bandwidth_gbps / 1000, float(g.intra_node_link == "nvlink"))
 
 
+@lru_cache(maxsize=1024)
+def _lora_modules(model: str, targets: tuple[str, ...]) -> float:
+    return float(len(get_architecture(model).lora_targets(targets)))
+
+
 def _job_values(job: Job, place: Placement, micro: int) -> tuple[float, ...]:
-    lora_modules = 0.0 if job.method == "full" else float(len(get_architecture(job.model).lora_targets(job.lora_target_modules)))
+    lora_modules = 0.0 if job.method == "full" else _lora_modules(job.model, job.lora_target_modules)
     return (
         float(job.method == "full"), float(job.method == "lora"), float(job.method == "qlora"),
         float(DTYPE_BYTES[job.dtype]), float(job.dtype.startswith("amp")), job.tokens_per_sample, job.batch_size,
         micro, micro * job.tokens_per_sample, job.gradient_accumulation_steps, float(job.gradient_checkpointing),
-        float(job.attention == "eager"), float(job.fused_loss), job.lora_r if job.method != "full" else 0.0,
+        float(job.attention == "eager"), float(job.fused_loss), float(job.packing), job.lora_r if job.method != "full" else 0.0,
         lora_modules, place.number_gpus, place.dp, float(place.effective_strategy in SHARDED and place.dp > 1),
         place.tp, place.pp,
     )
 
 
-def feature_matrix(
+def feature_columns(
     jobs: Sequence[Job], placements: Sequence[Placement], theory: MemoryBatch,
-    names: Sequence[str] = MEMORY_FEATURES, theory_tokens_per_gpu: np.ndarray | None = None,
-) -> np.ndarray:
-    """(rows, len(names)) float64 features; rows the theory refused are NaN (never predicted)."""
+    theory_tokens_per_gpu: np.ndarray | None = None,
+) -> dict[str, np.ndarray]:
+    """Every feature as a float64 column; rows the theory refused are NaN (they are never predicted)."""
     n = len(jobs)
-    cols: dict[str, np.ndarray] = {}
     ok = theory.ok
     job_rows = np.full((n, len(JOB_FEATURES)), np.nan)
     arch_rows = np.full((n, len(ARCH_FEATURES)), np.nan)
@@ -97,7 +101,7 @@ def feature_matrix(
         arch_rows[i] = _arch_values(job.model)
         arch_rows[i, 1] = _trainable_b(job)
         gpu_rows[i] = _gpu_values(place.gpu_model)
-    cols.update({name: job_rows[:, k] for k, name in enumerate(JOB_FEATURES)})
+    cols = {name: job_rows[:, k] for k, name in enumerate(JOB_FEATURES)}
     cols.update({name: arch_rows[:, k] for k, name in enumerate(ARCH_FEATURES)})
     for part in (*ALLOCATOR_PARTS, "overhead"):
         cols[f"theory_{part}_gib"] = theory.parts[part] / GIB
@@ -110,6 +114,11 @@ def feature_matrix(
     for p in PHASE_NAMES:
         cols[f"phase_{p}"] = np.where(ok, (phases == p).astype(float), np.nan)
     cols["capacity_gib"], cols["gpu_bf16_tflops"], cols["gpu_bandwidth_tbps"], cols["gpu_nvlink"] = gpu_rows.T
-    if theory_tokens_per_gpu is not None:
-        cols["theory_tokens_per_second_per_gpu"] = np.asarray(theory_tokens_per_gpu, dtype=float)
-    return np.column_stack([cols[name] for name in names]) if n else np.zeros((0, len(names)))
+    per_gpu = np.full(n, np.nan) if theory_tokens_per_gpu is None else np.asarray(theory_tokens_per_gpu, dtype=float)
+    cols["theory_tokens_per_second_per_gpu"] = per_gpu
+    return cols
+
+
+def matrix(cols: dict[str, np.ndarray], names: Sequence[str]) -> np.ndarray:
+    """(rows, len(names)) float64 matrix of the named columns."""
+    return np.column_stack([cols[name] for name in names])

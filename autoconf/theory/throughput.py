@@ -25,10 +25,12 @@ from autoconf.schema import Job, Placement, ThroughputEstimate
 from autoconf.theory.states import trainable_params
 
 # ---- fitted efficiency -----------------------------------------------------------------------------------
-# efficiency = E[GPU architecture, method] · x / (x + X0) · (F if fused_loss) · (M if MoE), with x the tokens
+# efficiency = E[GPU architecture, method] · x / (x + X0) · (F if fused loss) · (M if MoE), with x the tokens
 # of one micro-batch on one GPU. X0 is a per-micro-batch fixed cost (optimizer step, launches, data loader)
-# expressed in tokens of compute; F is the gain of the fused-loss kernel bundles (fms-acceleration FOAK /
-# Liger also fuse RMSNorm, RoPE and LoRA); M is the loss of HF's MoE blocks (per-expert loops, small GEMMs).
+# expressed in tokens of compute; F is the gain of the fused-loss kernel bundles (Job.loss_kernel fused-ce =
+# fms-acceleration FOAK, fused-linear-ce = Liger; both also fuse RMSNorm, RoPE and LoRA); M is the loss of
+# HF's MoE blocks (per-expert loops, small GEMMs). Recompute FLOPs are counted, so this is a hardware-FLOPs
+# utilisation; the reported `mfu` is this assumed efficiency.
 # Fitted by least squares in log space on the implied efficiency (measured tokens/s · FLOPs per token /
 # (GPUs · peak), communication removed) of every ok, non-duplicate row of data/measurements.csv with a
 # resolvable model and a GPU peak. Command: python bench/throughput_accuracy.py --fit (prints this block).
@@ -62,7 +64,7 @@ MAX_EFFICIENCY = 0.95  # no kernel mix sustains more than ~95 % of the dense ten
 # ---- communication constants ----------------------------------------------------------------------------
 # Inter-node bandwidth per node, one direction, GB/s: two 100 Gb/s Ethernet NICs per node (IBM's Vela
 # cloud, where ado's measurements run: IBM Research blog "Why we built an AI supercomputer in the cloud",
-# 2023). An assumption: pass inter_node_bandwidth_gbps for InfiniBand clusters (DGX: 8 × 400 Gb/s = 400 GB/s).
+# 2023). An assumption: pass inter_node_gbps for InfiniBand clusters (DGX H100: 8 × 400 Gb/s = 400 GB/s).
 INTER_NODE_BANDWIDTH_GBPS = 25.0
 # NCCL ring collectives reach ~80 % of the nominal link rate as bus bandwidth (nccl-tests' busbw on
 # NVLink and PCIe systems); an assumption applied to both intra- and inter-node links.
@@ -108,12 +110,17 @@ def micro_batch_tokens(job: Job, placement: Placement) -> float:
     return job.batch_size * job.tokens_per_sample / (placement.dp * job.gradient_accumulation_steps)
 
 
+def fused_kernels(job: Job) -> bool:
+    """A fused cross-entropy (FOAK fused-ce or Liger fused-linear-ce) and the kernel bundle it ships with."""
+    return job.effective_loss_kernel != "hf"
+
+
 def efficiency(job: Job, placement: Placement, gpu: GPUSpec, arch: Architecture, fit: EfficiencyFit = FITTED) -> float:
     """Fraction of the dense peak reached on the counted FLOPs, from the fitted constants."""
     base = fit.by_group.get((gpu.architecture, job.method), fit.by_method[job.method])
     x = micro_batch_tokens(job, placement)
     eff = base * x / (x + fit.microbatch_tokens)
-    eff *= fit.fused_loss_factor if job.fused_loss else 1.0
+    eff *= fit.fused_loss_factor if fused_kernels(job) else 1.0
     eff *= fit.moe_factor if arch.is_moe else 1.0
     return min(eff, MAX_EFFICIENCY)
 
@@ -189,10 +196,13 @@ def _tensor_parallel_seconds(job: Job, arch: Architecture, placement: Placement,
     return per_layer * layers * 2 * _ring_seconds(message, placement.tp, gpu.intra_node_bandwidth_gbps)
 
 
-def compute_seconds(job: Job, arch: Architecture, placement: Placement, gpu: GPUSpec, eff: float) -> float:
+def compute_seconds(
+    job: Job, arch: Architecture, placement: Placement, gpu: GPUSpec, eff: float, flops: float | None = None
+) -> float:
     """Seconds of matmul work per optimizer step on one GPU, with the pipeline bubble."""
     tokens = job.batch_size * job.tokens_per_sample
-    seconds = tokens * flops_per_token(job, arch) / (placement.number_gpus * peak_flops(gpu, job.dtype) * eff)
+    per_token = flops if flops is not None else flops_per_token(job, arch)
+    seconds = tokens * per_token / (placement.number_gpus * peak_flops(gpu, job.dtype) * eff)
     micro_batches = job.gradient_accumulation_steps
     return seconds * (micro_batches + placement.pp - 1) / micro_batches  # GPipe/1F1B bubble
 
@@ -212,13 +222,14 @@ def estimate_throughput(
     eff = efficiency_override if efficiency_override is not None else efficiency(job, placement, gpu, arch, fit)
     if not 0 < eff <= 1:
         raise InvalidInputError("efficiency", f"must be in (0, 1]; got {eff}")
-    compute = compute_seconds(job, arch, placement, gpu, eff)
+    flops = flops_per_token(job, arch)
+    compute = compute_seconds(job, arch, placement, gpu, eff, flops)
     comm = communication(job, arch, placement, gpu, inter_node_gbps)
     step = step_seconds(compute, comm)
     tps = job.batch_size * job.tokens_per_sample / step
     return ThroughputEstimate(
         tokens_per_second=tps, tokens_per_second_per_gpu=tps / placement.number_gpus,
-        flops_per_token=flops_per_token(job, arch), mfu=eff, step_seconds=step,
+        flops_per_token=flops, mfu=eff, step_seconds=step,
         compute_seconds=compute, communication_seconds=step - compute, estimator="theory",
     )
 

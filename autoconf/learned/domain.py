@@ -1,0 +1,134 @@
+"""The domains of a learned model version (design §5): answerable, training and correction.
+
+* **answerable**: every catalogue model with a verified architecture, every catalogued GPU, the
+  methods and the Job's token/batch bounds: what the ado experiment declares, since theory answers
+  all of it.
+* **training**: what the learned models saw measured (model names, methods, GPUs, token, batch and
+  GPU-count ranges). Strict mode answers ``can_recommend = 0`` outside it.
+* **correction**: where the hybrid applies the learned correction. A tree ensemble cannot follow a
+  trend beyond its data, so the correction is used only for a method and block family it was trained
+  on (llama-like or gpt_bigcode, dense or MoE) and within a factor ``WIDEN`` of the measured ranges
+  of parameters, micro-batch tokens per GPU and GPUs. The model *name* is not required: the grouped
+  held-out scores in the card measure exactly this case (architectures the models never saw).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, get_args
+
+import numpy as np
+
+from autoconf.catalog import canonical_gpu, canonical_name, list_gpus, list_models
+from autoconf.schema import Job, Method
+
+WIDEN = 2.0  # a correction is trusted up to 2× beyond the measured range (one octave): an assumption
+FAMILIES = ("llama-like/dense", "llama-like/moe", "gpt_bigcode/dense", "gpt_bigcode/moe")
+
+
+def families(x: dict[str, np.ndarray]) -> np.ndarray:
+    """Block family index per row from the features gpt_bigcode and num_experts."""
+    return (2 * (x["gpt_bigcode"] > 0) + (x["num_experts"] > 1)).astype(int)
+
+
+def method_names(x: dict[str, np.ndarray]) -> np.ndarray:
+    return np.select([x["method_full"] > 0, x["method_lora"] > 0], ["full", "lora"], "qlora")
+
+
+def _range(values: np.ndarray) -> tuple[float, float]:
+    return float(np.nanmin(values)), float(np.nanmax(values))
+
+
+@dataclass(frozen=True)
+class CorrectionDomain:
+    methods: tuple[str, ...]
+    families: tuple[str, ...]
+    params_b: tuple[float, float]
+    micro_batch_tokens: tuple[float, float]
+    number_gpus: tuple[float, float]
+    widen: float = WIDEN
+
+    @classmethod
+    def from_features(cls, x: dict[str, np.ndarray]) -> "CorrectionDomain":
+        fam = sorted(set(families(x).tolist()))
+        return cls(methods=tuple(sorted(set(method_names(x).tolist()))), families=tuple(FAMILIES[f] for f in fam),
+                   params_b=_range(x["params_b"]), micro_batch_tokens=_range(x["micro_batch_tokens"]),
+                   number_gpus=_range(x["number_gpus"]))
+
+    def contains(self, x: dict[str, np.ndarray]) -> np.ndarray:
+        """Boolean per row: inside the correction domain (NaN rows are outside)."""
+        inside = np.isin(method_names(x), self.methods)
+        inside &= np.isin(np.array(FAMILIES)[families(x)], self.families)
+        for name in ("params_b", "micro_batch_tokens", "number_gpus"):
+            lo, hi = getattr(self, name)
+            with np.errstate(invalid="ignore"):
+                inside &= (x[name] >= lo / self.widen) & (x[name] <= hi * self.widen)
+        return inside
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "CorrectionDomain":
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+
+
+@dataclass(frozen=True)
+class TrainingDomain:
+    models: tuple[str, ...]
+    methods: tuple[str, ...]
+    gpus: tuple[str, ...]
+    tokens_per_sample: tuple[int, int]
+    batch_size: tuple[int, int]
+    number_gpus: tuple[int, int]
+
+    def check(self, job: Job, gpu_model: str) -> tuple[bool, str]:
+        """(inside, reason): the first field of the point that the training data never covered."""
+        model, gpu = _known(canonical_name, job.model), _known(canonical_gpu, gpu_model)
+        checks = [
+            (model in self.models, f"model {model} was not measured (measured: {', '.join(self.models)})"),
+            (job.method in self.methods, f"method {job.method} was not measured (measured: {', '.join(self.methods)})"),
+            (gpu in self.gpus, f"GPU {gpu} was not measured (measured: {', '.join(self.gpus)})"),
+            (self.tokens_per_sample[0] <= job.tokens_per_sample <= self.tokens_per_sample[1],
+             f"tokens_per_sample {job.tokens_per_sample} is outside the measured {self.tokens_per_sample[0]}-{self.tokens_per_sample[1]}"),
+            (self.batch_size[0] <= job.batch_size <= self.batch_size[1],
+             f"batch_size {job.batch_size} is outside the measured {self.batch_size[0]}-{self.batch_size[1]}"),
+        ]
+        for ok, why in checks:
+            if not ok:
+                return False, why
+        return True, "inside the training domain"
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "TrainingDomain":
+        return cls(**{k: tuple(v) for k, v in data.items()})
+
+
+def _known(canonical: Any, name: str) -> str:  # noqa: ANN401
+    """The catalogue spelling of ``name``, or ``name`` itself when the catalogue does not know it."""
+    try:
+        return str(canonical(name))
+    except ValueError:
+        return name
+
+
+def training_domain(models: list[str], methods: list[str], gpus: list[str], tokens: np.ndarray,
+                    batch: np.ndarray, gpus_used: np.ndarray) -> TrainingDomain:
+    return TrainingDomain(
+        models=tuple(sorted(set(models))), methods=tuple(sorted(set(methods))), gpus=tuple(sorted(set(gpus))),
+        tokens_per_sample=(int(np.min(tokens)), int(np.max(tokens))), batch_size=(int(np.min(batch)), int(np.max(batch))),
+        number_gpus=(int(np.min(gpus_used)), int(np.max(gpus_used))),
+    )
+
+
+def answerable_domain() -> dict[str, Any]:
+    """What theory answers: the key names experiments.answerable_domain reads."""
+    tokens, batch = Job.model_fields["tokens_per_sample"].metadata, Job.model_fields["batch_size"].metadata
+    return {
+        "models": list_models(answerable_only=True), "gpus": list_gpus(), "methods": list(get_args(Method)),
+        "tokens_per_sample": [int(tokens[0].gt) + 1, int(tokens[1].le)],
+        "batch_size": [int(batch[0].gt) + 1, int(batch[1].le)],
+    }

@@ -1,0 +1,166 @@
+"""Throughput theory: FLOPs per token, fitted efficiency, communication, and its wiring into the theory estimator."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from autoconf.catalog import get_architecture, get_gpu
+from autoconf.errors import InvalidInputError
+from autoconf.estimators import get_estimator
+from autoconf.schema import Job, Placement
+from autoconf.theory import throughput as tp
+
+
+def _job(**kw) -> Job:
+    base = dict(model="llama3.1-8b", tokens_per_sample=4096, batch_size=16, gradient_checkpointing=False)
+    return Job(**{**base, **kw})
+
+
+def test_full_ft_is_six_n_plus_causal_attention() -> None:
+    job, arch = _job(), get_architecture("llama3.1-8b")
+    n = tp.matmul_params(arch)
+    assert n == arch.total_params - arch.embedding_params - 32 * 2 * 4096 - 4096  # minus lookup and norms
+    attention = 12 * arch.num_layers * 4096 * arch.q_width * 0.5
+    assert tp.flops_per_token(job) == pytest.approx(6 * n + attention)
+
+
+@pytest.mark.parametrize("method, ratio", [("full", 4 / 3), ("lora", None)])
+def test_checkpointing_adds_one_forward(method: str, ratio: float | None) -> None:
+    plain, ckpt = tp.flops_per_token(_job(method=method)), tp.flops_per_token(_job(method=method, gradient_checkpointing=True))
+    if ratio:
+        assert ckpt / plain == pytest.approx(ratio)
+    else:  # LoRA: forward is a third of 2N+attn fwd+... ≈ 1/2 of the 4N base work -> ratio ≈ 1.5
+        assert 1.45 < ckpt / plain < 1.55
+
+
+def test_lora_base_costs_four_n() -> None:
+    arch = get_architecture("llama3.1-8b")
+    job = _job(method="lora", tokens_per_sample=1)  # attention term ≈ 0
+    adapters = arch.lora_params(job.lora_target_modules, job.lora_r)
+    expected = 4 * tp.matmul_params(arch) + 6 * adapters + 12 * arch.num_layers * arch.q_width * 0.5
+    assert tp.flops_per_token(job) == pytest.approx(expected)
+
+
+def test_moe_counts_active_experts_only() -> None:
+    arch = get_architecture("mixtral-8x7b-instruct-v0.1")
+    flops = tp.flops_per_token(_job(model="mixtral-8x7b-instruct-v0.1", tokens_per_sample=1))
+    assert flops == pytest.approx(6 * tp.matmul_params(arch) + 6 * arch.num_layers * arch.q_width, rel=1e-6)
+    assert tp.matmul_params(arch) < 0.3 * arch.total_params
+
+
+def test_eager_computes_the_whole_attention_square() -> None:
+    flash, eager = tp.flops_per_token(_job(attention="flash")), tp.flops_per_token(_job(attention="eager"))
+    arch = get_architecture("llama3.1-8b")
+    assert eager - flash == pytest.approx(6 * arch.num_layers * 4096 * arch.q_width)
+
+
+@pytest.mark.parametrize("gpu, dtype", [("A10G", "bf16"), ("V100", "bf16"), ("A10G", "fp16")])
+def test_no_peak_is_a_clear_error(gpu: str, dtype: str) -> None:
+    with pytest.raises(InvalidInputError) as info:
+        tp.estimate_throughput(_job(dtype=dtype), Placement(gpu_model=gpu))
+    assert info.value.field == "gpu_model" and "peak" in info.value.message
+    assert tp.throughput_or_none(_job(dtype=dtype), Placement(gpu_model=gpu)) is None
+
+
+def test_estimate_is_consistent() -> None:
+    job, place = _job(), Placement(gpu_model="NVIDIA-A100-SXM4-80GB", number_gpus=4)
+    est = tp.estimate_throughput(job, place)
+    assert est.tokens_per_second == pytest.approx(job.batch_size * job.tokens_per_sample / est.step_seconds)
+    assert est.tokens_per_second_per_gpu * 4 == pytest.approx(est.tokens_per_second)
+    assert 0 < est.mfu <= tp.MAX_EFFICIENCY
+    assert est.step_seconds == pytest.approx(est.compute_seconds + est.communication_seconds)
+    # the efficiency the model implies from its own answer is the one it assumed
+    assert tp.implied_efficiency(job, place, est.tokens_per_second) == pytest.approx(est.mfu)
+
+
+def test_fitted_efficiency_shape() -> None:
+    gpu, arch = get_gpu("A100-80GB"), get_architecture("llama3.1-8b")
+    small = tp.efficiency(_job(batch_size=1, tokens_per_sample=512), Placement(gpu_model="A100-80GB"), gpu, arch)
+    big = tp.efficiency(_job(batch_size=16), Placement(gpu_model="A100-80GB"), gpu, arch)
+    fused = tp.efficiency(_job(batch_size=16, fused_loss=True), Placement(gpu_model="A100-80GB"), gpu, arch)
+    assert small < big < fused
+    hopper = tp.efficiency(_job(), Placement(gpu_model="H100"), get_gpu("H100"), arch)
+    x = tp.micro_batch_tokens(_job(), Placement(gpu_model="H100"))
+    assert hopper == pytest.approx(tp.FITTED.by_method["full"] * x / (x + tp.FITTED.microbatch_tokens))
+
+
+def test_communication_by_link_and_nodes() -> None:
+    job = _job(batch_size=64)
+    nvlink = tp.estimate_throughput(job, Placement(gpu_model="NVIDIA-A100-SXM4-80GB", number_gpus=8))
+    pcie = tp.estimate_throughput(job, Placement(gpu_model="NVIDIA-A100-80GB-PCIe", number_gpus=8))
+    assert pcie.tokens_per_second <= nvlink.tokens_per_second
+    arch, gpu = get_architecture("llama3.1-8b"), get_gpu("NVIDIA-A100-SXM4-80GB")
+    one_node = tp.communication(job, arch, Placement(gpu_model=gpu.name, number_gpus=8), gpu)
+    two_nodes = tp.communication(job, arch, Placement(gpu_model=gpu.name, number_gpus=16, gpus_per_worker=8), gpu)
+    assert two_nodes.overlappable > one_node.overlappable  # the NIC (25 GB/s) is slower than NVLink (300 GB/s)
+
+
+def test_fsdp_volume_is_three_halves_of_ddp() -> None:
+    job, arch, gpu = _job(), get_architecture("llama3.1-8b"), get_gpu("NVIDIA-A100-SXM4-80GB")
+    ddp = tp.communication(job, arch, Placement(gpu_model=gpu.name, number_gpus=8, strategy="ddp"), gpu)
+    fsdp = tp.communication(job, arch, Placement(gpu_model=gpu.name, number_gpus=8, strategy="fsdp"), gpu)
+    assert fsdp.overlappable / ddp.overlappable == pytest.approx(1.5)
+    single = tp.communication(job, arch, Placement(gpu_model=gpu.name), gpu)
+    assert single.overlappable == single.exposed == 0
+
+
+def test_tensor_parallel_all_reduces_are_exposed() -> None:
+    job, arch, gpu = _job(), get_architecture("llama3.1-8b"), get_gpu("H100")
+    comm = tp.communication(job, arch, Placement(gpu_model="H100", number_gpus=8, tp=2), gpu)
+    assert comm.exposed > 0
+
+
+def test_pipeline_bubble() -> None:
+    job = _job(gradient_accumulation_steps=4)
+    arch, gpu = get_architecture("llama3.1-8b"), get_gpu("H100")
+    flat = tp.compute_seconds(job, arch, Placement(gpu_model="H100", number_gpus=4), gpu, 0.5)
+    piped = tp.compute_seconds(job, arch, Placement(gpu_model="H100", number_gpus=4, pp=4), gpu, 0.5)
+    assert piped / flat == pytest.approx((4 + 3) / 4)
+
+
+def test_efficiency_override_range() -> None:
+    with pytest.raises(InvalidInputError):
+        tp.estimate_throughput(_job(), Placement(gpu_model="H100"), efficiency_override=1.5)
+
+
+def test_theory_estimator_fills_throughput() -> None:
+    est = get_estimator("theory").estimate(_job(), Placement(gpu_model="NVIDIA-A100-SXM4-80GB", number_gpus=2))
+    assert est.throughput is not None and est.throughput.tokens_per_second > 0
+    no_peak = get_estimator("theory").estimate(_job(dtype="fp16"), Placement(gpu_model="A10G"))
+    assert no_peak.throughput is None
+
+
+def _bench() -> ModuleType:
+    path = Path(__file__).resolve().parents[1] / "bench" / "throughput_accuracy.py"
+    spec = importlib.util.spec_from_file_location("bench_throughput_accuracy", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def test_shipped_constants_are_the_fit_of_the_data() -> None:
+    """The constants in throughput.py are (close to) a refit on today's data/; if this fails after the
+    data changed, re-run `python bench/throughput_accuracy.py --fit` and paste the printed block."""
+    bench = _bench()
+    rows = bench.usable_rows(bench.load_measurements())
+    assert len(rows) == pytest.approx(tp.FITTED.rows, rel=0.1)
+    refit = bench.fit(rows)
+    assert refit.microbatch_tokens == pytest.approx(tp.FITTED.microbatch_tokens, rel=0.25)
+    for key, value in tp.FITTED.by_group.items():
+        assert refit.by_group[key] == pytest.approx(value, rel=0.05)
+    errors = bench.abs_pct_error(bench.predict(rows, tp.FITTED), rows["measured"].to_numpy())
+    median = float(sorted(errors)[len(errors) // 2])
+    assert median < 20 and not math.isnan(median)
+
+
+def test_bench_writes_its_section(tmp_path: Path) -> None:
+    report = tmp_path / "accuracy.md"
+    assert _bench().main(["--output", str(report)]) == 0
+    text = report.read_text()
+    assert "<!-- section:throughput-theory -->" in text and "held-out median abs % err" in text
+    assert "| **all** |" in text

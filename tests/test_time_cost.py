@@ -1,0 +1,110 @@
+"""Time (tokens ÷ tokens/s + load + checkpoints) and cost (GPU-hours × catalogued or given price)."""
+
+from __future__ import annotations
+
+import csv
+import re
+from importlib import resources
+
+import pytest
+
+from autoconf.catalog import get_architecture, list_gpus
+from autoconf.catalog.prices import get_price, list_prices
+from autoconf.errors import InvalidInputError
+from autoconf.schema import Job, Placement, ThroughputEstimate
+from autoconf.theory.cost import estimate_cost
+from autoconf.theory.timing import (
+    STARTUP_SECONDS, checkpoint_bytes, estimate_time, model_bytes, tokens_to_process,
+)
+
+JOB = Job(model="llama3.1-8b", tokens_per_sample=2048, batch_size=8)
+PLACE = Placement(gpu_model="NVIDIA-A100-SXM4-80GB", number_gpus=8)
+FIXED = ThroughputEstimate(
+    tokens_per_second=10_000.0, tokens_per_second_per_gpu=1250.0, flops_per_token=1.0, mfu=0.5,
+    step_seconds=1.0, compute_seconds=1.0, communication_seconds=0.0,
+)
+
+
+@pytest.mark.parametrize(
+    "kwargs, expected",
+    [
+        ({"token_budget": 1e9, "dataset_tokens": 5.0, "epochs": 3}, 1e9),  # an explicit budget wins
+        ({"dataset_tokens": 1e8, "epochs": 2}, 2e8),
+        ({"num_samples": 50_000, "epochs": 2}, 50_000 * 2048 * 2),  # padded to tokens_per_sample
+    ],
+)
+def test_tokens_to_process(kwargs: dict, expected: float) -> None:
+    assert tokens_to_process(JOB, **kwargs) == expected
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"num_samples": 10, "epochs": 0}, {"token_budget": -1}])
+def test_tokens_to_process_rejects(kwargs: dict) -> None:
+    with pytest.raises(InvalidInputError):
+        tokens_to_process(JOB, **kwargs)
+
+
+def test_time_terms_add_up() -> None:
+    t = estimate_time(JOB, PLACE, throughput=FIXED, token_budget=3.6e7, num_checkpoints=2)
+    assert t.train_seconds == pytest.approx(3600.0)
+    assert t.load_seconds == pytest.approx(STARTUP_SECONDS + model_bytes(JOB) / 1e9)
+    assert t.checkpoint_seconds == pytest.approx(2 * checkpoint_bytes(JOB) / 1e9)
+    assert t.total_seconds == pytest.approx(t.train_seconds + t.load_seconds + t.checkpoint_seconds)
+    assert t.tokens == 3.6e7
+
+
+def test_checkpoints_default_to_one_per_epoch() -> None:
+    one = estimate_time(JOB, PLACE, throughput=FIXED, num_samples=100, epochs=1)
+    three = estimate_time(JOB, PLACE, throughput=FIXED, num_samples=100, epochs=3)
+    assert three.checkpoint_seconds == pytest.approx(3 * one.checkpoint_seconds)
+
+
+def test_checkpoint_and_model_bytes() -> None:
+    arch = get_architecture("llama3.1-8b")
+    assert model_bytes(JOB) == arch.total_params * 2
+    assert checkpoint_bytes(JOB) == arch.total_params * (2 + 2 * 2)  # bf16 weights + two bf16 AdamW states
+    lora = Job(model="llama3.1-8b", method="lora")
+    assert checkpoint_bytes(lora) == arch.lora_params(lora.lora_target_modules, 8) * (4 + 8)
+
+
+def test_time_uses_the_theory_throughput_by_default() -> None:
+    t = estimate_time(JOB, PLACE, token_budget=1e9)
+    assert 0 < t.train_seconds < 1e6
+
+
+def test_cost_is_gpu_hours_times_price() -> None:
+    t = estimate_time(JOB, PLACE, throughput=FIXED, token_budget=3.6e7, startup_seconds=0, num_checkpoints=0,
+                      read_gbps=1e9)
+    c = estimate_cost(t, PLACE)
+    price = get_price("NVIDIA-A100-SXM4-80GB")
+    assert c.gpu_hours == pytest.approx(t.total_seconds / 3600 * 8)
+    assert c.cost_usd == pytest.approx(c.gpu_hours * price.usd_per_gpu_hour)
+    assert c.price_source.startswith("aws p4de.24xlarge") and "list price as of 2026-11-09" in c.price_source
+
+
+def test_price_override_and_provider() -> None:
+    t = estimate_time(JOB, PLACE, throughput=FIXED, token_budget=3.6e7)
+    user = estimate_cost(t, PLACE, price_per_gpu_hour_usd=1.0)
+    assert user.price_source == "user" and user.cost_usd == pytest.approx(user.gpu_hours)
+    lam = estimate_cost(t, PLACE, provider="lambda")
+    assert lam.price_per_gpu_hour_usd == 2.79 and "lambda.ai" in lam.price_source
+
+
+@pytest.mark.parametrize("gpu, provider", [("V100", None), ("A100-80GB-SXM", "nosuchcloud")])
+def test_missing_price_names_the_fix(gpu: str, provider: str | None) -> None:
+    t = estimate_time(JOB, PLACE, throughput=FIXED, token_budget=1e6)
+    with pytest.raises(InvalidInputError) as info:
+        estimate_cost(t, Placement(gpu_model=gpu), provider=provider)
+    assert info.value.field == "price_per_gpu_hour_usd"
+
+
+def test_price_table_rows_have_source_and_date() -> None:
+    text = resources.files("autoconf.catalog").joinpath("prices.csv").read_text(encoding="utf-8")
+    rows = list(csv.DictReader(text.splitlines()))
+    assert len(rows) == len(list_prices()) >= 10
+    for row in rows:
+        assert row["gpu_model"] in list_gpus()
+        assert row["source_url"].startswith("https://") and row["transcribed_from"].startswith("https://")
+        assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", row["as_of"])
+        assert 0 < float(row["usd_per_gpu_hour"]) < 20
+    defaults = [r["gpu_model"] for r in rows if r["default"] == "1"]
+    assert len(defaults) == len(set(defaults))  # at most one default per GPU
