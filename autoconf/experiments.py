@@ -15,7 +15,6 @@ import json
 import logging
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 from typing import Any, get_args
 
 import annotated_types
@@ -27,13 +26,12 @@ from pydantic import ValidationError
 from autoconf.catalog import list_gpus, list_models
 from autoconf.errors import AutoconfError, NotBuiltError
 from autoconf.estimators import DEFAULT_ESTIMATOR, ESTIMATORS, Estimator, get_estimator
+from autoconf.learned.versions import CARD, list_versions, models_dir
 from autoconf.recommend import recommend
 from autoconf.schema import GIB, Estimate, Job, Method, Placement
 
 logger = logging.getLogger(__name__)
 
-# Learned model versions live in <repo>/AutoGluonModels/<version>/card.json (design §6).
-MODELS_DIR = Path(__file__).resolve().parents[1] / "AutoGluonModels"
 # model_version value meaning "the newest version installed" (always in the domain, so that the
 # experiments stay usable before any learned version is built).
 LATEST = "latest"
@@ -60,13 +58,6 @@ class Domain:
     source: str
 
 
-def installed_versions(root: Path = MODELS_DIR) -> list[str]:
-    """Learned model versions with a card, oldest first (SemVer order)."""
-    cards = root.glob("*/card.json") if root.is_dir() else []
-    versions = [card.parent.name for card in cards]
-    return sorted(versions, key=lambda v: tuple(int(p) if p.isdigit() else 0 for p in v.split(".")))
-
-
 def _field_range(name: str) -> tuple[int, int]:
     """Inclusive [low, high] of an int field of Job, from its pydantic bounds."""
     low, high = 1, MAX_GPUS_LIMIT
@@ -88,9 +79,9 @@ def answerable_domain(model_version: str = LATEST) -> Domain:
     model with an unverified architecture is still *answered* (``can_recommend = 0`` and the reason
     naming the fix); ado rejects only names nobody knows.
     """
-    versions = installed_versions()
+    versions = list_versions()
     version = versions[-1] if model_version == LATEST and versions else model_version
-    card_path = MODELS_DIR / version / "card.json"
+    card_path = models_dir() / version / CARD
     card = json.loads(card_path.read_text(encoding="utf-8")) if card_path.is_file() else {}
     found = card.get("answerable_domain") or {}
     return Domain(
@@ -142,7 +133,7 @@ def _job_knob(name: str) -> ConstitutiveProperty:
 
 
 DOMAIN = answerable_domain()
-VERSIONS = [LATEST, *installed_versions()]
+VERSIONS = [LATEST, *list_versions()]
 DEFAULT_ESTIMATOR_NAME = _default_estimator()
 JOB_DEFAULTS = {name: Job.model_fields[name].default for name in JOB_KNOBS}
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from autoconf.learned.estimator import CorrectedBatch, LearnedEstimator
+from autoconf.learned.features import FeatureTable
 from autoconf.learned.model import conformal_risk
 from autoconf.schema import EstimatorName
 
@@ -24,13 +25,13 @@ class HybridEstimator(LearnedEstimator):
 
     name: EstimatorName = "hybrid"
 
-    def _inside(self, cols: dict[str, np.ndarray]) -> np.ndarray:
+    def _inside(self, cols: FeatureTable) -> np.ndarray:
         return self.model_.correction.contains(cols)
 
     def _uses(self, target: str) -> bool:
         return self.model_.applied.get(target, False)
 
-    def _risk(self, cols: dict[str, np.ndarray], peak: np.ndarray, capacity: np.ndarray, inside: np.ndarray) -> np.ndarray:
+    def _risk(self, cols: FeatureTable, peak: np.ndarray, capacity: np.ndarray, inside: np.ndarray) -> np.ndarray:
         with np.errstate(invalid="ignore", divide="ignore"):
             headroom = np.log(capacity / peak)
         risk = np.full(len(peak), np.nan)

@@ -58,7 +58,7 @@ class ProbeSettings(BaseModel):
 
 
 class ProbeResult(BaseModel):
-    """What one probe measured. Memory figures are peaks over warmup + probe steps, in bytes."""
+    """What one probe measured. Memory figures are peaks over the probe steps (after warmup), in bytes."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -4,10 +4,10 @@
   and resets it to the current RSS when "5" is written to /proc/self/clear_refs (proc(5), since
   Linux 4.0). The peak of a span is therefore exact, not sampled: HWM after the span minus the RSS
   before the model was built. Python's tracemalloc cannot see torch's allocations, so it is not used.
-* GPU: ``nvidia-smi --query-gpu=memory.used -lms N`` prints device-wide used memory every N ms
-  (it includes the CUDA context and any other process on that GPU); a thread keeps the maximum, and
-  the figure is that peak minus the first reading (taken before the model is built), as
-  fms-acceleration's benchmark reports it (data/README.md, ``nvidia_smi_bytes``).
+* GPU: ``nvidia-smi --query-gpu=memory.used`` gives device-wide used memory (the CUDA context and
+  any other process on that GPU included); a thread polls it and keeps the maximum, and the figure is
+  that peak minus the first reading (taken before the model is built), as fms-acceleration's
+  benchmark reports it (data/README.md, ``nvidia_smi_bytes``).
 """
 
 from __future__ import annotations
@@ -17,13 +17,11 @@ import platform
 import shutil
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 MIB = 2**20
 KIB = 2**10
-POLL_MS = 20  # nvidia-smi's loop period; a 20 ms sample misses only spikes shorter than one step kernel
-FIRST_SAMPLE_S = 5  # nvidia-smi's first line comes within ~0.1-1 s
+POLL_S = 0.02  # pause between nvidia-smi calls; each call itself takes tens of ms
 QUERY_TIMEOUT_S = 20  # nvidia-smi answers in well under a second on a healthy machine
 
 
@@ -83,56 +81,68 @@ class HostPeak:
 
 
 class NvidiaSmiPeak:
-    """Context manager: the peak of nvidia-smi's memory.used while it is open (None without nvidia-smi)."""
+    """Context manager: the peak of nvidia-smi's memory.used while open, minus the first reading.
+
+    One ``nvidia-smi --query-gpu=memory.used`` call per sample (not its ``-lms`` loop, whose output
+    may sit in a pipe buffer and be lost when it is stopped): a sample every ~0.05-0.1 s, the time
+    one call takes with the driver loaded. None without nvidia-smi.
+    """
 
     def __init__(self, device_id: str | None) -> None:
         self.device_id = device_id
-        self._peak_mib: int | None = None
+        self._first_mib: int | None = None
         self._last_mib: int | None = None
-        self._first = threading.Event()
-        self._first_mib = 0
-        self._proc: subprocess.Popen[str] | None = None
+        self._peak_mib: int | None = None
+        self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def __enter__(self) -> "NvidiaSmiPeak":
         if self.device_id is None or shutil.which("nvidia-smi") is None:
             return self
-        command = ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits",
-                   "-i", self.device_id, "-lms", str(POLL_MS)]
-        self._proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        self._thread = threading.Thread(target=self._read, name="nvidia-smi-peak", daemon=True)
+        self._sample()  # the idle reading, before this process creates its CUDA context
+        self._thread = threading.Thread(target=self._poll, name="nvidia-smi-peak", daemon=True)
         self._thread.start()
-        self._first.wait(timeout=FIRST_SAMPLE_S)  # the idle reading must precede the CUDA context
         return self
 
-    def _read(self) -> None:
-        assert self._proc is not None and self._proc.stdout is not None
-        for line in self._proc.stdout:
-            text = line.strip()
-            if text.isdigit():
-                if not self._first.is_set():
-                    self._first_mib = int(text)
-                    self._first.set()
-                self._last_mib = int(text)
-                self._peak_mib = max(self._peak_mib or 0, self._last_mib)
+    def _sample(self) -> None:
+        assert self.device_id is not None
+        value = memory_used_mib(self.device_id)
+        if value is None:
+            return
+        if self._first_mib is None:
+            self._first_mib = value
+        self._last_mib = value
+        self._peak_mib = value if self._peak_mib is None else max(self._peak_mib, value)
+
+    def _poll(self) -> None:
+        while not self._stop.wait(POLL_S):
+            self._sample()
 
     def reset(self) -> None:
         """Forget the peak so far (e.g. a build-time copy); keep the latest sample."""
         self._peak_mib = self._last_mib
 
     def __exit__(self, *exc: object) -> None:
-        if self._proc is None:
-            return
-        time.sleep(3 * POLL_MS / 1000)  # let the last samples of the final step arrive
-        self._proc.terminate()
-        self._proc.wait(timeout=QUERY_TIMEOUT_S)
         if self._thread is not None:
+            self._stop.set()
             self._thread.join(timeout=QUERY_TIMEOUT_S)
 
     @property
     def peak_bytes(self) -> float | None:
-        """Peak memory.used minus the first reading; None without nvidia-smi."""
-        return None if self._peak_mib is None else float(max(0, self._peak_mib - self._first_mib) * MIB)
+        if self._peak_mib is None or self._first_mib is None:
+            return None
+        return float(max(0, self._peak_mib - self._first_mib) * MIB)
+
+
+def memory_used_mib(device_id: str) -> int | None:
+    """Device-wide memory.used of one GPU in MiB, from one nvidia-smi call (None if it fails)."""
+    command = ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", device_id]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=QUERY_TIMEOUT_S, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = done.stdout.split()
+    return int(lines[0]) if lines and lines[0].isdigit() else None
 
 
 def cap_address_space(extra_gib: float) -> None:

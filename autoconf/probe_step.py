@@ -13,8 +13,9 @@ import logging
 import math
 import tempfile
 import time
-from dataclasses import dataclass, replace
+import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -102,7 +103,9 @@ def build_model(job: Job, arch: Architecture, device: str) -> torch.nn.Module:
             targets = "all-linear"
         lora = LoraConfig(r=job.lora_r, lora_alpha=job.lora_alpha, lora_dropout=job.lora_dropout,
                           target_modules=targets, task_type="CAUSAL_LM")
-        model = get_peft_model(model, lora)  # adapters in fp32 (peft's autocast_adapter_dtype default)
+        with warnings.catch_warnings():  # peft 0.21 asks transformers 5 for a renamed property
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+            model = get_peft_model(model, lora)  # adapters in fp32 (peft's autocast_adapter_dtype default)
     model.train()
     return model
 
@@ -210,10 +213,10 @@ def run(job: Job, settings: ProbeSettings, device: str) -> dict[str, Any]:
         except Exception as exc:  # an OOM or a failure is the answer, not a crash
             out.update(status="oom" if _is_oom(exc) else "failed", reason=f"{type(exc).__name__}: {exc}"[:500])
             log.debug("probe failed", exc_info=True)
-        out.update(_memory(device, meters))
-        gc.collect()  # the model and optimizer died with _build_and_step's frame
-        if device == "cuda":
-            torch.cuda.empty_cache()
+    out.update(_memory(device, meters))  # after the nvidia-smi poller has stopped
+    gc.collect()  # the model and optimizer died with _build_and_step's frame
+    if device == "cuda":
+        torch.cuda.empty_cache()
     return out
 
 

@@ -6,9 +6,9 @@ evenly over its GPUs (ado's SFTTrainer rejects those points too); the first cand
 ``oom_risk`` is at most ``max_oom_risk`` wins. "Nothing fits" is an answer (``can_recommend = 0`` with
 a reason), as are an unknown model or GPU.
 
-The search runs on batches (``recommend_batch``): each candidate GPU count is one call of the
-estimator's batch memory function over every job still undecided, so a sweep of thousands of jobs
-costs a dozen vectorised calls, not thousands of scalar ones. ``recommend_frame`` (sweeps, every
+The search runs on batches (``recommend_batch``): every candidate placement of every job goes into
+one call of the estimator's batch memory function, so a sweep of thousands of jobs costs a few
+vectorised calls, not thousands of scalar ones, and one recommendation costs one call. ``recommend_frame`` (sweeps, every
 ``estimate_frame``) builds the batch columns of design §8 on top of it.
 """
 
@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 BatchFn = Callable[[Sequence[Job], Sequence[Placement]], MemoryBatch]
 Progress = Callable[[int, int], None]
+FRAME_CHUNK = 1000  # jobs per batch call in recommend_frame: bounds memory, paces the progress bar
 
 
 def candidate_gpus(max_gpus: int = 64, gpus_per_node: int = 8) -> Iterator[int]:
@@ -118,14 +119,31 @@ def _notes_and_throughput(estimator: Estimator, jobs: list[Job], places: list[Pl
     return [a.memory.notes for a in answers], [a.throughput for a in answers]
 
 
+def _pairs(jobs: Sequence[Job], pending: np.ndarray, max_gpus: int, gpus_per_node: int) -> tuple[list[int], list[int]]:
+    """(job index, GPU count) of every candidate placement of every pending job, in search order."""
+    who, gpus = [], []
+    counts = list(candidate_gpus(max_gpus, gpus_per_node))
+    for i in np.flatnonzero(pending):
+        per = jobs[i].gradient_accumulation_steps
+        for n in counts:
+            if jobs[i].batch_size % (n * per) == 0:
+                who.append(int(i))
+                gpus.append(n)
+    return who, gpus
+
+
 def recommend_batch(
     jobs: Sequence[Job], gpu_models: Sequence[str], estimator: Estimator, *, max_gpus: int = 64,
     gpus_per_node: int = 8, max_oom_risk: float = 0.05, strict: bool = False,
-    strategies: Sequence[Strategy | None] | None = None, progress: Progress | None = None,
+    strategies: Sequence[Strategy | None] | None = None,
 ) -> BatchSearch:
-    """recommend() for many jobs at once: one batch memory call per candidate GPU count."""
+    """recommend() for many jobs at once: every candidate placement of every job in one batch call.
+
+    Per job, its candidates are read in search order: an error refuses the job, the first candidate
+    with ``oom_risk <= max_oom_risk`` is the answer (as the scalar search would stop there).
+    """
     n = len(jobs)
-    search, fn = _new_search(n), batch_function(estimator)
+    search = _new_search(n)
     strategies = strategies or [None] * n
     pending = np.ones(n, dtype=bool)
     if strict and hasattr(estimator, "in_training_domain"):
@@ -134,39 +152,48 @@ def recommend_batch(
             if not inside:
                 search.reasons[i] = f"outside the training domain of model version {estimator.model_version}: {why}"
                 pending[i] = False
-    tried = np.zeros(n, dtype=bool)
-    batch_sizes = np.array([j.batch_size for j in jobs], dtype=np.int64)
-    accum = np.array([j.gradient_accumulation_steps for j in jobs], dtype=np.int64)
+    who, counts = _pairs(jobs, pending, max_gpus, gpus_per_node)
     cache: dict[tuple, Placement] = {}
-    for gpus in candidate_gpus(max_gpus, gpus_per_node):
-        rows = np.flatnonzero(pending & (batch_sizes % (gpus * accum) == 0))
-        if not len(rows):
+    places = [cache.setdefault((gpu_models[i], c, strategies[i]), _placement(gpu_models[i], c, gpus_per_node, strategies[i]))
+              for i, c in zip(who, counts)]
+    pair_jobs = [jobs[i] for i in who]
+    batch = batch_function(estimator)(pair_jobs, places) if who else None
+    last = np.full(n, -1)
+    chosen = np.zeros(len(who), dtype=bool)
+    decided = ~pending
+    for k, i in enumerate(who):
+        if decided[i]:
             continue
-        level_jobs = [jobs[i] for i in rows]
-        level_places = [cache.setdefault((gpu_models[i], gpus, strategies[i]),
-                                         _placement(gpu_models[i], gpus, gpus_per_node, strategies[i])) for i in rows]
-        batch = fn(level_jobs, level_places)
-        failed = np.array([e is not None for e in batch.errors])
-        for k in np.flatnonzero(failed):
-            search.errors[rows[k]] = batch.errors[k]
-            search.reasons[rows[k]] = batch.errors[k]  # type: ignore[assignment]
-        good = ~failed
-        _store(search, rows[good], batch, np.flatnonzero(good))
-        tried[rows[good]] = True
-        chosen = good & (batch.oom_risk <= max_oom_risk)
-        for k in np.flatnonzero(good):
-            search.placements[rows[k]] = level_places[k]
-        notes, tputs = _notes_and_throughput(estimator, level_jobs, level_places, batch, chosen)
-        for k, note, tput in zip(np.flatnonzero(chosen), notes, tputs):
-            search.number_gpus[rows[k]], search.notes[rows[k]], search.throughput[rows[k]] = gpus, note, tput
-            search.reasons[rows[k]] = "; ".join(note[1:])
-        pending[rows[failed | chosen]] = False
-        if progress:
-            progress(int(n - pending.sum()), n)
-    for i in np.flatnonzero(pending):
-        search.reasons[i] = _nothing_fits(search, i, max_gpus, max_oom_risk) if tried[i] else (
-            f"batch_size {jobs[i].batch_size} does not split evenly over any candidate GPU count ≤ {max_gpus}")
+        if batch.errors[k] is not None:  # type: ignore[union-attr]
+            search.errors[i] = search.reasons[i] = batch.errors[k]  # type: ignore[union-attr]
+            decided[i] = True
+            continue
+        last[i] = k
+        if batch.oom_risk[k] <= max_oom_risk:  # type: ignore[union-attr]
+            chosen[k], decided[i] = True, True
+            search.number_gpus[i] = counts[k]
+    _finish(search, jobs, estimator, batch, who, places, pair_jobs, last, chosen, max_gpus, max_oom_risk)
     return search
+
+
+def _finish(search: BatchSearch, jobs: Sequence[Job], estimator: Estimator, batch: MemoryBatch | None, who: list[int],
+            places: list[Placement], pair_jobs: list[Job], last: np.ndarray, chosen: np.ndarray, max_gpus: int,
+            max_oom_risk: float) -> None:
+    """Memory at the chosen (else last tried) placement, notes, throughput and reasons."""
+    rows = np.flatnonzero(last >= 0)
+    if batch is not None and len(rows):
+        _store(search, rows, batch, last[rows])
+        for i in rows:
+            search.placements[i] = places[last[i]]
+        notes, tputs = _notes_and_throughput(estimator, pair_jobs, places, batch, chosen)
+        for k, note, tput in zip(np.flatnonzero(chosen), notes, tputs):
+            i = who[k]
+            search.notes[i], search.throughput[i], search.reasons[i] = note, tput, "; ".join(note[1:])
+    for i in range(len(jobs)):
+        if search.number_gpus[i] or search.errors[i] is not None or search.reasons[i]:
+            continue
+        search.reasons[i] = _nothing_fits(search, i, max_gpus, max_oom_risk) if last[i] >= 0 else (
+            f"batch_size {jobs[i].batch_size} does not split evenly over any candidate GPU count ≤ {max_gpus}")
 
 
 def _nothing_fits(search: BatchSearch, i: int, max_gpus: int, max_oom_risk: float) -> str:
@@ -240,6 +267,17 @@ def _given_columns(estimator: Estimator, jobs: list[Job], places: list[Placement
     return batch, out
 
 
+def _concat(parts: list[BatchSearch]) -> BatchSearch:
+    if not parts:
+        return _new_search(0)
+    return BatchSearch(
+        number_gpus=np.concatenate([p.number_gpus for p in parts]), reasons=sum((p.reasons for p in parts), []),
+        errors=sum((p.errors for p in parts), []), placements=sum((p.placements for p in parts), []),
+        memory={k: np.concatenate([p.memory[k] for p in parts]) for k in parts[0].memory},
+        phase=sum((p.phase for p in parts), []), notes=sum((p.notes for p in parts), []),
+        throughput=sum((p.throughput for p in parts), []))
+
+
 def recommend_frame(frame: pd.DataFrame, estimator: Estimator, *, max_gpus: int = 64, gpus_per_node: int = 8,
                     max_oom_risk: float = 0.05, strict: bool = False, progress: Progress | None = None) -> pd.DataFrame:
     """Batch columns of design §8: input columns + estimates + the recommendation, one row per input row.
@@ -249,9 +287,16 @@ def recommend_frame(frame: pd.DataFrame, estimator: Estimator, *, max_gpus: int 
     """
     jobs, places, given, errors = _frame_inputs(frame)
     valid = [i for i, j in enumerate(jobs) if j is not None]
-    search = recommend_batch([jobs[i] for i in valid], [places[i].gpu_model for i in valid], estimator,  # type: ignore[union-attr]
-                             max_gpus=max_gpus, gpus_per_node=gpus_per_node, max_oom_risk=max_oom_risk, strict=strict,
-                             strategies=[places[i].strategy for i in valid], progress=progress)  # type: ignore[union-attr]
+    parts = []
+    for start in range(0, len(valid), FRAME_CHUNK):
+        chunk = valid[start:start + FRAME_CHUNK]
+        parts.append(recommend_batch(
+            [jobs[i] for i in chunk], [places[i].gpu_model for i in chunk], estimator,  # type: ignore[union-attr, misc]
+            max_gpus=max_gpus, gpus_per_node=gpus_per_node, max_oom_risk=max_oom_risk, strict=strict,
+            strategies=[places[i].strategy for i in chunk]))  # type: ignore[union-attr]
+        if progress:
+            progress(start + len(chunk), len(valid))
+    search = _concat(parts)
     n = len(frame)
     out: dict[str, Any] = {c: [None] * n for c in OUTPUT_COLUMNS}
     mem = {k: np.full(n, np.nan) for k in (*MEMORY_COLUMNS, "peak", "capacity", "oom_risk")}

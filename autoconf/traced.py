@@ -25,9 +25,9 @@ import numpy as np
 import pandas as pd
 
 from autoconf.catalog import Architecture, get_architecture, get_gpu
-from autoconf.errors import AutoconfError
+from autoconf.errors import AutoconfError, InvalidInputError
 from autoconf.frame import estimate_columns, map_rows, row_inputs
-from autoconf.schema import Estimate, Job, MemoryEstimate, Placement
+from autoconf.schema import DEFAULT_LORA_TARGETS, Estimate, Job, MemoryEstimate, Placement
 from autoconf.theory.memory import estimate_memory, micro_batch, oom_probability, overhead_bytes
 from autoconf.theory.states import model_states
 from autoconf.theory.throughput import estimate_throughput
@@ -50,13 +50,31 @@ def untraceable_reason(job: Job, placement: Placement) -> str | None:
         return "QLoRA: bitsandbytes 4-bit layers cannot run on fake CPU tensors"
     if job.optimizer == "adamw-8bit":
         return "8-bit AdamW (bitsandbytes) cannot run on fake CPU tensors"
-    if job.fused_loss:
-        return "fused/chunked cross-entropy kernels (Liger, FOAK) have no fake CPU implementation"
+    if job.effective_loss_kernel != "hf":
+        return f"the {job.effective_loss_kernel} loss kernel (Liger, FOAK; Triton) has no fake CPU implementation"
     if job.optimizer_state_dtype == "fp32" and job.method == "full" and job.dtype in ("bf16", "fp16"):
         return "torch optimizers keep states in the parameter dtype; fp32 states with bf16/fp16 weights are not traced"
     if placement.tp > 1 or placement.pp > 1:
         return "a trace is one data-parallel replica; tensor/pipeline parallel splits are not traced"
     return None
+
+
+# peft's own default targets for model types without q_proj/v_proj (peft.utils.constants,
+# TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING: gpt_bigcode -> c_attn), used when the job keeps
+# the default q_proj,v_proj, as peft does when no targets are given.
+PEFT_DEFAULT_TARGETS = {"gpt_bigcode": ("c_attn",)}
+
+
+def lora_targets(job: Job, arch: Architecture) -> tuple[str, ...]:
+    """The job's LoRA targets as modules of this architecture (peft's default for the default)."""
+    if arch.lora_targets(job.lora_target_modules):
+        return tuple(sorted(job.lora_target_modules))
+    if tuple(job.lora_target_modules) == DEFAULT_LORA_TARGETS and arch.model_type in PEFT_DEFAULT_TARGETS:
+        return PEFT_DEFAULT_TARGETS[arch.model_type]
+    names = ", ".join(lin.name for lin in arch.layer_linears if lin.name != "router")
+    raise InvalidInputError(
+        "lora_target_modules", f"must name linear modules of {arch.name} ({names}) or all-linear; got {', '.join(job.lora_target_modules)}"
+    )
 
 
 def trace_spec(job: Job, arch: Architecture) -> dict[str, Any]:
@@ -71,7 +89,7 @@ def trace_spec(job: Job, arch: Architecture) -> dict[str, Any]:
     }
     if job.method == "lora":
         spec.update(lora_r=job.lora_r, lora_alpha=job.lora_alpha, lora_dropout=job.lora_dropout,
-                    lora_target_modules=sorted(job.lora_target_modules))
+                    lora_target_modules=list(lora_targets(job, arch)))
     return spec
 
 
@@ -143,6 +161,10 @@ class TracedEstimator:
             f"transformers {fit.meta['versions']['transformers']}), micro-batch {batch} × {job.tokens_per_sample} per GPU",
             "overhead (CUDA context, NCCL, fragmentation) and sharding from theory",
         ]
+        if job.method == "lora" and lora_targets(job, arch) != tuple(sorted(job.lora_target_modules)):
+            notes.append(f"LoRA targets {', '.join(lora_targets(job, arch))} (peft's default for {arch.model_type})")
+        if job.dtype.startswith("amp"):
+            notes.append("amp traced with torch's CPU autocast op lists (CUDA autocast casts a few ops differently)")
         return MemoryEstimate(
             weights_bytes=parts[0], gradients_bytes=parts[1], optimizer_bytes=parts[2],
             activations_bytes=parts[3], logits_bytes=parts[4], overhead_bytes=overhead, peak_bytes=peak,

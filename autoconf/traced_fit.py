@@ -169,8 +169,13 @@ def _versions() -> dict[str, str]:
 
 
 def cache_key(spec: dict[str, Any], regime: str) -> str:
-    """Hash of everything a trace depends on: the spec, the regime, the fit and library versions."""
-    payload = {"spec": spec, "regime": regime, "fit_version": FIT_VERSION, "versions": _versions()}
+    """Hash of everything a trace depends on: the spec, the regime, the fit and library versions.
+
+    The architecture's name is left out: catalogue rows with the same shape (llama3-8b and
+    llama3.1-8b, llama-7b and llama2-7b, ...) share one trace.
+    """
+    structure = {**spec, "arch": {k: v for k, v in spec["arch"].items() if k != "name"}}
+    payload = {"spec": structure, "regime": regime, "fit_version": FIT_VERSION, "versions": _versions()}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -38,23 +39,22 @@ def _run(args: list[str], env: dict[str, str], cwd: Path) -> str:
     return proc.stdout
 
 
+@pytest.fixture(scope="module", autouse=True)
+def simple_run(ado_env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
+    """`run_experiment examples/simple.yaml`, started at once so that it overlaps the other test."""
+    proc = subprocess.Popen([str(BIN / "run_experiment"), str(ROOT / "examples" / "simple.yaml")], env=ado_env,
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    yield proc
+    if proc.poll() is None:
+        proc.kill()
+        proc.communicate()
+
+
 def _printed_values(stdout: str) -> dict[str, str]:
     """The 'Result:' block of run_experiment: one 'name value' pair per line."""
     block = stdout.split("Result:", 1)[1]
     pairs = (line.split(None, 1) for line in block.splitlines() if line.strip() not in ("", "[", "]"))
     return {p[0]: (p[1].strip() if len(p) > 1 else "") for p in pairs}
-
-
-def test_run_experiment_simple_matches_direct_call(ado_env: dict[str, str]) -> None:
-    stdout = _run([str(BIN / "run_experiment"), str(ROOT / "examples" / "simple.yaml")], ado_env, ROOT)
-    printed = _printed_values(stdout)
-    entity = yaml.safe_load((ROOT / "examples" / "simple.yaml").read_text())["entity"]
-    direct = experiments.min_gpu_recommender(**entity)
-    assert printed["valid"] == "True"
-    for key in ("can_recommend", "gpus", "workers", "number_gpus"):
-        assert int(printed[key]) == direct[key], key
-    assert float(printed["peak_memory_gib"]) == pytest.approx(direct["peak_memory_gib"], rel=1e-6)
-    assert direct["can_recommend"] == 1 and direct["gpus"] >= 1 and direct["workers"] >= 1
 
 
 def test_space_operation_csv_export(ado_env: dict[str, str], tmp_path: Path) -> None:
@@ -77,3 +77,16 @@ def test_space_operation_csv_export(ado_env: dict[str, str], tmp_path: Path) -> 
     assert (unverified["can_recommend"] == 0).all()
     assert unverified["reason"].str.contains("unverified").all()
     assert (frame[frame["model_name"] == "llama3.1-8b"]["can_recommend"] == 1).any()
+
+
+def test_run_experiment_simple_matches_direct_call(simple_run: subprocess.Popen[str]) -> None:
+    stdout, stderr = simple_run.communicate(timeout=300)
+    assert simple_run.returncode == 0, f"{stdout[-3000:]}\n{stderr[-3000:]}"
+    printed = _printed_values(stdout)
+    entity = yaml.safe_load((ROOT / "examples" / "simple.yaml").read_text())["entity"]
+    direct = experiments.min_gpu_recommender(**entity)
+    assert printed["valid"] == "True"
+    for key in ("can_recommend", "gpus", "workers", "number_gpus"):
+        assert int(printed[key]) == direct[key], key
+    assert float(printed["peak_memory_gib"]) == pytest.approx(direct["peak_memory_gib"], rel=1e-6)
+    assert direct["can_recommend"] == 1 and direct["gpus"] >= 1 and direct["workers"] >= 1

@@ -92,46 +92,45 @@ def test_probe_builds_the_catalogue_architecture_exactly(model: str) -> None:
     assert sum(p.numel() for p in built.parameters()) == arch.total_params
 
 
-def test_measure_writes_rows_with_provenance_and_resumes(tmp_path: Path) -> None:
+def test_measure_writes_rows_with_provenance_resumes_and_stops_at_oom(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     grid = _grid(tmp_path, "two", {
-        "name": "two", "max_points": 2, "time_limit_s": 300,
-        "settings": {"model": TINY, "device": "cpu", "warmup_steps": 1, "probe_steps": 1, "tokens_per_sample": 64},
-        "grid": {"method": ["full", "lora"], "per_device_batch": 1},
+        "name": "two", "max_points": 3, "time_limit_s": 300,
+        # a 0.5 GiB cap: 64 x 2048 tokens needs ~12 B x b·s·V = 0.75 GiB for HF's loss alone
+        "settings": {"model": TINY, "device": "cpu", "warmup_steps": 1, "probe_steps": 1, "method": "full",
+                     "host_memory_limit_gib": 0.5},
+        "grids": [{"tokens_per_sample": 64, "per_device_batch": 1},
+                  {"tokens_per_sample": 2048, "per_device_batch": [128, 64]}],  # 128 is above the OOM
     })
     out = tmp_path / "probe.csv"
     assert main(["measure", "--grid", str(grid), "--out", str(out)]) == 0
+    assert "measured 2 (ok 1, oom 1, failed 0); 0 already in" in capsys.readouterr().err
     rows = _rows(out)
-    assert [r["method"] for r in rows] == ["full", "lora"]
     assert list(rows[0]) == list(ROW_COLUMNS)
+    assert [(r["status"], r["per_device_batch_size"]) for r in rows] == [("ok", "1"), ("oom", "64")]
+    ok, oom = rows
     for row in rows:
-        assert row["status"] == "ok" and row["source"] == row["framework"] == "autoconf-probe"
-        assert row["campaign"] == "autoconf-probe/two" and row["gpu_model"] == "cpu"
-        assert row["memory_metric"] == "host_rss" and int(row["peak_memory_bytes"]) > 0
-        assert float(row["tokens_per_second"]) > 0
+        assert row["source"] == row["framework"] == "autoconf-probe" and row["campaign"] == "autoconf-probe/two"
+        assert row["gpu_model"] == "cpu" and row["model_name"] == TINY and row["batch_size"] == row["per_device_batch_size"]
         ref = row["source_ref"]
-        assert ref.startswith("autoconf-gpu probe --model tiny-llama-test")
-        for part in ("host=", "device=", "driver=n/a", "torch=2.13.0", "transformers=", "date=20"):
+        assert ref.startswith("autoconf-gpu probe --") and f"--per-device-batch {row['per_device_batch_size']}" in ref
+        for part in ("--model tiny-llama-test", "host=", "device=", "driver=n/a", "torch=2.13.0", "transformers=", "date=20"):
             assert part in ref
-    assert rows[1]["lora_r"] == "8" and rows[1]["lora_target_modules"] == "q_proj,v_proj"
-    assert main(["measure", "--grid", str(grid), "--out", str(out)]) == 0  # resumed: nothing to run
+    assert ok["memory_metric"] == "host_rss" and int(ok["peak_memory_bytes"]) > 0 and float(ok["tokens_per_second"]) > 0
+    assert "can't allocate memory" in oom["reason"] and oom["peak_memory_bytes"] == oom["memory_metric"] == ""
+    assert main(["measure", "--grid", str(grid), "--out", str(out)]) == 0  # resumed: nothing runs
+    assert "measured 0 (ok 0, oom 0, failed 0); 2 already in" in capsys.readouterr().err
     assert len(_rows(out)) == 2
 
 
-def test_measure_records_oom_and_timeout_rows(tmp_path: Path) -> None:
-    settings = {"model": TINY, "device": "cpu", "warmup_steps": 0, "probe_steps": 1, "method": "full"}
-    # 64 x 2048 tokens: HF's loss alone holds ~12 B x b·s·V = 0.75 GiB, over a 0.5 GiB cap
-    oom = _grid(tmp_path, "oom", {"name": "oom", "settings": {**settings, "host_memory_limit_gib": 0.5},
-                                  "grid": {"tokens_per_sample": 2048, "per_device_batch": 64}})
-    slow = _grid(tmp_path, "slow", {"name": "slow", "settings": settings,
+def test_measure_time_out_is_a_failed_row(tmp_path: Path) -> None:
+    grid = _grid(tmp_path, "slow", {"name": "slow", "settings": {"model": TINY, "device": "cpu", "method": "lora"},
                                     "grid": {"tokens_per_sample": 64, "per_device_batch": 1}})
     out = tmp_path / "probe.csv"
-    assert main(["measure", "--grid", str(oom), "--out", str(out)]) == 0
-    assert main(["measure", "--grid", str(slow), "--out", str(out), "--time-limit-s", "0.5"]) == 0
-    first, second = _rows(out)
-    assert first["status"] == "oom" and "can't allocate memory" in first["reason"]
-    assert first["peak_memory_bytes"] == "" and first["memory_metric"] == ""
-    assert second["status"] == "failed" and second["reason"].startswith("timeout: no result within 0.5 s")
-    assert "torch=2.13.0" in second["source_ref"]
+    assert main(["measure", "--grid", str(grid), "--out", str(out), "--time-limit-s", "0.5"]) == 0
+    (row,) = _rows(out)
+    assert row["status"] == "failed" and row["reason"].startswith("timeout: no result within 0.5 s")
+    assert row["method"] == "lora" and row["lora_r"] == "8" and "torch=2.13.0" in row["source_ref"]
 
 
 def test_points_above_an_oom_are_skipped() -> None:

@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "serve": "serve",
     "tokens": "tokens",
     "probe": "probe", "measure": "measure",
+    "recommend": "recommend", "models": "models",
 }
 
 
@@ -38,7 +39,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="autoconf-gpu", description=__doc__.splitlines()[0])
+    parser = _Parser(
+        prog="autoconf-gpu",
+        description="Will an LLM fine-tuning job fit, on how many GPUs and workers, how fast, how long, at what cost?",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
     subparsers = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for module in COMMANDS.values():

@@ -41,6 +41,7 @@ DEFAULT_TIME_LIMIT_S = 600.0  # import + random init + steps of an 8B model take
 KEY_COLUMNS = ("gpu_model", "model_name", "method", "dtype", "gradient_accumulation_steps",
                "gradient_checkpointing", "attention", "lora_r", "lora_alpha", "lora_target_modules",
                "optimizer", "optimizer_impl", "tokens_per_sample", "per_device_batch_size")
+TOP_KEYS = ("name", "max_points", "time_limit_s", "settings", "grid", "grids")
 RUNNER = "import sys; from autoconf.cli import main; sys.exit(main(sys.argv[1:]))"
 
 
@@ -102,9 +103,9 @@ def load_grid(path: Path) -> tuple[dict[str, object], list[dict[str, object]]]:
         raise InvalidInputError("grid", f"must be a readable YAML file; got {path}: {exc}") from exc
     if not isinstance(spec, dict):
         raise InvalidInputError("grid", f"must be a YAML mapping; got {type(spec).__name__}")
-    unknown = set(spec) - {"name", "max_points", "time_limit_s", "settings", "grid", "grids"}
+    unknown = set(spec) - set(TOP_KEYS)
     if unknown:
-        raise InvalidInputError("grid", f"top-level keys must be name, max_points, time_limit_s, settings, grid(s); got {sorted(unknown)}")
+        raise InvalidInputError("grid", f"top-level keys must be among {', '.join(TOP_KEYS)}; got {sorted(unknown)}")
     grids = spec.get("grids") or [spec.get("grid") or {}]
     settings = spec.get("settings") or {}
     points = [p for grid in grids for p in _expand({**settings, **grid})]

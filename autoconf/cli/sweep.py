@@ -1,4 +1,4 @@
-"""``autoconf-gpu sweep``: a CSV of Job/Placement columns in, every estimate column out (design §8)."""
+"""``autoconf-gpu sweep``: a CSV of Job/Placement columns in, every estimate column and the recommendation out (design §8)."""
 
 from __future__ import annotations
 
@@ -7,20 +7,38 @@ import sys
 
 import pandas as pd
 
-from autoconf.estimators import ESTIMATORS, get_estimator
+from autoconf.estimators import DEFAULT_ESTIMATOR, ESTIMATORS, get_estimator
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("sweep", help="batch estimates: CSV of configurations in, estimates out")
     p.add_argument("--input", required=True, help="CSV with Job/Placement columns (model or model_name, method, gpu_model, ...)")
     p.add_argument("--output", required=True, help="CSV to write (input columns + estimate columns)")
-    p.add_argument("--estimator", default="theory", help=f"{' | '.join(ESTIMATORS)} (default %(default)s)")
+    p.add_argument("--estimator", default=DEFAULT_ESTIMATOR, help=f"{' | '.join(ESTIMATORS)} (default %(default)s)")
     p.add_argument("--model-version", help="learned-model version (learned/hybrid)")
+    p.add_argument("--max-gpus", type=int, default=64, help="largest total GPU count to recommend (default %(default)s)")
+    p.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per worker (default %(default)s)")
+    p.add_argument("--max-oom-risk", type=float, default=0.05, help="highest accepted OOM risk (default %(default)s)")
+    p.add_argument("--strict", action="store_true", help="can_recommend = 0 outside the version's training domain")
+
+
+def _progress_bar(done: int, total: int) -> None:
+    """A one-line bar on stderr, only when stderr is a terminal (never in logs or pipes)."""
+    filled = int(30 * done / max(total, 1))
+    sys.stderr.write(f"\rsweep [{'#' * filled}{'.' * (30 - filled)}] {done}/{total} rows")
+    if done >= total:
+        sys.stderr.write("\n")
+    sys.stderr.flush()
 
 
 def run(args: argparse.Namespace) -> int:
+    from autoconf.recommend import recommend_frame
+
     frame = pd.read_csv(args.input)
-    out = get_estimator(args.estimator, args.model_version).estimate_frame(frame)
+    estimator = get_estimator(args.estimator, args.model_version)
+    out = recommend_frame(frame, estimator, max_gpus=args.max_gpus, gpus_per_node=args.gpus_per_node,
+                          max_oom_risk=args.max_oom_risk, strict=args.strict,
+                          progress=_progress_bar if sys.stderr.isatty() else None)
     out.to_csv(args.output, index=False)
     bad = int(out["error"].notna().sum())
     sys.stderr.write(f"{len(out)} rows written to {args.output}" + (f" ({bad} with errors, see the error column)" if bad else "") + "\n")

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from collections.abc import Mapping
 from typing import Any, get_args
 
 import numpy as np
@@ -26,12 +27,12 @@ WIDEN = 2.0  # a correction is trusted up to 2× beyond the measured range (one 
 FAMILIES = ("llama-like/dense", "llama-like/moe", "gpt_bigcode/dense", "gpt_bigcode/moe")
 
 
-def families(x: dict[str, np.ndarray]) -> np.ndarray:
+def families(x: Mapping[str, np.ndarray]) -> np.ndarray:
     """Block family index per row from the features gpt_bigcode and num_experts."""
     return (2 * (x["gpt_bigcode"] > 0) + (x["num_experts"] > 1)).astype(int)
 
 
-def method_names(x: dict[str, np.ndarray]) -> np.ndarray:
+def method_names(x: Mapping[str, np.ndarray]) -> np.ndarray:
     return np.select([x["method_full"] > 0, x["method_lora"] > 0], ["full", "lora"], "qlora")
 
 
@@ -49,19 +50,20 @@ class CorrectionDomain:
     widen: float = WIDEN
 
     @classmethod
-    def from_features(cls, x: dict[str, np.ndarray]) -> "CorrectionDomain":
+    def from_features(cls, x: Mapping[str, np.ndarray]) -> "CorrectionDomain":
         fam = sorted(set(families(x).tolist()))
         return cls(methods=tuple(sorted(set(method_names(x).tolist()))), families=tuple(FAMILIES[f] for f in fam),
                    params_b=_range(x["params_b"]), micro_batch_tokens=_range(x["micro_batch_tokens"]),
                    number_gpus=_range(x["number_gpus"]))
 
-    def contains(self, x: dict[str, np.ndarray]) -> np.ndarray:
+    def contains(self, x: Mapping[str, np.ndarray]) -> np.ndarray:
         """Boolean per row: inside the correction domain (NaN rows are outside)."""
-        inside = np.isin(method_names(x), self.methods)
-        inside &= np.isin(np.array(FAMILIES)[families(x)], self.families)
-        for name in ("params_b", "micro_batch_tokens", "number_gpus"):
-            lo, hi = getattr(self, name)
-            with np.errstate(invalid="ignore"):
+        with np.errstate(invalid="ignore"):
+            inside = sum(x[f"method_{m}"] > 0 for m in self.methods)
+            fam = 2 * (x["gpt_bigcode"] > 0) + (x["num_experts"] > 1)
+            inside = (inside > 0) & np.array([f in self.families for f in FAMILIES])[fam]
+            for name in ("params_b", "micro_batch_tokens", "number_gpus"):
+                lo, hi = getattr(self, name)
                 inside &= (x[name] >= lo / self.widen) & (x[name] <= hi * self.widen)
         return inside
 

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from autoconf.errors import AutoconfError, InvalidInputError
 from autoconf.learned import model as M
-from autoconf.learned.features import feature_columns
+from autoconf.learned.features import FeatureTable, feature_table
 from autoconf.schema import Estimate, EstimatorName, Job, MemoryEstimate, Placement, ThroughputEstimate
 from autoconf.theory.memory import estimate_memory
 from autoconf.theory.throughput import throughput_or_none
@@ -32,7 +32,7 @@ class CorrectedBatch(MemoryBatch):
 
     inside: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     ratio_peak: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    cols: dict[str, np.ndarray] | None = None
+    cols: FeatureTable | None = None
 
     @property
     def fits(self) -> np.ndarray:
@@ -57,13 +57,13 @@ class LearnedEstimator:
         self.model_version: str | None = self.model_.version
 
     # ---- policy (overridden by the hybrid) ---------------------------------------------------
-    def _inside(self, cols: dict[str, np.ndarray]) -> np.ndarray:
+    def _inside(self, cols: FeatureTable) -> np.ndarray:
         return np.isfinite(cols["params_b"])
 
     def _uses(self, target: str) -> bool:
         return True
 
-    def _risk(self, cols: dict[str, np.ndarray], peak: np.ndarray, capacity: np.ndarray, inside: np.ndarray) -> np.ndarray:
+    def _risk(self, cols: FeatureTable, peak: np.ndarray, capacity: np.ndarray, inside: np.ndarray) -> np.ndarray:
         risk = np.full(len(peak), np.nan)
         ok = np.isfinite(peak)
         if ok.any():
@@ -71,7 +71,7 @@ class LearnedEstimator:
         return risk
 
     # ---- batch API -----------------------------------------------------------------------------
-    def _ratio(self, target: str, cols: dict[str, np.ndarray], inside: np.ndarray) -> np.ndarray:
+    def _ratio(self, target: str, cols: FeatureTable, inside: np.ndarray) -> np.ndarray:
         ratio = np.ones(len(inside))
         if self._uses(target) and inside.any():
             ratio[inside] = self.model_.predict(target, cols, inside)
@@ -80,7 +80,7 @@ class LearnedEstimator:
     def memory_batch(self, jobs: Sequence[Job], placements: Sequence[Placement]) -> CorrectedBatch:
         """Corrected per-GPU memory of every row (errors per row, as theory_batch)."""
         th = theory_batch(jobs, placements)
-        cols = feature_columns(jobs, placements, th)
+        cols = feature_table(jobs, placements, th)
         inside = self._inside(cols) & th.ok
         r_alloc = self._ratio("memory_allocated", cols, inside)
         r_dev = self._ratio("memory_device", cols, inside) if self._uses("memory_device") else r_alloc
@@ -102,8 +102,8 @@ class LearnedEstimator:
         theory = [_theory_throughput(jobs[i], placements[i]) for i in idx]
         assert batch.cols is not None
         per_gpu = np.array([t.tokens_per_second_per_gpu if t else np.nan for t in theory])
-        cols = {k: v[idx] for k, v in batch.cols.items()}
-        cols["theory_tokens_per_second_per_gpu"] = per_gpu
+        cols = batch.cols.rows(idx)
+        cols.set("theory_tokens_per_second_per_gpu", per_gpu)
         use = batch.inside[idx] & np.isfinite(per_gpu)
         ratio = self._ratio("throughput", cols, use)
         return [None if t is None else _scaled(t, float(r), self.name) for t, r in zip(theory, ratio)]

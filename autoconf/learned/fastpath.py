@@ -20,6 +20,9 @@ import numpy as np
 
 MISSING_TYPES = {"None": 0, "Zero": 1, "NaN": 2}
 ZERO_THRESHOLD = 1e-35  # LightGBM's kZeroThreshold: |x| below it counts as zero
+# From this many rows on, identical rows are evaluated once: a sweep repeats each memory row once per
+# GPU model (memory features do not depend on the board); below it np.unique costs more than it saves.
+DEDUPE_MIN_ROWS = 256
 
 
 @dataclass(frozen=True)
@@ -43,23 +46,57 @@ class Forest:
         n = x.shape[0]
         if n == 0:
             return np.zeros(0)
-        flat = np.ascontiguousarray(x, dtype=np.float64).ravel()
-        base = (np.arange(n) * x.shape[1])[:, None]
-        node = np.broadcast_to(self.roots, (n, len(self.roots))).copy()
+        x = np.asarray(x, dtype=np.float64)
+        if not (self.missing != 0).any():
+            return self._raw_plain(np.nan_to_num(x, nan=0.0))
+        return self._raw_missing(x)
+
+    def _raw_plain(self, x: np.ndarray) -> np.ndarray:
+        """No node treats missing values specially (every split trained without NaN): NaN reads as 0.0."""
+        flat = np.ascontiguousarray(x).ravel()
+        base = (np.arange(x.shape[0], dtype=np.int64) * x.shape[1])[:, None]
+        feature = np.where(self.feature >= 0, self.feature, 0)  # a leaf loops to itself whatever it reads
+        node = np.tile(self.roots, (x.shape[0], 1))
         for _ in range(self.depth):
-            feat = self.feature[node]
-            inner = feat >= 0
-            val = flat[base + np.where(inner, feat, 0)]
-            miss = self.missing[node]
-            nan = np.isnan(val)
+            go_left = flat[base + feature[node]] <= self.threshold[node]
+            node = np.where(go_left, self.left[node], self.right[node])
+        return self.value[node].sum(axis=1)
+
+    def _raw_missing(self, x: np.ndarray) -> np.ndarray:
+        """LightGBM's NumericalDecision with its missing-value rules, node by node."""
+        flat = np.ascontiguousarray(x).ravel()
+        base = (np.arange(x.shape[0], dtype=np.int64) * x.shape[1])[:, None]
+        node = np.tile(self.roots, (x.shape[0], 1))
+        for _ in range(self.depth):
+            val = flat[base + np.where(self.feature[node] >= 0, self.feature[node], 0)]
+            miss, nan = self.missing[node], np.isnan(val)
             val = np.where(nan & (miss != 2), 0.0, val)
             is_missing = ((miss == 1) & (np.abs(val) <= ZERO_THRESHOLD)) | ((miss == 2) & nan)
             go_left = np.where(is_missing, self.default_left[node], val <= self.threshold[node])
-            node = np.where(inner, np.where(go_left, self.left[node], self.right[node]), node)
+            node = np.where(go_left, self.left[node], self.right[node])
         return self.value[node].sum(axis=1)
 
+    def bind(self, names: tuple[str, ...]) -> "Forest":
+        """The same trees reading a wider matrix whose columns are ``names`` (a superset of features)."""
+        where = {n: k for k, n in enumerate(names)}
+        remap = np.array([where[f] for f in self.features], dtype=np.int32)
+        feature = np.where(self.feature >= 0, remap[np.maximum(self.feature, 0)], -1).astype(np.int32)
+        return Forest(features=tuple(names), feature=feature, threshold=self.threshold, left=self.left, right=self.right,
+                      default_left=self.default_left, missing=self.missing, value=self.value, roots=self.roots,
+                      depth=self.depth, link=self.link)
+
     def predict(self, x: np.ndarray) -> np.ndarray:
-        raw = self.raw(x)
+        """Predictions per row; rows equal on every feature the trees read are computed once."""
+        x = np.asarray(x, dtype=np.float64)
+        if len(x) >= DEDUPE_MIN_ROWS:
+            used = np.unique(self.feature[self.feature >= 0])
+            keys = np.ascontiguousarray(x[:, used]).view(np.dtype((np.void, 8 * len(used)))).ravel()
+            _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+            if len(first) < len(x):
+                return self._link(self.raw(x[first]))[inverse.ravel()]
+        return self._link(self.raw(x))
+
+    def _link(self, raw: np.ndarray) -> np.ndarray:
         return 1.0 / (1.0 + np.exp(-raw)) if self.link == "sigmoid" else raw
 
     def save(self, path: Path) -> None:

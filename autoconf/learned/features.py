@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -19,13 +20,16 @@ from autoconf.schema import GIB, Job, Placement
 from autoconf.theory.states import DTYPE_BYTES, trainable_params
 from autoconf.theory.vector import ALLOCATOR_PARTS, MemoryBatch
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 PHASE_NAMES = ("loss", "backward", "static", "optimizer")
 SHARDED = ("fsdp", "fsdp-hybrid", "zero3")  # strategies that shard the weights themselves
 
 JOB_FEATURES = (
     "method_full", "method_lora", "method_qlora", "dtype_bytes", "amp", "tokens_per_sample", "batch_size",
     "micro_batch", "micro_batch_tokens", "gradient_accumulation_steps", "gradient_checkpointing",
-    "attention_eager", "fused_loss", "packing", "lora_r", "lora_modules", "number_gpus", "data_parallel", "weights_sharded",
+    "attention_eager", "loss_fused_ce", "loss_fused_linear_ce", "packing", "lora_r", "lora_modules", "number_gpus", "data_parallel", "weights_sharded",
     "tp", "pp",
 )
 ARCH_FEATURES = (
@@ -46,7 +50,7 @@ GPU_FEATURES = ("capacity_gib", "theory_peak_over_capacity", "gpu_bf16_tflops", 
 MEMORY_FEATURES = (*JOB_FEATURES, *ARCH_FEATURES, *THEORY_FEATURES)
 OOM_FEATURES = (*MEMORY_FEATURES, *GPU_FEATURES)
 THROUGHPUT_FEATURES = (*JOB_FEATURES, *ARCH_FEATURES, "theory_tokens_per_second_per_gpu", *GPU_FEATURES)
-ALL_FEATURES = tuple(dict.fromkeys((*OOM_FEATURES, *THROUGHPUT_FEATURES)))
+ALL_FEATURES = tuple(dict.fromkeys((*JOB_FEATURES, *ARCH_FEATURES, *OOM_FEATURES, *THROUGHPUT_FEATURES)))
 
 
 @lru_cache(maxsize=512)
@@ -79,46 +83,67 @@ def _job_values(job: Job, place: Placement, micro: int) -> tuple[float, ...]:
         float(job.method == "full"), float(job.method == "lora"), float(job.method == "qlora"),
         float(DTYPE_BYTES[job.dtype]), float(job.dtype.startswith("amp")), job.tokens_per_sample, job.batch_size,
         micro, micro * job.tokens_per_sample, job.gradient_accumulation_steps, float(job.gradient_checkpointing),
-        float(job.attention == "eager"), float(job.fused_loss), float(job.packing), job.lora_r if job.method != "full" else 0.0,
+        float(job.attention == "eager"), float(job.effective_loss_kernel == "fused-ce"),
+        float(job.effective_loss_kernel == "fused-linear-ce"), float(job.packing), job.lora_r if job.method != "full" else 0.0,
         lora_modules, place.number_gpus, place.dp, float(place.effective_strategy in SHARDED and place.dp > 1),
         place.tp, place.pp,
     )
 
 
-def feature_columns(
+INDEX = {name: k for k, name in enumerate(ALL_FEATURES)}
+_JOB_ARCH = slice(0, len(JOB_FEATURES) + len(ARCH_FEATURES))  # JOB then ARCH lead ALL_FEATURES
+_TRAINABLE = INDEX["trainable_params_b"]
+_GPU = [INDEX[n] for n in ("capacity_gib", "gpu_bf16_tflops", "gpu_bandwidth_tbps", "gpu_nvlink")]
+
+
+class FeatureTable:
+    """Every feature of n rows as one (n, len(ALL_FEATURES)) float64 array; ``table[name]`` is a column."""
+
+    def __init__(self, x: np.ndarray) -> None:
+        self.x = x
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.x[:, INDEX[name]]
+
+    def __len__(self) -> int:
+        return self.x.shape[0]
+
+    def rows(self, rows: np.ndarray) -> "FeatureTable":
+        return FeatureTable(self.x[rows])
+
+    def set(self, name: str, values: np.ndarray) -> None:
+        self.x[:, INDEX[name]] = values
+
+    def frame(self, names: Sequence[str] = ALL_FEATURES) -> "pd.DataFrame":
+        import pandas as pd
+
+        return pd.DataFrame(self.x[:, [INDEX[n] for n in names]], columns=list(names))
+
+
+def feature_table(
     jobs: Sequence[Job], placements: Sequence[Placement], theory: MemoryBatch,
     theory_tokens_per_gpu: np.ndarray | None = None,
-) -> dict[str, np.ndarray]:
-    """Every feature as a float64 column; rows the theory refused are NaN (they are never predicted)."""
+) -> FeatureTable:
+    """Features of every row; rows the theory refused are NaN (they are never predicted)."""
     n = len(jobs)
+    x = np.full((n, len(ALL_FEATURES)), np.nan)
     ok = theory.ok
-    job_rows = np.full((n, len(JOB_FEATURES)), np.nan)
-    arch_rows = np.full((n, len(ARCH_FEATURES)), np.nan)
-    gpu_rows = np.full((n, 4), np.nan)
     for i in np.flatnonzero(ok):
         job, place = jobs[i], placements[i]
-        job_rows[i] = _job_values(job, place, int(theory.micro_batch[i]))
-        arch_rows[i] = _arch_values(job.model)
-        arch_rows[i, 1] = _trainable_b(job)
-        gpu_rows[i] = _gpu_values(place.gpu_model)
-    cols = {name: job_rows[:, k] for k, name in enumerate(JOB_FEATURES)}
-    cols.update({name: arch_rows[:, k] for k, name in enumerate(ARCH_FEATURES)})
+        x[i, _JOB_ARCH] = _job_values(job, place, int(theory.micro_batch[i])) + _arch_values(job.model)
+        x[i, _TRAINABLE] = _trainable_b(job)
+        x[i, _GPU] = _gpu_values(place.gpu_model)
+    table = FeatureTable(x)
     for part in (*ALLOCATOR_PARTS, "overhead"):
-        cols[f"theory_{part}_gib"] = theory.parts[part] / GIB
-    cols["theory_allocated_gib"] = theory.allocated / GIB
-    cols["theory_peak_gib"] = theory.peak / GIB
+        table.set(f"theory_{part}_gib", theory.parts[part] / GIB)
+    table.set("theory_allocated_gib", theory.allocated / GIB)
+    table.set("theory_peak_gib", theory.peak / GIB)
     with np.errstate(invalid="ignore", divide="ignore"):
-        cols["theory_activation_share"] = (theory.parts["activations"] + theory.parts["logits"]) / theory.allocated
-        cols["theory_peak_over_capacity"] = theory.peak / theory.capacity
+        table.set("theory_activation_share", (theory.parts["activations"] + theory.parts["logits"]) / theory.allocated)
+        table.set("theory_peak_over_capacity", theory.peak / theory.capacity)
     phases = np.array(theory.phase)
     for p in PHASE_NAMES:
-        cols[f"phase_{p}"] = np.where(ok, (phases == p).astype(float), np.nan)
-    cols["capacity_gib"], cols["gpu_bf16_tflops"], cols["gpu_bandwidth_tbps"], cols["gpu_nvlink"] = gpu_rows.T
-    per_gpu = np.full(n, np.nan) if theory_tokens_per_gpu is None else np.asarray(theory_tokens_per_gpu, dtype=float)
-    cols["theory_tokens_per_second_per_gpu"] = per_gpu
-    return cols
-
-
-def matrix(cols: dict[str, np.ndarray], names: Sequence[str]) -> np.ndarray:
-    """(rows, len(names)) float64 matrix of the named columns."""
-    return np.column_stack([cols[name] for name in names])
+        table.set(f"phase_{p}", np.where(ok, (phases == p).astype(float), np.nan))
+    if theory_tokens_per_gpu is not None:
+        table.set("theory_tokens_per_second_per_gpu", np.asarray(theory_tokens_per_gpu, dtype=float))
+    return table

@@ -13,7 +13,7 @@ import json
 import logging
 import os
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from autoconf.errors import NotBuiltError
 from autoconf.learned import versions as V
 from autoconf.learned.domain import CorrectionDomain, TrainingDomain
 from autoconf.learned.fastpath import Forest
-from autoconf.learned.features import matrix
+from autoconf.learned.features import ALL_FEATURES, FeatureTable
 
 log = logging.getLogger(__name__)
 
@@ -57,38 +57,34 @@ class VersionModel:
     backend: str = "fast"
     _predictors: dict[str, Any] = field(default_factory=dict)
 
-    @property
+    @cached_property
     def training(self) -> TrainingDomain:
         return TrainingDomain.from_json(self.card["training_domain"])
 
-    @property
+    @cached_property
     def correction(self) -> CorrectionDomain:
         return CorrectionDomain.from_json(self.card["correction_domain"])
 
-    @property
+    @cached_property
     def applied(self) -> dict[str, bool]:
         """Which corrections the hybrid applies (those that beat theory on held-out architectures)."""
         return {k: bool(v["applied"]) for k, v in self.card["hybrid"]["corrections"].items()}
 
-    @property
+    @cached_property
     def out_of_domain_scale(self) -> float:
         return float(self.card["hybrid"]["out_of_domain_residual_scale"])
 
-    def predict(self, target: str, cols: dict[str, np.ndarray], rows: np.ndarray | None = None) -> np.ndarray:
+    def predict(self, target: str, table: FeatureTable, rows: np.ndarray | None = None) -> np.ndarray:
         """Ratio (or OOM probability) of ``target`` for the rows selected by ``rows`` (all if None)."""
-        sel = slice(None) if rows is None else rows
+        x = table.x if rows is None else table.x[rows]
         if self.backend == "autogluon":
-            return self._predict_autogluon(target, cols, sel)
-        forest = self.forests[target]
-        out = forest.predict(matrix({k: cols[k][sel] for k in forest.features}, forest.features))
+            return self._predict_autogluon(target, FeatureTable(x))
+        out = self.forests[target].predict(x)
         return out if target == "oom" else np.clip(out, *RATIO_BOUNDS)
 
-    def _predict_autogluon(self, target: str, cols: dict[str, np.ndarray], sel: Any) -> np.ndarray:  # noqa: ANN401
-        import pandas as pd
-
+    def _predict_autogluon(self, target: str, table: FeatureTable) -> np.ndarray:
         predictor = self._predictors[target]
-        names = list(predictor.features())
-        frame = pd.DataFrame({k: cols[k][sel] for k in names})
+        frame = table.frame(list(predictor.features()))
         if target == "oom":
             return predictor.predict_proba(frame)[1].to_numpy(dtype=float)
         return np.clip(predictor.predict(frame).to_numpy(dtype=float), *RATIO_BOUNDS)
@@ -97,7 +93,7 @@ class VersionModel:
 def _load_fast(version: str, folder: Path, backend: str) -> VersionModel:
     V.verify(folder)
     card = json.loads((folder / V.CARD).read_text(encoding="utf-8"))
-    forests = {t: Forest.load(folder / "fastpath" / f"{t}.npz") for t in TARGETS}
+    forests = {t: Forest.load(folder / "fastpath" / f"{t}.npz").bind(ALL_FEATURES) for t in TARGETS}
     with np.load(folder / "residuals.npz", allow_pickle=False) as z:
         residuals = {k: np.sort(z[k]) for k in z.files}
     return VersionModel(version=version, folder=folder, card=card, forests=forests, residuals=residuals, backend=backend)
@@ -108,7 +104,9 @@ def _attach_autogluon(model: VersionModel) -> None:
 
     for target in TARGETS:
         path = model.folder / "autogluon" / target
-        model._predictors[target] = TabularPredictor.load(str(path), verbosity=0)
+        predictor = TabularPredictor.load(str(path), verbosity=0)
+        predictor.persist(models="all")  # unpickle the LightGBM model now, not at the first prediction
+        model._predictors[target] = predictor
 
 
 def cache_dir() -> Path:

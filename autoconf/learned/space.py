@@ -12,7 +12,7 @@ import itertools
 import numpy as np
 import pandas as pd
 
-from autoconf.learned.features import feature_columns
+from autoconf.learned.features import feature_table
 from autoconf.learned.train import theory_tokens_per_second
 from autoconf.recommend import candidate_gpus
 from autoconf.schema import Job, Placement
@@ -50,4 +50,4 @@ def space_features() -> pd.DataFrame:
     jobs, places = [j for j, k in zip(jobs, ok) if k], [p for p, k in zip(places, ok) if k]
     theory = theory_batch(jobs, places)
     per_gpu = theory_tokens_per_second(jobs, places) / np.array([p.number_gpus for p in places], dtype=float)
-    return pd.DataFrame(feature_columns(jobs, places, theory, per_gpu))
+    return feature_table(jobs, places, theory, per_gpu).frame()

@@ -1,0 +1,149 @@
+"""One contract suite over every estimator: theory, learned, hybrid and traced (when importable).
+
+Same output schema, no NaNs, per-GPU memory that does not rise when GPUs are added at a fixed global
+batch, memory that rises with tokens, graceful out-of-domain answers, and the batch columns of
+``estimate_frame``. Also: the vectorised theory (theory/vector.py) equals the scalar path exactly.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import random
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from autoconf.catalog import list_gpus, list_models
+from autoconf.errors import AutoconfError, UnknownModelError, UnverifiedModelError
+from autoconf.estimators import get_estimator
+from autoconf.frame import OUTPUT_COLUMNS
+from autoconf.schema import Estimate, Job, Placement
+from autoconf.theory.memory import estimate_memory
+from autoconf.theory.vector import theory_batch
+
+HAS_TRACED = importlib.util.find_spec("torch") is not None and importlib.util.find_spec("transformers") is not None
+ESTIMATORS = ["theory", "learned", "hybrid",
+              pytest.param("traced", marks=[pytest.mark.slow, pytest.mark.skipif(not HAS_TRACED, reason="no torch")])]
+A100 = "NVIDIA-A100-80GB-PCIe"
+
+
+def _model(name: str) -> str:
+    """Traced runs real (fake-tensor) training steps: keep it on the tiny test architecture."""
+    return "tiny-llama-test" if name == "traced" else "llama3.1-8b"
+
+
+@pytest.fixture(scope="module", params=ESTIMATORS)
+def estimator(request: pytest.FixtureRequest):  # noqa: ANN201
+    return get_estimator(request.param)
+
+
+def _finite_memory(est: Estimate) -> None:
+    mem = est.memory
+    for name in ("weights", "gradients", "optimizer", "activations", "logits", "overhead", "peak", "capacity"):
+        value = getattr(mem, f"{name}_bytes")
+        assert math.isfinite(value) and value >= 0, name
+    assert 0.0 <= mem.oom_risk <= 1.0
+    assert mem.fits == (mem.peak_bytes <= mem.capacity_bytes)
+
+
+def test_schema_and_no_nans(estimator) -> None:  # noqa: ANN001
+    job = Job(model=_model(estimator.name), method="lora", tokens_per_sample=1024, batch_size=4)
+    est = estimator.estimate(job, Placement(gpu_model=A100, number_gpus=2))
+    assert isinstance(est, Estimate) and est.estimator == estimator.name
+    assert est.model_version == estimator.model_version
+    _finite_memory(est)
+    parts = sum(getattr(est.memory, f"{p}_bytes") for p in ("weights", "gradients", "optimizer", "activations", "logits"))
+    assert est.memory.peak_bytes == pytest.approx(parts + est.memory.overhead_bytes, rel=1e-9)
+    if est.throughput is not None:
+        assert est.throughput.tokens_per_second > 0
+
+
+@pytest.mark.parametrize("method", ["full", "lora"])
+def test_more_gpus_never_raise_per_gpu_memory(estimator, method: str) -> None:  # noqa: ANN001
+    job = Job(model=_model(estimator.name), method=method, tokens_per_sample=2048, batch_size=8)
+    peaks = [estimator.estimate(job, Placement(gpu_model=A100, number_gpus=n)).memory.peak_bytes for n in (2, 4, 8)]
+    assert peaks[0] >= peaks[1] >= peaks[2]
+
+
+@pytest.mark.parametrize("gpus", [1, 2])
+def test_memory_rises_with_tokens(estimator, gpus: int) -> None:  # noqa: ANN001
+    # LoRA: the peak is at the loss, where activations and logits grow with tokens (a full fine-tune of
+    # an 8B model on one GPU peaks in the optimizer step, flat in tokens until activations catch up)
+    peaks = [estimator.estimate(Job(model=_model(estimator.name), method="lora", tokens_per_sample=s, batch_size=4),
+                                Placement(gpu_model=A100, number_gpus=gpus)).memory.peak_bytes for s in (512, 2048, 8192)]
+    assert peaks[0] < peaks[1] < peaks[2]
+
+
+@pytest.mark.parametrize("model, error", [("no-such-model-xyz", UnknownModelError), ("granite-13b-v2", UnverifiedModelError)])
+def test_unknown_or_unverified_model_is_a_typed_error(estimator, model: str, error: type) -> None:  # noqa: ANN001
+    with pytest.raises(error):
+        estimator.estimate(Job(model=model), Placement(gpu_model=A100))
+
+
+def test_far_outside_the_measured_domain_is_still_answered(estimator) -> None:  # noqa: ANN001
+    # 64 GPUs, 32k tokens, an H100: nothing like it was measured; the answer must still be complete.
+    job = Job(model=_model(estimator.name), tokens_per_sample=32768, batch_size=64)
+    est = estimator.estimate(job, Placement(gpu_model="NVIDIA-H100-80GB-HBM3", number_gpus=64))
+    _finite_memory(est)
+
+
+def test_estimate_frame_columns(estimator) -> None:  # noqa: ANN001
+    frame = pd.DataFrame({"model_name": [_model(estimator.name), "no-such-model-xyz"], "method": ["lora", "full"],
+                          "gpu_model": [A100, A100], "tokens_per_sample": [1024, 1024], "batch_size": [4, 4],
+                          "my_tag": ["a", "b"]})
+    out = estimator.estimate_frame(frame)
+    assert list(out.columns)[:1] == ["model_name"] and set(OUTPUT_COLUMNS) <= set(out.columns)
+    assert out["my_tag"].tolist() == ["a", "b"]
+    assert out["error"].iloc[0] is None or pd.isna(out["error"].iloc[0])
+    assert "no-such-model-xyz" in str(out["error"].iloc[1])
+    assert np.isfinite(out["peak_memory_gib"].iloc[0])
+
+
+# ---- vectorised theory == scalar theory ------------------------------------------------------
+
+def _random_rows(seed: int, n: int) -> tuple[list[Job], list[Placement]]:
+    rng = random.Random(seed)
+    jobs, places = [], []
+    while len(jobs) < n:
+        try:
+            job = Job(
+                model=rng.choice([*list_models(), "7e9", "no-such-model"]), method=rng.choice(["full", "lora", "qlora"]),
+                dtype=rng.choice(["bf16", "fp16", "fp32", "amp-bf16"]), tokens_per_sample=rng.choice([128, 1000, 4096, 8192]),
+                batch_size=rng.choice([1, 2, 3, 4, 8, 64]), gradient_accumulation_steps=rng.choice([1, 1, 2]),
+                gradient_checkpointing=rng.random() < 0.7, attention=rng.choice(["flash", "sdpa", "eager"]),
+                fused_loss=rng.random() < 0.3, lora_r=rng.choice([4, 64]), lora_dropout=rng.choice([0.0, 0.05]),
+                optimizer=rng.choice(["adamw", "adamw-8bit", "sgd"]), optimizer_impl=rng.choice(["fused", "foreach", "for-loop"]),
+                lora_target_modules=rng.choice(["q_proj,v_proj", "all-linear", "down_proj"]),
+            )
+            tp, pp = rng.choice([1, 1, 2]), rng.choice([1, 1, 2])
+            place = Placement(
+                gpu_model=rng.choice([*list_gpus(), "no-such-gpu"]), number_gpus=rng.choice([1, 2, 4, 16]) * tp * pp,
+                tp=tp, pp=pp, strategy=rng.choice([None, "ddp", "fsdp", "zero2", "zero3", "fsdp-hybrid", "zero1"]),
+                offload=rng.choice(["none", "none", "optimizer", "optimizer+params"]),
+            )
+        except ValueError:
+            continue
+        jobs.append(job)
+        places.append(place)
+    return jobs, places
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_vector_theory_equals_scalar_theory(seed: int) -> None:
+    jobs, places = _random_rows(seed, 1500)
+    batch = theory_batch(jobs, places)
+    answered = 0
+    for i, (job, place) in enumerate(zip(jobs, places)):
+        try:
+            mem = estimate_memory(job, place)
+        except (AutoconfError, ValueError) as exc:
+            assert batch.errors[i] == str(exc)
+            continue
+        answered += 1
+        assert batch.errors[i] is None and batch.phase[i] == mem.peak_phase
+        for part in ("weights", "gradients", "optimizer", "activations", "logits", "overhead"):
+            assert batch.parts[part][i] == getattr(mem, f"{part}_bytes"), part  # exact, not approximate
+        assert (batch.peak[i], batch.oom_risk[i], batch.capacity[i]) == (mem.peak_bytes, mem.oom_risk, mem.capacity_bytes)
+    assert answered > 300  # the random rows exercise the formulas, not only the error paths

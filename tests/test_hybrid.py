@@ -1,0 +1,103 @@
+"""The hybrid estimator: correction inside its domain, theory outside, a stated split-conformal risk."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from autoconf.estimators import get_estimator
+from autoconf.learned.model import conformal_risk
+from autoconf.learned.versions import read_card
+from autoconf.schema import Job, Placement
+from autoconf.theory.memory import estimate_memory
+
+A100 = "NVIDIA-A100-SXM4-80GB"
+INSIDE = (Job(model="mistral-7b-v0.1", method="lora", tokens_per_sample=4096, batch_size=8), Placement(gpu_model=A100, number_gpus=2))
+# 512 tokens × micro-batch 1 = 512 tokens per GPU: far below the measured 4,096-131,072 (÷2 = 2,048)
+OUTSIDE = (Job(model="mistral-7b-v0.1", method="lora", tokens_per_sample=512, batch_size=1), Placement(gpu_model=A100))
+
+
+@pytest.fixture(scope="module")
+def hybrid():  # noqa: ANN201
+    return get_estimator("hybrid")
+
+
+def test_card_says_hybrid_beats_theory_on_held_out_architectures(hybrid) -> None:  # noqa: ANN001
+    held = read_card(hybrid.model_version)["held_out"]
+    smi = held["nvidia_smi"]
+    assert smi["hybrid"]["median_abs_error_pct"] < smi["theory"]["median_abs_error_pct"]
+    # a correction the hybrid applies must have beaten theory; one it does not apply leaves theory's score
+    for name, c in read_card(hybrid.model_version)["hybrid"]["corrections"].items():
+        if "theory_median_abs_error_pct" in c:
+            assert c["applied"] == (c["corrected_median_abs_error_pct"] < c["theory_median_abs_error_pct"]), name
+    alloc = held["torch_allocated"]
+    assert alloc["hybrid"]["median_abs_error_pct"] <= alloc["theory"]["median_abs_error_pct"]
+
+
+def test_inside_the_domain_the_correction_is_applied(hybrid) -> None:  # noqa: ANN001
+    job, place = INSIDE
+    est, theory = hybrid.estimate(job, place), estimate_memory(job, place)
+    batch = hybrid.memory_batch([job], [place])
+    assert bool(batch.inside[0])
+    assert est.memory.peak_bytes == pytest.approx(theory.peak_bytes * batch.ratio_peak[0])
+    assert est.memory.peak_bytes != pytest.approx(theory.peak_bytes, rel=1e-6)
+    assert "learned correction" in est.memory.notes[1] and est.model_version == hybrid.model_version
+
+
+def test_outside_the_domain_it_is_theory_with_a_wider_margin(hybrid) -> None:  # noqa: ANN001
+    job, place = OUTSIDE
+    est, theory = hybrid.estimate(job, place), estimate_memory(job, place)
+    assert est.memory.peak_bytes == pytest.approx(theory.peak_bytes, rel=1e-12)
+    assert "outside the learned correction domain" in est.memory.notes[1]
+    model = hybrid.model_
+    pool = model.residuals["theory_device"]
+    headroom = np.log(est.memory.capacity_bytes / est.memory.peak_bytes)
+    assert est.memory.oom_risk == pytest.approx(conformal_risk(pool, np.array([headroom]), model.out_of_domain_scale)[0])
+    # the wider margin: the same headroom with theory's unscaled residuals is a smaller risk
+    tight = conformal_risk(pool, np.array([np.log(1.02)]))[0]
+    wide = conformal_risk(pool, np.array([np.log(1.02)]), model.out_of_domain_scale)[0]
+    assert wide > tight
+
+
+@pytest.mark.parametrize("residuals, headroom, expected", [
+    ([-0.1, 0.0, 0.1, 0.2], [0.15], 2 / 5),  # one of four residuals above the headroom (+1 / n+1)
+    ([-0.1, 0.0, 0.1, 0.2], [1.0], 1 / 5),  # none above: the finite-sample floor 1/(n+1)
+    ([-0.1, 0.0, 0.1, 0.2], [-1.0], 1.0),  # predicted peak far above capacity
+])
+def test_conformal_risk_values(residuals: list[float], headroom: list[float], expected: float) -> None:
+    assert conformal_risk(np.array(residuals), np.array(headroom))[0] == pytest.approx(expected)
+
+
+def test_risk_falls_as_capacity_grows(hybrid) -> None:  # noqa: ANN001
+    job = Job(model="mistral-7b-v0.1", method="full", tokens_per_sample=4096, batch_size=8)
+    risks = [hybrid.estimate(job, Placement(gpu_model=g, number_gpus=2)).memory.oom_risk
+             for g in ("NVIDIA-A100-SXM4-40GB", "NVIDIA-A100-SXM4-80GB", "NVIDIA-H200")]
+    assert risks[0] >= risks[1] >= risks[2]
+
+
+def test_batch_and_scalar_answers_agree(hybrid) -> None:  # noqa: ANN001
+    jobs = [Job(model=m, method=meth, tokens_per_sample=s, batch_size=8)
+            for m in ("llama3-8b", "llama2-70b", "santacoder") for meth in ("full", "lora") for s in (1024, 4096)]
+    places = [Placement(gpu_model=A100, number_gpus=n) for n in (1, 2, 4, 8)] * 3
+    batch = hybrid.memory_batch(jobs, places)
+    for i, (job, place) in enumerate(zip(jobs, places)):
+        mem = hybrid.estimate(job, place).memory
+        assert (mem.peak_bytes, mem.oom_risk) == pytest.approx((batch.peak[i], batch.oom_risk[i]), rel=1e-12)
+
+
+def test_throughput_correction_applied_inside(hybrid) -> None:  # noqa: ANN001
+    job, place = INSIDE
+    est = hybrid.estimate(job, place)
+    theory = get_estimator("theory").estimate(job, place).throughput
+    assert est.throughput is not None and theory is not None and est.throughput.estimator == "hybrid"
+    applied = read_card(hybrid.model_version)["hybrid"]["corrections"]["throughput"]["applied"]
+    assert (est.throughput.tokens_per_second != pytest.approx(theory.tokens_per_second)) == applied
+
+
+def test_training_domain(hybrid) -> None:  # noqa: ANN001
+    ok, why = hybrid.in_training_domain(Job(model="mistral-7b-v0.1", tokens_per_sample=4096, batch_size=8), A100)
+    assert ok, why
+    ok, why = hybrid.in_training_domain(Job(model="llama3.1-405b", tokens_per_sample=4096, batch_size=8), A100)
+    assert not ok and "llama3.1-405b was not measured" in why
+    ok, why = hybrid.in_training_domain(Job(model="mistral-7b-v0.1", tokens_per_sample=4096, batch_size=8), "L40S")
+    assert not ok and "GPU L40S" in why
