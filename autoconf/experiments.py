@@ -59,8 +59,8 @@ class Domain:
 
 
 def _field_range(name: str) -> tuple[int, int]:
-    """Inclusive [low, high] of an int field of Job, from its pydantic bounds."""
-    low, high = 1, MAX_GPUS_LIMIT
+    """Inclusive [low, high] of an int field of Job, from its pydantic bounds (every one has both)."""
+    low = high = 0
     for bound in Job.model_fields[name].metadata:
         if isinstance(bound, annotated_types.Gt):
             low = int(bound.gt) + 1

@@ -31,7 +31,8 @@ from autoconf.schema import DEFAULT_LORA_TARGETS, Estimate, Job, MemoryEstimate,
 from autoconf.theory.memory import estimate_memory, micro_batch, oom_probability, overhead_bytes
 from autoconf.theory.states import model_states
 from autoconf.theory.throughput import estimate_throughput
-from autoconf.traced_fit import PHASE_NAMES, Fit, TraceFailed, get_fit, regime_of
+from autoconf.traced_cache import get_fit
+from autoconf.traced_fit import PHASE_NAMES, Fit, TraceFailed, regime_of
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +81,8 @@ def lora_targets(job: Job, arch: Architecture) -> tuple[str, ...]:
 def trace_spec(job: Job, arch: Architecture) -> dict[str, Any]:
     """Everything the trace depends on besides the micro-batch shape (also the cache key)."""
     arch_fields = {k: v for k, v in dataclasses.asdict(arch).items() if k not in _NON_STRUCTURAL}
+    if arch.model_type != "gpt_bigcode":  # rotary models size no tensor by the context length
+        arch_fields["max_position_embeddings"] = 0
     spec: dict[str, Any] = {
         "arch": arch_fields, "method": job.method, "dtype": job.dtype,
         # flash and sdpa both run SDPA; on fake CPU it takes the flash route (out + logsumexp saved, no s²)

@@ -12,7 +12,6 @@ a whole fit (the design shapes plus the check shape) as ``TracedEstimator`` make
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import platform
 import resource

@@ -18,13 +18,12 @@ measured between the entries of two consecutive decoder layers.
 from __future__ import annotations
 
 import argparse
+import resource
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import numpy as np  # noqa: E402
 
 from autoconf.catalog import Architecture, get_architecture, list_models  # noqa: E402
 from autoconf.schema import GIB, Job, Placement  # noqa: E402
@@ -32,7 +31,8 @@ from autoconf.theory import activations as act  # noqa: E402
 from autoconf.theory.memory import estimate_memory  # noqa: E402
 from autoconf.theory.states import model_states  # noqa: E402
 from autoconf.traced import trace_spec  # noqa: E402
-from autoconf.traced_fit import Fit, get_fits  # noqa: E402
+from autoconf.traced_cache import get_fits  # noqa: E402
+from autoconf.traced_fit import Fit  # noqa: E402
 from bench._report import ROOT  # noqa: E402
 
 REPORT = ROOT / "docs" / "traced_vs_theory.md"
@@ -88,23 +88,32 @@ def coefficients(model: str, fits: dict[tuple[str, bool], Fit]) -> dict[str, flo
         "lora": layer_coefficient(fits[("lora", False)], arch), "lora_theory": act.layer_bytes_per_token(lora, arch) / arch.hidden_size,
         "gc": layer_coefficient(fits[("full", True)], arch), "gc_theory": act.checkpoint_bytes_per_token(full, arch) / arch.hidden_size,
     }
-    saved = float(fits[("full", False)].landmarks["end_forward"][A, SLOPE])
-    out["outside_layers"] = saved - arch.num_layers * out["full"] * arch.hidden_size  # bytes per token
+    for key, config, per_layer in (("outside_layers", ("full", False), "full"), ("outside_layers_gc", ("full", True), "gc")):
+        saved = float(fits[config].landmarks["end_forward"][A, SLOPE])
+        out[key] = saved - arch.num_layers * out[per_layer] * arch.hidden_size  # bytes per token
     fit = fits[("full", False)]
     logits = [fit.categories(1, s)[:, L].max() for s in (1024, 2048)]
     out["logits_per_vocab"] = float(logits[1] - logits[0]) / 1024 / arch.vocab_size
     return out
 
 
-def trace_all(models: list[str]) -> tuple[dict[str, dict[tuple[str, bool], Fit]], float]:
-    """One worker per architecture; rows with the same shape share the cached fits (cache_key)."""
-    start, fits = time.perf_counter(), {}
+def _worker_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def trace_all(models: list[str]) -> tuple[dict[str, dict[tuple[str, bool], Fit]], tuple[float, float]]:
+    """One worker per architecture; rows with the same shape share the cached fits (cache_key).
+
+    Returns the fits and (wall seconds, worker CPU seconds) of this run.
+    """
+    start, cpu, fits = time.perf_counter(), _worker_cpu(), {}
     for model in models:
         arch = get_architecture(model)
         items = [(trace_spec(job_for(model, m, gc, 4096), arch), "single") for m, gc in CONFIGS]
         fits[model] = dict(zip(CONFIGS, get_fits(items, verify=False)))
         print(f"{model}: {time.perf_counter() - start:.0f} s", flush=True)
-    return fits, time.perf_counter() - start
+    return fits, (time.perf_counter() - start, _worker_cpu() - cpu)
 
 
 VARIANT_MODEL, VARIANT_SEQ = "llama3.1-8b", 4096
@@ -162,18 +171,25 @@ def component_rows(models: list[str], fits: dict, seqs: list[int]) -> tuple[list
 
 def coefficient_rows(models: list[str], fits: dict) -> list[str]:
     lines = ["| model | h | I/h | kv/h | full traced | full theory | LoRA q,v traced | LoRA theory | GC traced | GC theory "
-             "| outside layers B/token | loss B/(token·V) |", "|" + "---|" * 12]
+             "| outside layers B/token (GC) | loss B/(token·V) |", "|" + "---|" * 12]
     for model in models:
         arch, c = get_architecture(model), coefficients(model, fits[model])
         lines.append(
             f"| {model} | {arch.hidden_size} | {arch.intermediate_size / arch.hidden_size:.3f} | "
             f"{arch.kv_width / arch.hidden_size:.3f} | {c['full']:.3f} | {c['full_theory']:.3f} | {c['lora']:.3f} | "
-            f"{c['lora_theory']:.3f} | {c['gc']:.3f} | {c['gc_theory']:.3f} | {c['outside_layers']:.0f} | {c['logits_per_vocab']:.3f} |"
+            f"{c['lora_theory']:.3f} | {c['gc']:.3f} | {c['gc_theory']:.3f} | {c['outside_layers']:.0f} ({c['outside_layers_gc']:.0f}) | "
+            f"{c['logits_per_vocab']:.3f} |"
         )
     return lines
 
 
-def render(models: list[str], fits: dict, seqs: list[int], seconds: float) -> str:
+def _cold_seconds(fits: dict) -> float:
+    """Wall time of the workers that made these fits (each worker's time shared by its specs)."""
+    unique = {id(f): f for per_model in fits.values() for f in per_model.values()}.values()
+    return sum(f.meta["worker_wall_seconds"] / f.meta["worker_specs"] for f in unique)
+
+
+def render(models: list[str], fits: dict, seqs: list[int], seconds: tuple[float, float]) -> str:
     rows, off = component_rows(models, fits, seqs)
     total = len(models) * len(CONFIGS) * len(seqs)
     summary = ", ".join(f"{c} {n}/{total}" for c, n in off.items())
@@ -181,8 +197,9 @@ def render(models: list[str], fits: dict, seqs: list[int], seconds: float) -> st
         "# Theory vs traced memory, per component",
         "",
         "Regenerate: `python bench/traced_vs_theory.py` (traces are cached in `$AUTOCONF_CACHE/traced` or "
-        "`~/.cache/autoconf/traced`; a cold run traced these models in "
-        f"{seconds:.0f} s here). Traced = one Hugging Face training step on fake CPU tensors (autoconf/traced.py): "
+        f"`~/.cache/autoconf/traced`). Tracing these fits took {_cold_seconds(fits):.0f} s of worker wall time "
+        "when they were made, on 2 cores shared with other jobs (about half of it CPU time); this run spent "
+        f"{seconds[0]:.0f} s wall and {seconds[1]:.0f} s of worker CPU (0 when every fit came from the cache). Traced = one Hugging Face training step on fake CPU tensors (autoconf/traced.py): "
         "bf16 weights, SDPA on its flash route, the Job's default AdamW implementation, LoRA r=8 on q_proj,v_proj "
         "(peft keeps adapters in fp32), micro-batch 1, one GPU, no sharding. Theory = autoconf/theory "
         "(model_states, activations, estimate_memory) for the same Job. Both are allocated tensor bytes: theory's "

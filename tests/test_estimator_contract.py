@@ -147,3 +147,15 @@ def test_vector_theory_equals_scalar_theory(seed: int) -> None:
             assert batch.parts[part][i] == getattr(mem, f"{part}_bytes"), part  # exact, not approximate
         assert (batch.peak[i], batch.oom_risk[i], batch.capacity[i]) == (mem.peak_bytes, mem.oom_risk, mem.capacity_bytes)
     assert answered > 300  # the random rows exercise the formulas, not only the error paths
+
+
+@pytest.mark.parametrize("method", ["full", "lora", "qlora"])
+def test_vector_theory_is_exact_on_every_gpu(method: str) -> None:
+    """Memoised phase tables are keyed without the GPU name: the GPU may only change capacity and risk."""
+    jobs = [Job(model="llama3.1-8b", method=method, dtype="bf16" if g != "Tesla-V100-SXM2-32GB" else "fp16",
+                tokens_per_sample=2048, batch_size=8) for g in list_gpus()]
+    places = [Placement(gpu_model=g, number_gpus=2) for g in list_gpus()]
+    batch = theory_batch(jobs, places)
+    for i, (job, place) in enumerate(zip(jobs, places)):
+        mem = estimate_memory(job, place)
+        assert (batch.peak[i], batch.capacity[i], batch.oom_risk[i]) == (mem.peak_bytes, mem.capacity_bytes, mem.oom_risk)

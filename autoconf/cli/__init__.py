@@ -38,15 +38,18 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser with every verb, or with ``only`` one (verb modules import what they need, so a
+    run of one verb does not pay for the imports of the others)."""
     parser = _Parser(
         prog="autoconf-gpu",
         description="Will an LLM fine-tuning job fit, on how many GPUs and workers, how fast, how long, at what cost?",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
     subparsers = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for module in COMMANDS.values():
-        importlib.import_module(f"autoconf.cli.{module}").add_parser(subparsers)
+    for verb, module in COMMANDS.items():
+        if only is None or verb == only:
+            importlib.import_module(f"autoconf.cli.{module}").add_parser(subparsers)
     return parser
 
 
@@ -58,7 +61,9 @@ def validation_message(exc: ValidationError) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    verb = next((a for a in argv if not a.startswith("-")), None)
+    args = build_parser(verb if verb in COMMANDS else None).parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
     module = importlib.import_module(f"autoconf.cli.{COMMANDS[args.command]}")
     try:

@@ -1,6 +1,7 @@
 """Learned estimators: AutoGluon predictors of measured/theory ratios, versioned in AutoGluonModels/.
 
-Importing this package imports neither AutoGluon nor LightGBM: only ``train.py`` and ``build.py``
-(fitting) and the optional AutoGluon backend of ``model.py`` do; predictions use the numpy copies
-of the trained trees (``fastpath.py``).
+This package is the only place that imports AutoGluon, and only inside functions: ``train.fit``
+(building a version) and ``model._attach_autogluon`` (the optional AutoGluon backend). Importing it,
+and predicting with the default backend, needs numpy only: predictions use the numpy copies of the
+trained trees (``fastpath.py``).
 """

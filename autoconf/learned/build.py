@@ -120,7 +120,8 @@ def _card(version: str, data: Path, frame_rows: int, table: T.Table, checks: dic
         "targets": {"memory_allocated": "torch max_memory_allocated / theory allocator peak (peak - overhead)",
                     "memory_device": "nvidia-smi peak / theory peak", "oom": "P(status = oom) among ok and oom runs",
                     "throughput": "measured tokens/s / theory tokens/s"},
-        "model": {"library": f"autogluon.tabular {package_version('autogluon.tabular')}", "algorithm": "LightGBM (AutoGluon 'GBM')",
+        "model": {"library": f"autogluon.tabular {package_version('autogluon.tabular')}",
+                  "algorithm": "LightGBM (AutoGluon 'GBM')",
                   "hyperparameters": T.GBM_PARAMS, "predictors": checks},
         "fastpath": {"format": "numpy .npz of the LightGBM trees (no pickle), verified against AutoGluon at build",
                      "tolerance": FASTPATH_TOLERANCE, "arrays_sha256": None},
@@ -162,6 +163,7 @@ def build_version(version: str, data: Path | None = None, root: Path | None = No
     V.write_manifest(folder)
     size = V.folder_bytes(folder)
     if size > V.MAX_VERSION_BYTES:
-        raise RuntimeError(f"version {version} is {size / 2**20:.1f} MiB; it must stay under {V.MAX_VERSION_BYTES / 2**20:.0f} MiB")
+        limit = V.MAX_VERSION_BYTES / 2**20
+        raise RuntimeError(f"version {version} is {size / 2**20:.1f} MiB; it must stay under {limit:.0f} MiB")
     log.info("built %s in %.0f s (%.1f MiB)", folder, time.time() - start, size / 2**20)
     return folder

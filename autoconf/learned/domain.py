@@ -92,7 +92,8 @@ class TrainingDomain:
             (job.method in self.methods, f"method {job.method} was not measured (measured: {', '.join(self.methods)})"),
             (gpu in self.gpus, f"GPU {gpu} was not measured (measured: {', '.join(self.gpus)})"),
             (self.tokens_per_sample[0] <= job.tokens_per_sample <= self.tokens_per_sample[1],
-             f"tokens_per_sample {job.tokens_per_sample} is outside the measured {self.tokens_per_sample[0]}-{self.tokens_per_sample[1]}"),
+             f"tokens_per_sample {job.tokens_per_sample} is outside the measured "
+             f"{self.tokens_per_sample[0]}-{self.tokens_per_sample[1]}"),
             (self.batch_size[0] <= job.batch_size <= self.batch_size[1],
              f"batch_size {job.batch_size} is outside the measured {self.batch_size[0]}-{self.batch_size[1]}"),
         ]

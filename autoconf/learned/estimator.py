@@ -1,9 +1,10 @@
 """The learned estimator: theory × AutoGluon-predicted ratios, everywhere, OOM risk from the classifier.
 
 ``LearnedEstimator`` and ``autoconf.hybrid.HybridEstimator`` share everything here; they differ in
-``_policy``: learned applies every learned correction to every row and states the OOM classifier's
-probability as ``oom_risk``; hybrid applies only the corrections that beat theory on held-out
-architectures, only inside the version's correction domain, and states a split-conformal risk.
+their policy (``_inside``, ``_uses``, ``_risk``): learned applies every learned correction to every
+row and states the OOM classifier's probability as ``oom_risk``; hybrid applies only the corrections
+that beat theory on held-out architectures, only inside the version's correction domain, and states
+a split-conformal risk.
 Both work on batches of rows (``memory_batch``): one tree evaluation per batch, never per row.
 """
 
@@ -19,11 +20,11 @@ from pydantic import ValidationError
 
 from autoconf.errors import AutoconfError, InvalidInputError
 from autoconf.learned import model as M
-from autoconf.learned.features import FeatureTable, feature_table
+from autoconf.learned.features import FeatureTable, feature_table, with_gpus
 from autoconf.schema import Estimate, EstimatorName, Job, MemoryEstimate, Placement, ThroughputEstimate
 from autoconf.theory.memory import estimate_memory
 from autoconf.theory.throughput import throughput_or_none
-from autoconf.theory.vector import ALLOCATOR_PARTS, MemoryBatch, theory_batch
+from autoconf.theory.vector import ALLOCATOR_PARTS, MemoryBatch, capacities, gpu_groups, theory_batch
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,7 @@ class CorrectedBatch(MemoryBatch):
     inside: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     ratio_peak: np.ndarray = field(default_factory=lambda: np.zeros(0))
     cols: FeatureTable | None = None
+    theory_peak: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     @property
     def fits(self) -> np.ndarray:
@@ -78,8 +80,28 @@ class LearnedEstimator:
         return ratio
 
     def memory_batch(self, jobs: Sequence[Job], placements: Sequence[Placement]) -> CorrectedBatch:
-        """Corrected per-GPU memory of every row (errors per row, as theory_batch)."""
-        th = theory_batch(jobs, placements)
+        """Corrected per-GPU memory of every row (errors per row, as theory_batch).
+
+        Rows that differ only in the GPU (a sweep over GPU models) are computed once and copied:
+        theory and the memory ratios do not read the GPU; capacity, GPU features and risk are per row.
+        """
+        groups = gpu_groups(jobs, placements)
+        if groups is None:
+            return self._memory_batch(jobs, placements)
+        firsts, inverse = groups
+        one = self._memory_batch([jobs[i] for i in firsts], [placements[i] for i in firsts], with_risk=False)
+        capacity = np.where(one.ok[inverse], capacities(placements), np.nan)
+        cols = FeatureTable(one.cols.x[inverse])  # type: ignore[union-attr]
+        peak, inside = one.peak[inverse], one.inside[inverse]
+        with_gpus(cols, placements, one.theory_peak[inverse], capacity)
+        return CorrectedBatch(
+            parts={k: v[inverse] for k, v in one.parts.items()}, allocated=one.allocated[inverse], peak=peak,
+            phase=[one.phase[g] for g in inverse], capacity=capacity, oom_risk=self._risk(cols, peak, capacity, inside),
+            micro_batch=one.micro_batch[inverse], errors=[one.errors[g] for g in inverse], inside=inside,
+            ratio_peak=one.ratio_peak[inverse], cols=cols, theory_peak=one.theory_peak[inverse])
+
+    def _memory_batch(self, jobs: Sequence[Job], placements: Sequence[Placement], with_risk: bool = True) -> CorrectedBatch:
+        th = theory_batch(jobs, placements, risk=False)
         cols = feature_table(jobs, placements, th)
         inside = self._inside(cols) & th.ok
         r_alloc = self._ratio("memory_allocated", cols, inside)
@@ -88,12 +110,12 @@ class LearnedEstimator:
         peak = np.maximum(th.peak * r_dev, allocated)
         parts = {p: th.parts[p] * r_alloc for p in ALLOCATOR_PARTS}
         parts["overhead"] = peak - allocated
-        risk = self._risk(cols, peak, th.capacity, inside)
+        risk = self._risk(cols, peak, th.capacity, inside) if with_risk else np.full(len(peak), np.nan)
         with np.errstate(invalid="ignore", divide="ignore"):
             ratio_peak = peak / th.peak
         return CorrectedBatch(parts=parts, allocated=allocated, peak=peak, phase=th.phase, capacity=th.capacity,
                               oom_risk=risk, micro_batch=th.micro_batch, errors=th.errors, inside=inside,
-                              ratio_peak=ratio_peak, cols=cols)
+                              ratio_peak=ratio_peak, cols=cols, theory_peak=th.peak)
 
     def tokens_per_second(self, jobs: Sequence[Job], placements: Sequence[Placement], batch: CorrectedBatch,
                           rows: np.ndarray) -> list[ThroughputEstimate | None]:

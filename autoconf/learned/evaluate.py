@@ -91,7 +91,6 @@ def _by_model(table: T.Table, measured: np.ndarray, preds: dict[str, np.ndarray]
 
 def decide(table: T.Table, gp: GroupedPredictions) -> tuple[dict[str, bool], dict[str, Any]]:
     """Apply each correction in the hybrid iff it beats theory on held-out rows; the scores behind it."""
-    everywhere = np.isfinite(table.theory.peak)
     applied: dict[str, bool] = {}
     scores: dict[str, Any] = {}
     for metric, (target, column) in MEMORY_METRICS.items():

@@ -29,7 +29,8 @@ SHARDED = ("fsdp", "fsdp-hybrid", "zero3")  # strategies that shard the weights 
 JOB_FEATURES = (
     "method_full", "method_lora", "method_qlora", "dtype_bytes", "amp", "tokens_per_sample", "batch_size",
     "micro_batch", "micro_batch_tokens", "gradient_accumulation_steps", "gradient_checkpointing",
-    "attention_eager", "loss_fused_ce", "loss_fused_linear_ce", "packing", "lora_r", "lora_modules", "number_gpus", "data_parallel", "weights_sharded",
+    "attention_eager", "loss_fused_ce", "loss_fused_linear_ce", "packing", "lora_r", "lora_modules", "number_gpus",
+    "data_parallel", "weights_sharded",
     "tp", "pp",
 )
 ARCH_FEATURES = (
@@ -91,9 +92,10 @@ def _job_values(job: Job, place: Placement, micro: int) -> tuple[float, ...]:
 
 
 INDEX = {name: k for k, name in enumerate(ALL_FEATURES)}
-_JOB_ARCH = slice(0, len(JOB_FEATURES) + len(ARCH_FEATURES))  # JOB then ARCH lead ALL_FEATURES
-_TRAINABLE = INDEX["trainable_params_b"]
-_GPU = [INDEX[n] for n in ("capacity_gib", "gpu_bf16_tflops", "gpu_bandwidth_tbps", "gpu_nvlink")]
+# Columns filled row by row, in the order of _job_values + _arch_values + trainable + _gpu_values
+# (JOB then ARCH lead ALL_FEATURES; trainable_params_b is overwritten by the job-specific count).
+_ROW_COLUMNS = [*range(len(JOB_FEATURES) + len(ARCH_FEATURES)), INDEX["trainable_params_b"],
+                *(INDEX[n] for n in ("capacity_gib", "gpu_bf16_tflops", "gpu_bandwidth_tbps", "gpu_nvlink"))]
 
 
 class FeatureTable:
@@ -120,6 +122,17 @@ class FeatureTable:
         return pd.DataFrame(self.x[:, [INDEX[n] for n in names]], columns=list(names))
 
 
+def with_gpus(table: FeatureTable, placements: Sequence[Placement], peak: np.ndarray, capacity: np.ndarray) -> None:
+    """Overwrite the GPU-dependent columns for each row's own GPU (rows copied from another GPU's row)."""
+    ok = np.isfinite(capacity)
+    values = np.full((len(placements), 4), np.nan)
+    if ok.any():
+        values[ok] = np.array([_gpu_values(placements[i].gpu_model) for i in np.flatnonzero(ok)])
+    table.x[:, _ROW_COLUMNS[-4:]] = values
+    with np.errstate(invalid="ignore", divide="ignore"):
+        table.set("theory_peak_over_capacity", np.where(ok, peak / capacity, np.nan))
+
+
 def feature_table(
     jobs: Sequence[Job], placements: Sequence[Placement], theory: MemoryBatch,
     theory_tokens_per_gpu: np.ndarray | None = None,
@@ -127,12 +140,12 @@ def feature_table(
     """Features of every row; rows the theory refused are NaN (they are never predicted)."""
     n = len(jobs)
     x = np.full((n, len(ALL_FEATURES)), np.nan)
-    ok = theory.ok
-    for i in np.flatnonzero(ok):
-        job, place = jobs[i], placements[i]
-        x[i, _JOB_ARCH] = _job_values(job, place, int(theory.micro_batch[i])) + _arch_values(job.model)
-        x[i, _TRAINABLE] = _trainable_b(job)
-        x[i, _GPU] = _gpu_values(place.gpu_model)
+    ok = np.flatnonzero(theory.ok)
+    if len(ok):
+        micro = theory.micro_batch.tolist()
+        rows = [_job_values(jobs[i], placements[i], micro[i]) + _arch_values(jobs[i].model)
+                + (_trainable_b(jobs[i]),) + _gpu_values(placements[i].gpu_model) for i in ok]
+        x[np.ix_(ok, _ROW_COLUMNS)] = np.array(rows, dtype=np.float64)
     table = FeatureTable(x)
     for part in (*ALLOCATOR_PARTS, "overhead"):
         table.set(f"theory_{part}_gib", theory.parts[part] / GIB)
@@ -143,7 +156,7 @@ def feature_table(
         table.set("theory_peak_over_capacity", theory.peak / theory.capacity)
     phases = np.array(theory.phase)
     for p in PHASE_NAMES:
-        table.set(f"phase_{p}", np.where(ok, (phases == p).astype(float), np.nan))
+        table.set(f"phase_{p}", np.where(theory.ok, (phases == p).astype(float), np.nan))
     if theory_tokens_per_gpu is not None:
         table.set("theory_tokens_per_second_per_gpu", np.asarray(theory_tokens_per_gpu, dtype=float))
     return table

@@ -1,4 +1,4 @@
-"""Training tables from data/ and the AutoGluon fits (the only module that imports AutoGluon).
+"""Training tables from data/ and the AutoGluon fits (AutoGluon is imported inside ``fit`` only).
 
 Four predictors per version, each a ``TabularPredictor`` restricted to one seeded, single-threaded
 LightGBM model (AutoGluon's "GBM") so that a build is deterministic and its trees can be copied into
@@ -18,7 +18,6 @@ no Job field can express; data/README.md), and a (Job, Placement) the theory ans
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -181,7 +180,3 @@ def export_forest(predictor: Any, target: Target) -> Forest:  # noqa: ANN401
 def max_abs_difference(a: np.ndarray, b: np.ndarray) -> float:
     diff = np.abs(np.asarray(a, dtype=float) - np.asarray(b, dtype=float))
     return float(diff.max()) if diff.size else 0.0
-
-
-def is_finite(value: float) -> bool:
-    return value is not None and math.isfinite(value)

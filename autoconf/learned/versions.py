@@ -87,7 +87,8 @@ def write_manifest(folder: Path) -> Path:
 def read_manifest(folder: Path) -> dict[str, str]:
     path = folder / MANIFEST
     if not path.is_file():
-        raise IntegrityError(f"{folder} has no {MANIFEST}: refusing to load it; rebuild with `autoconf-gpu models build {folder.name}`")
+        raise IntegrityError(f"{folder} has no {MANIFEST}: refusing to load it; "
+                             f"rebuild with `autoconf-gpu models build {folder.name}`")
     entries = {}
     for line in path.read_text(encoding="utf-8").splitlines():
         if line.strip():
@@ -121,4 +122,5 @@ def read_card(version: str, root: Path | None = None, check: bool = True) -> dic
 
 
 def folder_bytes(folder: Path) -> int:
-    return sum(p.stat().st_size for p in _files(folder)) + ((folder / MANIFEST).stat().st_size if (folder / MANIFEST).exists() else 0)
+    manifest = folder / MANIFEST
+    return sum(p.stat().st_size for p in _files(folder)) + (manifest.stat().st_size if manifest.exists() else 0)

@@ -18,15 +18,16 @@ from functools import lru_cache
 import numpy as np
 from pydantic import ValidationError
 
-from autoconf.catalog import GPUSpec, get_architecture, get_gpu
+from autoconf.catalog import Architecture, GPUSpec, get_architecture, get_gpu
 from autoconf.errors import AutoconfError, InvalidInputError
 from autoconf.schema import Calibration, Job, Phase, Placement
 from autoconf.theory import memory as mem
-from autoconf.theory.states import model_states
+from autoconf.theory.states import States, model_states
 
 ALLOCATOR_PARTS = ("weights", "gradients", "optimizer", "activations", "logits")
 _CACHE_LIMIT = 500_000  # memoised phase tables (~1 KB each); cleared when full
 _PHASES: dict[tuple, "tuple[tuple[Phase, ...], np.ndarray] | str"] = {}
+_STATES: dict[tuple, States] = {}
 
 
 @dataclass(frozen=True)
@@ -58,10 +59,22 @@ def _gpu(name: str) -> GPUSpec | str:
         return str(exc)
 
 
-def _compute(job: Job, placement: Placement, calib: Calibration | None) -> tuple[tuple[Phase, ...], np.ndarray]:
+def _states(job: Job, arch: Architecture, placement: Placement, place_key: tuple) -> States:
+    """model_states, memoised: it does not read the batch size (nor the GPU), so jobs differing only
+    in batch share it."""
+    key = (tuple(v for k, v in job.__dict__.items() if k != "batch_size"), place_key)
+    found = _STATES.get(key)
+    if found is None:
+        if len(_STATES) >= _CACHE_LIMIT:
+            _STATES.clear()
+        found = _STATES[key] = model_states(job, arch, placement)
+    return found
+
+
+def _compute(job: Job, placement: Placement, place_key: tuple, calib: Calibration | None) -> tuple[tuple[Phase, ...], np.ndarray]:
     """estimate_memory's checks and phase table for one row (raises as the scalar path does)."""
     arch = get_architecture(job.model)
-    st = model_states(job, arch, placement)
+    st = _states(job, arch, placement, place_key)
     phases = mem._phases(job, arch, placement, st, calib)
     names = tuple(phases)
     return names, np.array([[phases[p][c] for c in ALLOCATOR_PARTS] for p in names], dtype=float)
@@ -69,11 +82,12 @@ def _compute(job: Job, placement: Placement, calib: Calibration | None) -> tuple
 
 def phase_table(job: Job, placement: Placement, calib: Calibration | None = None) -> "tuple[tuple[Phase, ...], np.ndarray] | str":
     """(phase names, bytes[phase, part]) of one row, memoised; the error text if the row is refused."""
-    key = (job, tuple(v for k, v in placement.__dict__.items() if k != "gpu_model"), calib)
+    place_key = tuple(v for k, v in placement.__dict__.items() if k != "gpu_model")
+    key = (job, place_key, calib)
     found = _PHASES.get(key)
     if found is None:
         try:
-            found = _compute(job, placement, calib)
+            found = _compute(job, placement, place_key, calib)
         except (AutoconfError, ValidationError, ValueError) as exc:
             found = str(exc)
         if len(_PHASES) >= _CACHE_LIMIT:
@@ -104,13 +118,47 @@ def _row(job: Job, placement: Placement, calib: Calibration | None) -> tuple[obj
     return phase_table(job, placement, calib), gpu  # type: ignore[return-value]
 
 
+def gpu_groups(jobs: Sequence[Job], placements: Sequence[Placement]) -> tuple[np.ndarray, np.ndarray] | None:
+    """Rows that differ only in a (valid) GPU share all of their memory but capacity and risk.
+
+    Returns (first row of each group, group of each row), or None when no two rows share a group.
+    A GPU that theory refuses for the row (unknown, or bf16 on Volta) keeps its own group.
+    """
+    groups: dict[tuple, int] = {}
+    keys: dict[int, tuple] = {}
+    inverse = np.empty(len(jobs), dtype=np.int64)
+    firsts: list[int] = []
+    for i, (job, place) in enumerate(zip(jobs, placements)):
+        place_key = keys.get(id(place))
+        if place_key is None:
+            place_key = keys[id(place)] = tuple(v for k, v in place.__dict__.items() if k != "gpu_model")
+        gpu = _gpu(place.gpu_model)
+        refused = isinstance(gpu, str) or _gpu_error(job, gpu) is not None
+        key = (job, place_key, place.gpu_model if refused else None)
+        group = groups.setdefault(key, len(firsts))
+        if group == len(firsts):
+            firsts.append(i)
+        inverse[i] = group
+    return None if len(firsts) == len(jobs) else (np.array(firsts, dtype=np.int64), inverse)
+
+
+def capacities(placements: Sequence[Placement]) -> np.ndarray:
+    """Memory of each row's GPU in bytes (NaN for a GPU the catalogue does not know)."""
+    found = [_gpu(p.gpu_model) for p in placements]
+    return np.array([np.nan if isinstance(g, str) else float(g.memory_bytes) for g in found])
+
+
 def _overheads(allocated: np.ndarray, placements: Sequence[Placement], calib: Calibration | None) -> np.ndarray:
     """memory.overhead_bytes per row (it is affine in the allocation: context + NCCL + fragmentation)."""
     return np.array([mem.overhead_bytes(a, p, calib) for a, p in zip(allocated.tolist(), placements)])
 
 
-def theory_batch(jobs: Sequence[Job], placements: Sequence[Placement], calibration: Calibration | None = None) -> MemoryBatch:
-    """Theory memory of ``jobs[i]`` on ``placements[i]`` for every i; a refused row gets its error."""
+def theory_batch(jobs: Sequence[Job], placements: Sequence[Placement], calibration: Calibration | None = None,
+                 risk: bool = True) -> MemoryBatch:
+    """Theory memory of ``jobs[i]`` on ``placements[i]`` for every i; a refused row gets its error.
+
+    ``risk=False`` leaves ``oom_risk`` NaN (for callers that state their own risk, such as the hybrid).
+    """
     n = len(jobs)
     errors: list[str | None] = [None] * n
     tables: list[np.ndarray] = []
@@ -143,7 +191,8 @@ def theory_batch(jobs: Sequence[Job], placements: Sequence[Placement], calibrati
         overhead = _overheads(allocated, [placements[i] for i in good], calibration)
         out["allocated"][sel], out["overhead"][sel] = allocated, overhead
         out["peak"][sel] = allocated + overhead
-        out["oom_risk"][sel] = [mem.oom_probability(p, c) for p, c in zip(out["peak"][sel].tolist(), capacity[sel].tolist())]
+        if risk:
+            out["oom_risk"][sel] = [mem.oom_probability(p, c) for p, c in zip(out["peak"][sel].tolist(), capacity[sel].tolist())]
         for k, i in enumerate(good):
             phase[i] = names[k][best[k]]
             micro[i] = mem.micro_batch(jobs[i], placements[i])
