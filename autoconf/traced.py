@@ -110,7 +110,8 @@ def sharding(job: Job, arch: Architecture, placement: Placement) -> tuple[np.nda
     add = np.zeros((len(PHASE_NAMES), 5))
     for cat, name in ((WEIGHTS, "weights"), (GRADIENTS, "gradients"), (OPTIMIZER, "optimizer")):
         ref = getattr(one, name)
-        scale[:, cat] = getattr(many, name) / ref if ref else 0.0
+        # theory counts nothing here (e.g. adapters it does not see): keep the replica's traced bytes
+        scale[:, cat] = getattr(many, name) / ref if ref else 1.0
     stepping = PHASE_NAMES.index("optimizer")
     for phase in range(len(PHASE_NAMES)):
         if phase != stepping:

@@ -10,7 +10,8 @@ counted once, by its ``nbytes``, until its Python storage object dies (a weakref
 are charged to a category: parameters and buffers = weights, optimizer states = optimizer, new
 storages by the phase that made them (forward and backward = activations, the lm_head + loss and
 their backward = logits, optimizer step = optimizer). A parameter's gradient moves to the gradients
-category when autograd accumulates it. After every op the five category totals and the phase are
+category when autograd accumulates it; the output projection's weight gradient, computed inside the
+loss backward, is a gradient from the start. After every op the five category totals and the phase are
 sampled, so the peak, its phase and its breakdown are exact at op granularity.
 """
 
@@ -63,6 +64,9 @@ class LiveBytes(TorchDispatchMode):
         self.ops = hashlib.sha1()
         self.num_ops = 0
         self.marks: dict[str, int] = {}
+        # Shapes of the trainable output-projection weights: their gradient is computed inside the
+        # loss backward (the logits category) but is a gradient, accumulated a few ops later.
+        self.head_grad_shapes: set[tuple[int, ...]] = set()
 
     def mark(self, name: str) -> None:
         """Remember the current sample (a named landmark, e.g. a decoder layer's entry)."""
@@ -93,6 +97,19 @@ class LiveBytes(TorchDispatchMode):
         nbytes, category, _ = self.records.pop(key)
         self.totals[category] -= nbytes
 
+    def _is_head_grad(self, tensor: torch.Tensor, args: tuple[Any, ...]) -> bool:
+        """The lm_head weight gradient: made in the loss backward with the weight's shape, from
+        activations only (the input gradient, which may have the same shape when b·s = V, reads the
+        weight itself)."""
+        if self.category != LOGITS or self.phase != BACKWARD or tuple(tensor.shape) not in self.head_grad_shapes:
+            return False
+        for arg in tree_flatten(args)[0]:
+            if isinstance(arg, torch.Tensor):
+                record = self.records.get(id(arg.untyped_storage()))
+                if record is not None and record[1] == WEIGHTS:
+                    return False
+        return True
+
     def set_phase(self, phase: int, category: int) -> None:
         self.sample()
         self.phase, self.category = phase, category
@@ -107,7 +124,7 @@ class LiveBytes(TorchDispatchMode):
         if not tensors:  # metadata queries (prim.device on fake tensors) allocate nothing
             return out
         for tensor in tensors:
-            self.track(tensor, self.category)
+            self.track(tensor, GRADIENTS if self._is_head_grad(tensor, args) else self.category)
         self.ops.update(func.__name__.encode())
         self.num_ops += 1
         self.sample()
@@ -119,7 +136,9 @@ class StepHooks:
 
     def __init__(self, model: torch.nn.Module, num_layers: int) -> None:
         self.tracker: LiveBytes | None = None
-        model.get_output_embeddings().register_forward_pre_hook(self._enter_loss)
+        head = model.get_output_embeddings()
+        self.head_grad_shapes = {tuple(p.shape) for p in head.parameters() if p.requires_grad}
+        head.register_forward_pre_hook(self._enter_loss)
         for param in model.parameters():
             if param.requires_grad:
                 param.register_post_accumulate_grad_hook(self._grad_ready)
@@ -167,6 +186,7 @@ def run_step(model: torch.nn.Module, opt: torch.optim.Optimizer, hooks: StepHook
     amp = torch.autocast("cpu", dtype=autocast_dtype) if autocast_dtype else contextlib.nullcontext()
     with tracker if tracker is not None else contextlib.nullcontext():
         if tracker is not None:
+            tracker.head_grad_shapes = hooks.head_grad_shapes
             weights, states = _static_tensors(model, opt)
             for tensor in weights:
                 tracker.track(tensor, WEIGHTS)

@@ -20,6 +20,7 @@ import itertools
 import os
 import platform
 import re
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -74,6 +75,19 @@ def _space_file(work: Path, points: int | None) -> Path:
     return target
 
 
+def request_times(database: Path) -> list[dt.datetime]:
+    """When ado recorded each measurement request, from the local context's SQLite sample store."""
+    with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as db:
+        rows = db.execute("select timestamp from sqlsource_default_measurement_requests order by insert_id")
+        return [dt.datetime.fromisoformat(str(stamp)) for (stamp,) in rows]
+
+
+def tenths(stamps: list[dt.datetime]) -> list[float]:
+    """Seconds ado took for each successive tenth of the points (its cost per point grows with the store)."""
+    cuts = [stamps[round(i * (len(stamps) - 1) / 10)] for i in range(11)]
+    return [(b - a).total_seconds() for a, b in itertools.pairwise(cuts)]
+
+
 def time_ado(space_file: Path, batch_size: int, work: Path) -> dict[str, float | pd.DataFrame]:
     env = {**os.environ, "XDG_CONFIG_HOME": str(work / "xdg"), "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
     operation = yaml.safe_load((ROOT / "sweep" / "operation.yaml").read_text())
@@ -85,7 +99,8 @@ def time_ado(space_file: Path, batch_size: int, work: Path) -> dict[str, float |
     export_s, _ = _run([str(BIN / "ado"), "show", "measurements", "space", "--use-latest", "-o", "csv",
                         "--output-file", str(work / "ado.csv")], env, work)
     return {"space_s": space_s, "operation_s": op_s, "operation_inner_s": _operation_seconds(stdout),
-            "export_s": export_s, "frame": pd.read_csv(work / "ado.csv")}
+            "export_s": export_s, "frame": pd.read_csv(work / "ado.csv"),
+            "tenths": tenths(request_times(work / "xdg" / "ado" / "databases" / "local.db"))}
 
 
 def time_direct(points: pd.DataFrame, estimator: str, work: Path) -> dict[str, float | pd.DataFrame]:
@@ -108,7 +123,8 @@ def agreement(left: pd.DataFrame, right: pd.DataFrame) -> tuple[int, int]:
     return int(same.sum()), len(merged)
 
 
-def report(n: int, estimator: str, batch: int, ado: dict, direct: dict, agree: dict[str, tuple[int, int]]) -> str:
+def report(n: int, estimator: str, batch: int, ado: dict, direct: dict, agree: dict[str, tuple[int, int]],
+           load: tuple[float, float]) -> str:
     ado_total = ado["space_s"] + ado["operation_s"] + ado["export_s"]
     rows = [
         ("ado: create space + operation + CSV export (wall)", ado_total),
@@ -118,7 +134,7 @@ def report(n: int, estimator: str, batch: int, ado: dict, direct: dict, agree: d
         ("direct: in-process loop over min_gpu_recommender", direct["loop_s"]),
     ]
     lines = [
-        "## ado sweep: 3,960-point min-GPU space, ado vs direct batch path", "",
+        f"## ado sweep: {n:,}-point min-GPU space, ado vs direct batch path", "",
         f"{n} points (sweep/space.yaml), estimator `{estimator}`, random_walk batchSize {batch}; "
         f"{os.cpu_count()} CPU cores ({platform.processor() or platform.machine()}), Python {platform.python_version()}, "
         f"ado-core {importlib.metadata.version('ado-core')}, ray {importlib.metadata.version('ray')}; "
@@ -126,6 +142,11 @@ def report(n: int, estimator: str, batch: int, ado: dict, direct: dict, agree: d
         "| path | seconds | points/s |", "|---|---:|---:|",
         *[f"| {name} | {sec:.1f} | {n / sec:.0f} |" for name, sec in rows], "",
         *[f"- same can_recommend/gpus/workers, {k}: {a} of {b} points" for k, (a, b) in agree.items()],
+        f"- ado's seconds per tenth of the points, in order: {', '.join(f'{t:.0f}' for t in ado['tenths'])}. "
+        "Its cost per point grows with the entities already stored (each generated point is first looked up "
+        "in the sample store), with `singleMeasurement` on or off; the experiment itself takes ~1 ms a point.",
+        f"- Machine load average (1 min) at start / end: {load[0]:.1f} / {load[1]:.1f} "
+        "(the 2 cores are shared with other jobs, so timings are upper bounds).",
         "- Fixed cost of every ado command that runs experiments: local Ray start (~8 s here) and ado's "
         "10 s log-flush wait at shutdown. For comparison, IBM's ado-autoconf was measured at ~834 s for this space "
         "(random_walk, batchSize 4) and ~24 s per `run_experiment` point on this machine.",
@@ -140,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from autoconf.experiments import DEFAULT_ESTIMATOR_NAME as estimator
 
+    load_start = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="ado-sweep-") as tmp:
         work = Path(tmp)
         space_file = _space_file(work, args.points)
@@ -148,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         direct = time_direct(points, estimator, work)
     agree = {"ado vs in-process loop": agreement(ado["frame"], direct["loop"]),
              "ado vs `autoconf-gpu sweep`": agreement(ado["frame"], direct["frame"])}
-    text = report(len(points), estimator, args.batch_size, ado, direct, agree)
+    text = report(len(points), estimator, args.batch_size, ado, direct, agree, (load_start, os.getloadavg()[0]))
     print(text)
     if args.points is None:
         update_section("docs/benchmarks.md", "ado-sweep", text, title="Benchmarks")

