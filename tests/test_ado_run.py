@@ -1,8 +1,9 @@
 """The ado plugin end to end with the real ado-core CLIs (Ray, local SQLite context in a temp dir).
 
 Each ado command that runs experiments starts a local Ray instance (~8 s here) and waits 10 s on
-shutdown for logs to flush (ado's graceful_orchestrate_shutdown), so each costs ~20 s: the tests
-run two such commands in all (the out-of-domain example is checked in-process by test_ado_contract) and are marked slow.
+shutdown for logs to flush (ado's graceful_orchestrate_shutdown); `ado create operation` spends another
+~10 s tearing down its actors. So `run_experiment` (~25 s) runs in the background while the
+space/operation test (~50 s) runs; the out-of-domain example is checked in-process by test_ado_contract.
 """
 
 from __future__ import annotations
@@ -45,9 +46,9 @@ def simple_run(ado_env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
     proc = subprocess.Popen([str(BIN / "run_experiment"), str(ROOT / "examples" / "simple.yaml")], env=ado_env,
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     yield proc
-    if proc.poll() is None:
-        proc.kill()
-        proc.communicate()
+    if proc.poll() is None:  # only when the test failed early: SIGTERM lets ado stop its Ray instance
+        proc.terminate()
+        proc.communicate(timeout=60)
 
 
 def _printed_values(stdout: str) -> dict[str, str]:
