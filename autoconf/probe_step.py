@@ -19,10 +19,11 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM
+from transformers import AutoModelForCausalLM
 
 from autoconf.catalog import Architecture, get_architecture
 from autoconf.errors import InvalidInputError
+from autoconf.hf_config import DTYPES, hf_config
 from autoconf.probe_memory import HostPeak, NvidiaSmiPeak, cap_address_space, nvidia_smi_id, pin_mmap_threshold
 from autoconf.schema import Job
 
@@ -31,44 +32,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Job.dtype -> (dtype the weights are built in, autocast dtype or None). amp-* keeps fp32 master
-# weights and autocasts matmuls, as HF Trainer does with --bf16/--fp16 on an fp32 model.
-DTYPES: dict[str, tuple[torch.dtype, torch.dtype | None]] = {
-    "bf16": (torch.bfloat16, None),
-    "fp16": (torch.float16, None),
-    "fp32": (torch.float32, None),
-    "amp-bf16": (torch.float32, torch.bfloat16),
-    "amp-fp16": (torch.float32, torch.float16),
-}
 # Job.attention -> transformers attn_implementation. "flash" is the flash-attn 2 package;
 # "sdpa" is PyTorch's scaled_dot_product_attention (its flash backend on CUDA for an unmasked bf16 batch).
 ATTENTION = {"flash": "flash_attention_2", "sdpa": "sdpa", "eager": "eager"}
 LEARNING_RATE = 1e-5  # any value: memory and speed do not depend on it
-
-
-def hf_config(arch: Architecture, attention: str) -> Any:
-    """A transformers config with the catalogue architecture's exact shape."""
-    if arch.model_type == "gpt_bigcode":
-        shape = dict(
-            n_embd=arch.hidden_size, n_inner=arch.intermediate_size, n_layer=arch.num_layers,
-            n_head=arch.num_heads, multi_query=arch.num_kv_heads == 1, n_positions=arch.max_position_embeddings,
-        )
-    else:
-        shape = dict(
-            hidden_size=arch.hidden_size, intermediate_size=arch.intermediate_size,
-            num_hidden_layers=arch.num_layers, num_attention_heads=arch.num_heads,
-            num_key_value_heads=arch.num_kv_heads, head_dim=arch.head_dim,
-            max_position_embeddings=arch.max_position_embeddings or 4096,
-            attention_bias=arch.attention_bias, mlp_bias=arch.mlp_bias,
-        )
-        if arch.is_moe:
-            shape.update(num_local_experts=arch.num_experts, num_experts_per_tok=arch.experts_per_token)
-    config = AutoConfig.for_model(
-        arch.model_type, vocab_size=arch.vocab_size, tie_word_embeddings=arch.tie_word_embeddings,
-        use_cache=False, bos_token_id=None, eos_token_id=None, pad_token_id=None, **shape,
-    )
-    config._attn_implementation = ATTENTION[attention]
-    return config
 
 
 def resolve_device(requested: str) -> str:
@@ -82,7 +49,7 @@ def resolve_device(requested: str) -> str:
 def build_model(job: Job, arch: Architecture, device: str) -> torch.nn.Module:
     """The model on ``device`` with random weights; LoRA/QLoRA adapters applied with peft."""
     weight_dtype, _ = DTYPES[job.dtype]
-    config = hf_config(arch, job.attention)
+    config = hf_config(arch, ATTENTION[job.attention])
     if job.method == "qlora":
         model = _build_4bit(config, weight_dtype, device)
     else:

@@ -17,7 +17,7 @@ from autoconf.cli import main
 from autoconf.cli.measure import KEY_COLUMNS, above_oom, load_grid, read_rows, resolve
 from autoconf.errors import InvalidInputError
 from autoconf.probe import ROW_COLUMNS, ProbeSettings, run_probe
-from autoconf.probe_step import hf_config
+from autoconf.hf_config import hf_config
 from autoconf.schema import Job
 
 ROOT = Path(__file__).resolve().parents[1]

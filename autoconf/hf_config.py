@@ -1,0 +1,82 @@
+"""Transformers configs of catalogue architectures, shared by the probe and the traced estimator.
+
+Only the torch-side modules (probe_step, traced_model) import this module, so the core install stays
+torch-free.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import transformers
+
+from autoconf.catalog import Architecture
+
+# Job.dtype -> (parameter dtype, autocast dtype or None). amp-* keeps fp32 master weights and
+# autocasts to the low precision (the "AMP" row of shared/theory_notes.md, 16 B/param static).
+DTYPES: dict[str, tuple[torch.dtype, torch.dtype | None]] = {
+    "bf16": (torch.bfloat16, None),
+    "fp16": (torch.float16, None),
+    "fp32": (torch.float32, None),
+    "amp-bf16": (torch.float32, torch.bfloat16),
+    "amp-fp16": (torch.float32, torch.float16),
+}
+
+
+def _llama_like_kwargs(arch: dict[str, Any]) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {
+        "vocab_size": arch["vocab_size"],
+        "hidden_size": arch["hidden_size"],
+        "intermediate_size": arch["intermediate_size"],
+        "num_hidden_layers": arch["num_layers"],
+        "num_attention_heads": arch["num_heads"],
+        "num_key_value_heads": arch["num_kv_heads"],
+        "head_dim": arch["head_dim"],
+        "tie_word_embeddings": arch["tie_word_embeddings"],
+        # Rotary tables are sized at runtime; 131072 only bounds the position ids we feed.
+        "max_position_embeddings": arch["max_position_embeddings"] or 131072,
+    }
+    mtype = arch["model_type"]
+    if mtype in ("llama", "granite", "granitemoe"):
+        kwargs["attention_bias"] = arch["attention_bias"]
+    if mtype in ("llama", "granite"):
+        kwargs["mlp_bias"] = arch["mlp_bias"]
+    if mtype in ("mistral", "mixtral"):
+        # GPU flash-attention handles a sliding window inside the kernel; SDPA would need an explicit
+        # (b, 1, s, s) mask for it. No window reproduces the flash memory (same saved tensors).
+        kwargs["sliding_window"] = None
+    if mtype in ("mixtral", "granitemoe"):
+        kwargs["num_local_experts"] = arch["num_experts"]
+        kwargs["num_experts_per_tok"] = arch["experts_per_token"]
+    return kwargs
+
+
+def hf_config(arch: Architecture | Mapping[str, Any], attention: str) -> transformers.PretrainedConfig:
+    """The transformers config of an Architecture (or a dict of its fields); ``attention`` is the
+    transformers implementation name (sdpa, eager, flash_attention_2)."""
+    if isinstance(arch, Architecture):
+        arch = {f.name: getattr(arch, f.name) for f in dataclasses.fields(arch)}
+    mtype = arch["model_type"]
+    if mtype == "gpt_bigcode":
+        config: transformers.PretrainedConfig = transformers.GPTBigCodeConfig(
+            vocab_size=arch["vocab_size"], n_positions=arch["max_position_embeddings"] or 8192,
+            n_embd=arch["hidden_size"], n_layer=arch["num_layers"], n_head=arch["num_heads"],
+            n_inner=arch["intermediate_size"], multi_query=arch["num_kv_heads"] == 1,
+            tie_word_embeddings=arch["tie_word_embeddings"],
+        )
+    else:
+        config = transformers.AutoConfig.for_model(mtype, **_llama_like_kwargs(arch))
+    config.use_cache = False
+    # Dropout 0 everywhere (HF defaults for these families; fms-hf-tuning keeps them).
+    for name in ("attention_dropout", "attn_pdrop", "resid_pdrop", "embd_pdrop"):
+        if hasattr(config, name):
+            setattr(config, name, 0.0)
+    config._attn_implementation = attention
+    if mtype in ("mixtral", "granitemoe"):
+        # Static shapes: tokens sorted by expert and one grouped GEMM per projection. The eager
+        # per-expert loop has data-dependent shapes that fake tensors cannot size.
+        config._experts_implementation = "grouped_mm"
+    return config
