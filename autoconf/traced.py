@@ -68,10 +68,10 @@ PEFT_DEFAULT_TARGETS = {"gpt_bigcode": ("c_attn",)}
 
 def lora_targets(job: Job, arch: Architecture) -> tuple[str, ...]:
     """The job's LoRA targets as modules of this architecture (peft's default for the default)."""
-    if arch.lora_targets(job.lora_target_modules):
-        return tuple(sorted(job.lora_target_modules))
     if tuple(job.lora_target_modules) == DEFAULT_LORA_TARGETS and arch.model_type in PEFT_DEFAULT_TARGETS:
         return PEFT_DEFAULT_TARGETS[arch.model_type]
+    if arch.lora_targets(job.lora_target_modules):
+        return tuple(sorted(job.lora_target_modules))
     names = ", ".join(lin.name for lin in arch.layer_linears if lin.name != "router")
     raise InvalidInputError(
         "lora_target_modules", f"must name linear modules of {arch.name} ({names}) or all-linear; got {', '.join(job.lora_target_modules)}"
