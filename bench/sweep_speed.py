@@ -77,8 +77,7 @@ def main(argv: list[str] | None = None) -> int:
               "", "How: the theory of every candidate placement comes from `theory/vector.py` (memoised phase tables, "
               "numpy over rows); the learned corrections are numpy copies of the LightGBM trees (no AutoGluon import, "
               "one evaluation per batch, identical rows evaluated once); the search runs in waves (one batch call per "
-              "candidate GPU count for up to 1,000 points, undecided points only). About half of the CPU is start-up: "
-              "importing pandas/pyarrow and pydantic when `autoconf-gpu` builds its parser."]
+              "candidate GPU count for up to 1,000 points, undecided points only); the CLI imports only the module of the verb it runs."]
     update_section("docs/benchmarks.md", "sweep-speed", "\n".join(lines), title="Benchmarks")
     print("wrote section sweep-speed of docs/benchmarks.md")
     return 0
