@@ -19,13 +19,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--gradient-accumulation-steps", type=int, default=1)
     p.add_argument("--dtype", default="bf16", help="bf16 | fp16 | fp32 | amp-bf16 | amp-fp16")
     p.add_argument("--lora-r", type=int, default=8)
+    add_search_arguments(p)
+    p.add_argument("--json", action="store_true", help="print the Recommendation as JSON")
+
+
+def add_search_arguments(p: argparse.ArgumentParser) -> None:
+    """Estimator and placement-search options shared by `recommend` and `sweep`."""
     p.add_argument("--estimator", default=DEFAULT_ESTIMATOR, help=f"{' | '.join(ESTIMATORS)} (default %(default)s)")
     p.add_argument("--model-version", help="learned-model version (learned/hybrid; default: newest installed)")
     p.add_argument("--max-gpus", type=int, default=64, help="largest total GPU count to consider (default %(default)s)")
     p.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per worker (default %(default)s)")
     p.add_argument("--max-oom-risk", type=float, default=0.05, help="highest accepted OOM risk (default %(default)s)")
     p.add_argument("--strict", action="store_true", help="can_recommend = 0 outside the version's training domain")
-    p.add_argument("--json", action="store_true", help="print the Recommendation as JSON")
 
 
 def format_text(rec: Recommendation) -> str:

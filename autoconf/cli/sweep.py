@@ -7,19 +7,15 @@ import sys
 
 import pandas as pd
 
-from autoconf.estimators import DEFAULT_ESTIMATOR, ESTIMATORS, get_estimator
+from autoconf.cli.recommend import add_search_arguments
+from autoconf.estimators import get_estimator
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("sweep", help="batch estimates: CSV of configurations in, estimates out")
     p.add_argument("--input", required=True, help="CSV with Job/Placement columns (model or model_name, method, gpu_model, ...)")
     p.add_argument("--output", required=True, help="CSV to write (input columns + estimate columns)")
-    p.add_argument("--estimator", default=DEFAULT_ESTIMATOR, help=f"{' | '.join(ESTIMATORS)} (default %(default)s)")
-    p.add_argument("--model-version", help="learned-model version (learned/hybrid)")
-    p.add_argument("--max-gpus", type=int, default=64, help="largest total GPU count to recommend (default %(default)s)")
-    p.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per worker (default %(default)s)")
-    p.add_argument("--max-oom-risk", type=float, default=0.05, help="highest accepted OOM risk (default %(default)s)")
-    p.add_argument("--strict", action="store_true", help="can_recommend = 0 outside the version's training domain")
+    add_search_arguments(p)
 
 
 def _progress_bar(done: int, total: int) -> None:
