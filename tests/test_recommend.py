@@ -17,7 +17,8 @@ from autoconf.cli import main
 from autoconf.estimators import get_estimator
 from autoconf.learned import space
 from autoconf.learned import versions as V
-from autoconf.recommend import candidate_gpus, recommend, recommend_batch, recommend_frame
+from autoconf.recommend import candidate_gpus, recommend, recommend_batch
+from autoconf.recommend_frame import recommend_frame
 from autoconf.schema import Job, Placement
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -28,7 +28,7 @@ def _progress_bar(done: int, total: int) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from autoconf.recommend import recommend_frame
+    from autoconf.recommend_frame import recommend_frame
 
     frame = pd.read_csv(args.input)
     estimator = get_estimator(args.estimator, args.model_version)

@@ -160,7 +160,7 @@ class LearnedEstimator:
         return self.model_.training.check(job, gpu_model)
 
     def estimate_frame(self, frame: pd.DataFrame) -> pd.DataFrame:
-        from autoconf.recommend import recommend_frame
+        from autoconf.recommend_frame import recommend_frame
 
         return recommend_frame(frame, self)
 
