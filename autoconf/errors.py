@@ -9,6 +9,8 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
+from pydantic import ValidationError
+
 
 class AutoconfError(ValueError):
     """Base class: a user-facing problem with the input, never a bug."""
@@ -57,3 +59,14 @@ class UnverifiedModelError(AutoconfError):
 
 class NotBuiltError(RuntimeError):
     """A learned model version is missing or cannot be loaded; the message names the fix."""
+
+
+def describe(exc: Exception, with_input: bool = True) -> str:
+    """One line for a rejected input: the typed error's text, or the first pydantic error as
+    'field: message' (plus '(got value)' when ``with_input``)."""
+    if not isinstance(exc, ValidationError):
+        return str(exc)
+    err = exc.errors()[0]
+    field = ".".join(str(p) for p in err.get("loc", ())) or "input"
+    text = f"{field}: {err['msg']}"
+    return f"{text} (got {err.get('input')!r})" if with_input else text

@@ -24,7 +24,7 @@ from ado.schema.property import ConstitutiveProperty
 from pydantic import ValidationError
 
 from autoconf.catalog import list_gpus, list_models
-from autoconf.errors import AutoconfError, NotBuiltError
+from autoconf.errors import AutoconfError, NotBuiltError, describe
 from autoconf.estimators import DEFAULT_ESTIMATOR, ESTIMATORS, Estimator, get_estimator
 from autoconf.learned.versions import CARD, list_versions, models_dir
 from autoconf.recommend import recommend
@@ -201,15 +201,6 @@ def _estimator(name: str, model_version: str) -> tuple[Estimator, str]:
         return get_estimator("theory", None), f"{name} estimator unavailable ({exc}); answered by theory"
 
 
-def _message(exc: Exception) -> str:
-    """One line for a rejected point: the typed error text, or the first pydantic error."""
-    if isinstance(exc, ValidationError):
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err.get("loc", ())) or "input"
-        return f"{field}: {err['msg']} (got {err.get('input')!r})"
-    return str(exc)
-
-
 def _answered_by(estimator: str, model_version: str | None) -> str:
     return f"{estimator}@{model_version}" if model_version else estimator
 
@@ -250,7 +241,7 @@ def min_gpu_recommender(
         rec = recommend(job, gpu_model, chosen, max_gpus=_plain(max_gpus), gpus_per_node=_plain(gpus_per_node),
                         max_oom_risk=float(max_oom_risk), strict=bool(strict))
     except _ANSWERABLE as exc:
-        return {"can_recommend": 0, "gpus": 0, "workers": 0, "number_gpus": 0, "reason": _message(exc)}
+        return {"can_recommend": 0, "gpus": 0, "workers": 0, "number_gpus": 0, "reason": describe(exc)}
     out: dict[str, Any] = {"can_recommend": rec.can_recommend, "gpus": rec.gpus, "workers": rec.workers,
                            "number_gpus": rec.number_gpus, "reason": "; ".join(filter(None, [rec.reason, note])),
                            "answered_by": _answered_by(rec.estimator, rec.model_version)}
@@ -282,6 +273,6 @@ def resource_estimate(
         placement = Placement(gpu_model=gpu_model, number_gpus=gpus, gpus_per_worker=min(gpus, _plain(gpus_per_node)))
         estimate = chosen.estimate(job, placement)
     except _ANSWERABLE as exc:
-        return {"fits": 0, "reason": _message(exc)}
+        return {"fits": 0, "reason": describe(exc)}
     return {**_estimate_outputs(estimate), "reason": note,
             "answered_by": _answered_by(estimate.estimator, estimate.model_version)}

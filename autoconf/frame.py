@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 from pydantic import ValidationError
 
-from autoconf.errors import AutoconfError
+from autoconf.errors import AutoconfError, describe
 from autoconf.schema import GIB, Estimate, Job, Placement
 
 JOB_FIELDS = tuple(Job.model_fields)
@@ -60,14 +60,6 @@ def row_inputs(row: dict[str, Any], default_gpus: int | None = None) -> tuple[Jo
     return job, Placement(**place)
 
 
-def error_text(exc: Exception) -> str:
-    if isinstance(exc, ValidationError):
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err.get("loc", ())) or "input"
-        return f"{loc}: {err['msg']}"
-    return str(exc)
-
-
 def estimate_columns(est: Estimate) -> dict[str, Any]:
     mem = est.memory
     out: dict[str, Any] = {
@@ -87,7 +79,7 @@ def map_rows(frame: pd.DataFrame, answer: Callable[[dict[str, Any]], dict[str, A
         try:
             results.append({**answer(row), "error": None})
         except (AutoconfError, ValidationError, TypeError, ValueError) as exc:
-            results.append({"error": error_text(exc)})
+            results.append({"error": describe(exc, with_input=False)})
     out = pd.DataFrame(results, index=frame.index)
     for col in OUTPUT_COLUMNS:
         if col not in out:

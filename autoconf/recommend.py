@@ -23,9 +23,8 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
-from autoconf.errors import AutoconfError
+from autoconf.errors import AutoconfError, describe
 from autoconf.estimators import Estimator, get_estimator
-from autoconf.frame import error_text
 from autoconf.schema import GIB, Estimate, Job, MemoryEstimate, Placement, Recommendation, Strategy
 from autoconf.theory.vector import ALLOCATOR_PARTS, MemoryBatch, theory_batch
 
@@ -60,7 +59,7 @@ def _scalar_batch(estimator: Estimator, jobs: Sequence[Job], placements: Sequenc
         try:
             rows.append(estimator.estimate(job, place).memory)
         except (AutoconfError, ValidationError, ValueError) as exc:
-            rows.append(error_text(exc))
+            rows.append(describe(exc, with_input=False))
     def col(name: str) -> np.ndarray:
         return np.array([np.nan if isinstance(m, str) else float(getattr(m, name)) for m in rows])
     parts = {p: col(f"{p}_bytes") for p in (*ALLOCATOR_PARTS, "overhead")}

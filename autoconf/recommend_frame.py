@@ -14,9 +14,9 @@ import numpy as np
 import pandas as pd
 from pydantic import ValidationError
 
-from autoconf.errors import AutoconfError
+from autoconf.errors import AutoconfError, describe
 from autoconf.estimators import Estimator
-from autoconf.frame import MEMORY_COLUMNS, OUTPUT_COLUMNS, error_text, row_inputs
+from autoconf.frame import MEMORY_COLUMNS, OUTPUT_COLUMNS, row_inputs
 from autoconf.recommend import BatchSearch, batch_function, new_search, notes_and_throughput, recommend_batch
 from autoconf.schema import GIB, Job, Placement
 from autoconf.theory.vector import MemoryBatch
@@ -35,7 +35,7 @@ def _frame_inputs(frame: pd.DataFrame) -> tuple[list[Job | None], list[Placement
         try:
             job, place = row_inputs(row, default_gpus=1)
         except (AutoconfError, ValidationError, TypeError, ValueError) as exc:
-            jobs.append(None), places.append(None), given.append(False), errors.append(error_text(exc))
+            jobs.append(None), places.append(None), given.append(False), errors.append(describe(exc, with_input=False))
             continue
         n = row.get("number_gpus")
         jobs.append(job), places.append(place), errors.append(None)

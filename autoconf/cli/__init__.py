@@ -13,7 +13,7 @@ import sys
 
 from pydantic import ValidationError
 
-from autoconf.errors import AutoconfError, NotBuiltError
+from autoconf.errors import AutoconfError, NotBuiltError, describe
 
 # subcommand -> module under autoconf.cli (one module per verb)
 COMMANDS: dict[str, str] = {
@@ -53,13 +53,6 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def validation_message(exc: ValidationError) -> str:
-    """First pydantic error as 'field: message (got value)'."""
-    err = exc.errors()[0]
-    field = ".".join(str(p) for p in err.get("loc", ())) or "input"
-    return f"{field}: {err['msg']} (got {err.get('input')!r})"
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     verb = next((a for a in argv if not a.startswith("-")), None)
@@ -71,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     except AutoconfError as exc:
         sys.stderr.write(f"autoconf-gpu: error: {exc}\n")
     except ValidationError as exc:
-        sys.stderr.write(f"autoconf-gpu: error: {validation_message(exc)}\n")
+        sys.stderr.write(f"autoconf-gpu: error: {describe(exc)}\n")
     except NotBuiltError as exc:
         sys.stderr.write(f"autoconf-gpu: error: {exc}\n")
     except (FileNotFoundError, PermissionError) as exc:
