@@ -72,7 +72,7 @@ def _weight_bytes(job: Job, arch: Architecture, placement: Placement) -> float:
     return share * (base + adapters)
 
 
-def _optimizer_bytes_per_param(job: Job, zero: bool) -> float:
+def optimizer_bytes_per_param(job: Job, zero: bool) -> float:
     """State bytes per trainable parameter (excluding DeepSpeed's fp32 master, added separately)."""
     amp = job.dtype.startswith("amp") or job.dtype == "fp32"
     state = 4 if (amp or zero or job.method != "full" or job.optimizer_state_dtype == "fp32") else DTYPE_BYTES[job.dtype]
@@ -99,7 +99,7 @@ def model_states(job: Job, arch: Architecture, placement: Placement) -> States:
     weights = _weight_bytes(job, arch, placement)
     grads = psi_t * grad_b
     zero = strategy.startswith("zero") and strategy != "zero0"
-    opt = psi_t * _optimizer_bytes_per_param(job, zero)
+    opt = psi_t * optimizer_bytes_per_param(job, zero)
     if zero and full and not job.dtype.startswith("amp") and job.dtype != "fp32":
         # ZeRO mixed precision adds an fp32 master copy (4 B) and an fp32 gradient partition (4 B) per
         # trainable parameter; both are partitioned like the optimizer states: 2Ψ + 18Ψ/N for ZeRO-2.

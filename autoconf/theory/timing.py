@@ -16,7 +16,7 @@ import math
 from autoconf.catalog import get_architecture
 from autoconf.errors import InvalidInputError
 from autoconf.schema import Job, Placement, ThroughputEstimate, TimeEstimate
-from autoconf.theory.states import DTYPE_BYTES, trainable_params
+from autoconf.theory.states import ADAPTER_BYTES, DTYPE_BYTES, optimizer_bytes_per_param, trainable_params
 from autoconf.theory.throughput import estimate_throughput
 
 STORAGE_READ_GBPS = 1.0  # assumption: model weights read from shared storage, GB/s
@@ -24,9 +24,9 @@ STORAGE_WRITE_GBPS = 1.0  # assumption: checkpoint write bandwidth, GB/s
 # Process launch, CUDA/NCCL initialisation, dataset tokenisation and the first compiled step: an
 # assumed constant of one minute (order of magnitude of HF Trainer start-ups; not measured here).
 STARTUP_SECONDS = 60.0
-# Checkpoint = weights of the trainable part + AdamW's two states (HF Trainer saves optimizer.pt so the
-# run can resume). LoRA checkpoints hold the fp32 adapters only (peft saves adapter weights).
-ADAM_STATES = 2
+# Checkpoint = weights of the trainable part + the optimizer states (HF Trainer saves optimizer.pt so the
+# run can resume), sized as autoconf/theory/states.py sizes them in memory. LoRA checkpoints hold the fp32
+# adapters only (peft saves adapter weights).
 
 
 def tokens_to_process(
@@ -66,13 +66,8 @@ def checkpoint_bytes(job: Job) -> float:
     """Bytes written per checkpoint: trainable weights plus their optimizer states."""
     arch = get_architecture(job.model)
     trainable = float(trainable_params(job, arch))
-    if job.method == "full":
-        width = DTYPE_BYTES[job.dtype]
-        state = 4 if job.optimizer_state_dtype == "fp32" or job.dtype.startswith("amp") else width
-    else:
-        width, state = 4, 4  # peft keeps adapters (and so their states) in fp32
-    states = {"adamw": ADAM_STATES * state, "adamw-8bit": 2, "sgd": state}[job.optimizer]
-    return trainable * (width + states)
+    width = DTYPE_BYTES[job.dtype] if job.method == "full" else ADAPTER_BYTES  # peft keeps adapters in fp32
+    return trainable * (width + optimizer_bytes_per_param(job, zero=False))
 
 
 def estimate_time(
