@@ -17,18 +17,18 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, get_args
 
-import annotated_types
 from ado.modules.actuators.custom_experiments import custom_experiment
 from ado.schema.domain import PropertyDomain, VariableTypeEnum
 from ado.schema.property import ConstitutiveProperty
 from pydantic import ValidationError
 
-from autoconf.catalog import list_gpus, list_models
+from autoconf.catalog import list_models
 from autoconf.errors import AutoconfError, NotBuiltError, describe
 from autoconf.estimators import DEFAULT_ESTIMATOR, ESTIMATORS, Estimator, get_estimator
+from autoconf.learned.domain import answerable_domain as catalogue_domain, job_field_range
 from autoconf.learned.versions import CARD, list_versions, models_dir
 from autoconf.recommend import recommend
-from autoconf.schema import GIB, Estimate, Job, Method, Placement
+from autoconf.schema import GIB, Estimate, Job, Placement
 
 logger = logging.getLogger(__name__)
 
@@ -58,19 +58,6 @@ class Domain:
     source: str
 
 
-def _field_range(name: str) -> tuple[int, int]:
-    """Inclusive [low, high] of an int field of Job, from its pydantic bounds (every one has both)."""
-    low = high = 0
-    for bound in Job.model_fields[name].metadata:
-        if isinstance(bound, annotated_types.Gt):
-            low = int(bound.gt) + 1
-        elif isinstance(bound, annotated_types.Ge):
-            low = int(bound.ge)
-        elif isinstance(bound, annotated_types.Le):
-            high = int(bound.le)
-    return low, high
-
-
 @lru_cache(maxsize=8)
 def answerable_domain(model_version: str = LATEST) -> Domain:
     """The card's ``answerable_domain`` when the version has one, else the catalogue's.
@@ -84,12 +71,13 @@ def answerable_domain(model_version: str = LATEST) -> Domain:
     card_path = models_dir() / version / CARD
     card = json.loads(card_path.read_text(encoding="utf-8")) if card_path.is_file() else {}
     found = card.get("answerable_domain") or {}
+    catalogue = catalogue_domain()
     return Domain(
         models=tuple(dict.fromkeys([*found.get("models", ()), *list_models()])),
-        gpus=tuple(found.get("gpus") or list_gpus()),
-        methods=tuple(found.get("methods") or get_args(Method)),
-        tokens_per_sample=tuple(found.get("tokens_per_sample") or _field_range("tokens_per_sample")),
-        batch_size=tuple(found.get("batch_size") or _field_range("batch_size")),
+        gpus=tuple(found.get("gpus") or catalogue["gpus"]),
+        methods=tuple(found.get("methods") or catalogue["methods"]),
+        tokens_per_sample=tuple(found.get("tokens_per_sample") or catalogue["tokens_per_sample"]),
+        batch_size=tuple(found.get("batch_size") or catalogue["batch_size"]),
         source=str(card_path) if found else "autoconf catalogue",
     )
 
@@ -128,7 +116,7 @@ def _job_knob(name: str) -> ConstitutiveProperty:
     if field.annotation is bool:
         return _prop(name, field.description, variableType=VariableTypeEnum.BINARY_VARIABLE_TYPE)
     if field.annotation is int:
-        return _integer(name, field.description, *_field_range(name))
+        return _integer(name, field.description, *job_field_range(name))
     return _categorical(name, field.description, list(get_args(field.annotation)))
 
 

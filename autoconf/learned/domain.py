@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from collections.abc import Mapping
 from typing import Any, get_args
 
+import annotated_types
 import numpy as np
 
 from autoconf.catalog import canonical_gpu, canonical_name, list_gpus, list_models
@@ -127,11 +128,22 @@ def training_domain(models: list[str], methods: list[str], gpus: list[str], toke
     )
 
 
+def job_field_range(name: str) -> list[int]:
+    """Inclusive [low, high] of an integer Job field, from its pydantic bounds."""
+    low = high = 0
+    for bound in Job.model_fields[name].metadata:
+        if isinstance(bound, annotated_types.Gt):
+            low = int(bound.gt) + 1
+        elif isinstance(bound, annotated_types.Ge):
+            low = int(bound.ge)
+        elif isinstance(bound, annotated_types.Le):
+            high = int(bound.le)
+    return [low, high]
+
+
 def answerable_domain() -> dict[str, Any]:
     """What theory answers: the key names experiments.answerable_domain reads."""
-    tokens, batch = Job.model_fields["tokens_per_sample"].metadata, Job.model_fields["batch_size"].metadata
     return {
         "models": list_models(answerable_only=True), "gpus": list_gpus(), "methods": list(get_args(Method)),
-        "tokens_per_sample": [int(tokens[0].gt) + 1, int(tokens[1].le)],
-        "batch_size": [int(batch[0].gt) + 1, int(batch[1].le)],
+        "tokens_per_sample": job_field_range("tokens_per_sample"), "batch_size": job_field_range("batch_size"),
     }
