@@ -90,3 +90,8 @@ def map_rows(frame: pd.DataFrame, answer: Callable[[dict[str, Any]], dict[str, A
 
 def iter_inputs(frame: pd.DataFrame) -> Iterable[tuple[int, dict[str, Any]]]:
     yield from enumerate(frame.to_dict(orient="records"))
+
+
+def estimate_rows(estimate: Callable[[Job, Placement], Estimate], frame: pd.DataFrame) -> pd.DataFrame:
+    """``estimate_frame`` of a per-row estimator: each row's estimate at its own placement (1 GPU if unset)."""
+    return map_rows(frame, lambda row: estimate_columns(estimate(*row_inputs(row, default_gpus=1))))

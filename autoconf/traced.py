@@ -26,7 +26,7 @@ import pandas as pd
 
 from autoconf.catalog import Architecture, get_architecture, get_gpu
 from autoconf.errors import AutoconfError, InvalidInputError
-from autoconf.frame import estimate_columns, map_rows, row_inputs
+from autoconf.frame import estimate_rows
 from autoconf.schema import DEFAULT_LORA_TARGETS, Estimate, Job, MemoryEstimate, Placement
 from autoconf.theory.memory import estimate_memory, micro_batch, oom_probability, overhead_bytes
 from autoconf.theory.states import model_states
@@ -185,7 +185,4 @@ class TracedEstimator:
             return None
 
     def estimate_frame(self, frame: pd.DataFrame) -> pd.DataFrame:
-        def answer(row: dict[str, Any]) -> dict[str, Any]:
-            return estimate_columns(self.estimate(*row_inputs(row, default_gpus=1)))
-
-        return map_rows(frame, answer)
+        return estimate_rows(self.estimate, frame)

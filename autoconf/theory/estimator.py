@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
 
 import pandas as pd
 
-from autoconf.frame import estimate_columns, map_rows, row_inputs
+from autoconf.frame import estimate_rows
 from autoconf.schema import Calibration, Estimate, Job, Placement
 from autoconf.theory.memory import estimate_memory
 from autoconf.theory.throughput import throughput_or_none
@@ -27,7 +26,4 @@ class TheoryEstimator:
         return Estimate(job=job, placement=placement, memory=memory, throughput=throughput, estimator="theory")
 
     def estimate_frame(self, frame: pd.DataFrame) -> pd.DataFrame:
-        def answer(row: dict[str, Any]) -> dict[str, Any]:
-            return estimate_columns(self.estimate(*row_inputs(row, default_gpus=1)))
-
-        return map_rows(frame, answer)
+        return estimate_rows(self.estimate, frame)
