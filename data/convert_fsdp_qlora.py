@@ -29,6 +29,13 @@ GPUS = {  # source spelling -> (ado-style name, variant stated)
     "A100 40GB SMX": ("NVIDIA-A100-SXM4-40GB", 1), "H100 80GB SXM": ("NVIDIA-H100-80GB-HBM3", 1),
     "2xA5000": ("NVIDIA-RTX-A5000", 1), "4xA5000": ("NVIDIA-RTX-A5000", 1), "A6000 (48GB)": ("NVIDIA-RTX-A6000", 1),
 }
+# The blog tables name models in prose; train.py loads a hub id (the tables do not say which): the Llama-2 and
+# Yi ids are train.py's / the model makers' own repositories; Mistral's v0.2 base has no mistralai/ repository,
+# mistral-community/Mistral-7B-v0.2 is its hub conversion (autoconf/catalog/configs).
+BLOG_MODELS = {
+    "Llama-2 7B": "meta-llama/Llama-2-7b-hf", "Llama-2 70B": "meta-llama/Llama-2-70b-hf", "Yi 34B": "01-ai/Yi-34B",
+    "Mistral 7B v0.2 Base": "mistral-community/Mistral-7B-v0.2",
+}
 METHOD = {"LoRA": "lora", "QLoRA": "qlora", "lora": "lora", "qlora": "qlora", "custom_qlora": "qlora"}
 
 
@@ -58,7 +65,7 @@ def benchmarks(folder: Path) -> list[dict[str, Any]]:
             "source": SOURCE, "source_ref": f"{file}#row={i}", "campaign": f"{SOURCE}/{file}",
             "upstream": UPSTREAM + "benchmarks_03_2024.md", "framework": "fsdp-qlora", "label_strength": "measured",
             "gpu_model": gpu, "gpu_variant_stated": stated, "number_gpus": ngpu, "number_nodes": 1,
-            "model_name": model, "method": method, "tokens_per_sample": int(context), "variable_length": 0,
+            "model_name": BLOG_MODELS[model].split("/")[-1], "model_hf_id": BLOG_MODELS[model], "method": method, "tokens_per_sample": int(context), "variable_length": 0,
             "per_device_batch_size": batch, "gradient_accumulation_steps": 1 if batch else "",
             "batch_size": batch * ngpu if batch else "", "dtype": "bf16", "strategy": "ddp" if ddp else "fsdp",
             "gradient_checkpointing": 1, "fused_loss": 0, "packing": 0, "lora_r": 64, "lora_alpha": 16,
@@ -68,7 +75,8 @@ def benchmarks(folder: Path) -> list[dict[str, Any]]:
                         else "optimizer+params" if offload else "none"),
             "train_runtime_s": number(src["Time (s)"]),
             "kernels": f"{src.section} / {src.subsection} / {caption}".replace(" /  / ", " / "),
-            "notes": ("DDP=True is FSDP NO_SHARD (full replica per GPU);" if ddp else "")
+            "notes": f"model '{model}' in the blog (hub id inferred, not stated);"
+                     + ("DDP=True is FSDP NO_SHARD (full replica per GPU);" if ddp else "")
                      + "gradient_accumulation_steps=1 assumed from train.py defaults;"
                      + "train_runtime_s = wall time of the whole run (dataset size not stated)",
         }

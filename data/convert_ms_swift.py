@@ -30,6 +30,18 @@ QUANT = {"bf16": ("none", ""), "bf16 (no quantization)": ("none", ""), "int4 (gp
 TRUNCATION_NOTE = ("tokens_per_sample = max_length (samples truncated to it; lengths 91..19548, batches padded "
                    "to the longest)")
 TARGETS = {"DEFAULT (c_attn)": "c_attn", "ALL (all linear)": "all-linear"}
+# swift's model_type -> (hub id, swift's DEFAULT LoRA targets) from its model registry at the benchmark's time
+# (swift/llm/utils/model.py, swift 1.x: register_model(ModelType.x, model_id, LoRATM.y); LoRATM.qwen = c_attn,
+# LoRATM.llama2 = q_proj, k_proj, v_proj, LoRATM.chatglm = query_key_value, LoRATM.baichuan = W_pack).
+SWIFT_MODELS = {
+    "qwen-1_8b-chat": ("Qwen/Qwen-1_8B-Chat", "c_attn"), "qwen-7b-chat": ("Qwen/Qwen-7B-Chat", "c_attn"),
+    "qwen-14b-chat": ("Qwen/Qwen-14B-Chat", "c_attn"), "qwen-72b-chat": ("Qwen/Qwen-72B-Chat", "c_attn"),
+    "yi-6b-chat": ("01-ai/Yi-6B-Chat", "q_proj,k_proj,v_proj"), "yi-34b-chat": ("01-ai/Yi-34B-Chat", "q_proj,k_proj,v_proj"),
+    "openbuddy-zephyr-7b-chat": ("OpenBuddy/openbuddy-zephyr-7b-v14.1", "q_proj,k_proj,v_proj"),
+    "chatglm3-6b": ("THUDM/chatglm3-6b", "query_key_value"),
+    "baichuan2-7b-chat": ("baichuan-inc/Baichuan2-7B-Chat", "W_pack"),
+    "baichuan2-13b-chat": ("baichuan-inc/Baichuan2-13B-Chat", "W_pack"),
+}
 
 
 def _base(file: str, index: int, upstream: str) -> dict[str, Any]:
@@ -69,7 +81,8 @@ def benchmark(folder: Path) -> list[dict[str, Any]]:
         batch, accum = int(src.eff_batch_size), int(src.eff_gradient_accumulation_steps)
         row = _base(file, int(i), BENCH_DOC) | {
             "gpu_model": "A100-80GB", "gpu_variant_stated": 0, "number_gpus": 2 if two_gpus else 1, "number_nodes": 1,
-            "model_name": model, "method": method, "tokens_per_sample": int(src.eff_max_length), "variable_length": 1,
+            "model_name": model, "model_hf_id": SWIFT_MODELS.get(model, ("", ""))[0],
+            "method": method, "tokens_per_sample": int(src.eff_max_length), "variable_length": 1,
             "batch_size": batch * accum, "per_device_batch_size": batch, "gradient_accumulation_steps": accum,
             "dtype": "bf16", "amp": "bf16", "strategy": "device-map" if two_gpus else "ddp",
             "gradient_checkpointing": int(src.eff_gradient_checkpointing == "true"),
@@ -82,9 +95,10 @@ def benchmark(folder: Path) -> list[dict[str, Any]]:
         if method != "full":
             row["lora_r"], row["lora_alpha"] = int(src.eff_lora_rank), 32
             target = src.eff_lora_target_modules
-            row["lora_target_modules"] = TARGETS.get(target, "c_attn" if model.startswith("qwen") else "")
-            if row["lora_target_modules"] == "":
-                notes.append(f"lora targets = swift DEFAULT for {model} (not stated in the source)")
+            row["lora_target_modules"] = TARGETS.get(target) or SWIFT_MODELS.get(model, ("", ""))[1]
+            if target not in TARGETS:
+                notes.append(f"lora targets = swift's DEFAULT for {model} (its model registry, not the table)"
+                             if row["lora_target_modules"] else f"lora targets = swift DEFAULT for {model} (not known)")
         _memory(row, memory_cell, "GiB", "torch_reserved")
         row["notes"] = ";".join(notes)
         extra = ["device_map='auto' layer split over 2 GPUs (naive model parallel)"] if two_gpus else []

@@ -30,13 +30,17 @@ EXPECTED = {
     "RTX 4090": ("NVIDIA-GeForce-RTX-4090", 24564, 165.2),
     "rtx-3090": ("NVIDIA-GeForce-RTX-3090", 24576, 71),
     "A6000": ("NVIDIA-RTX-A6000", 49140, 154.8),
+    "RTX A5000": ("NVIDIA-RTX-A5000", 24564, 111.1),               # datasheet 222.2 sparse / 2; fsdp-qlora rows
+    "NVIDIA RTX 6000 Ada Generation": ("NVIDIA-RTX-6000-Ada", 49140, 364.2),  # nvidia-smi's spelling
 }
-# Tensor-core arithmetic behind three of the peaks: (tensor cores, dense FP16 FMA per core per clock, boost GHz,
+# Tensor-core arithmetic behind five of the peaks: (tensor cores, dense FP16 FMA per core per clock, boost GHz,
 # FP32-accumulate rate factor: 1/2 on GeForce cards, 1 on professional ones).
 ARITHMETIC = {
     "NVIDIA-GeForce-RTX-3090": (328, 128, 1.695, 0.5),
     "NVIDIA-RTX-A6000": (336, 128, 1.800, 1.0),
     "NVIDIA-GeForce-RTX-4090": (512, 128, 2.520, 0.5),
+    "NVIDIA-RTX-A5000": (256, 128, 1.695, 1.0),
+    "NVIDIA-RTX-6000-Ada": (568, 128, 2.505, 1.0),
 }
 
 

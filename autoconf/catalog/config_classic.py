@@ -1,5 +1,5 @@
 """Readers for the families with pre-llama layouts: phi (phi-2), stablelm, starcoder2, falcon, gpt_neox,
-gpt_bigcode, gpt2 and gpt-j.
+gpt_bigcode, gpt2, gpt-j and Qwen (v1, remote code).
 
 They differ from the llama core in key names (n_embd, n_head, ffn_hidden_size, ...), biases on
 every linear and LayerNorms with a bias; defaults are transformers 5's (config_families.DEFAULTS).
@@ -104,5 +104,24 @@ def gpt_bigcode(c: ConfigView, family: str) -> dict[str, Any]:
     }
 
 
+def qwen(c: ConfigView, family: str) -> dict[str, Any]:
+    """Qwen (v1) remote code (modeling_qwen.py of the Qwen/Qwen-*B repositories): c_attn over q, k, v of
+    kv_channels per head (always with a bias), c_proj, and an MLP whose two up projections w1 / w2 are each
+    intermediate_size // 2 wide (the config states twice the MLP width); no_bias (true in every release)
+    drops the other biases; untied lm_head; RMSNorms. No transformers class, so defaults are the remote
+    QWenConfig's: no_bias true, tie_word_embeddings false."""
+    heads = c.req("num_attention_heads")
+    no_bias = bool(c.opt("no_bias", True))
+    return {
+        "hidden_size": c.req("hidden_size"), "num_layers": c.req("num_hidden_layers"), "num_heads": heads,
+        "num_kv_heads": heads, "head_dim": c.opt("kv_channels") or c.req("hidden_size") // heads,
+        "vocab_size": c.req("vocab_size"), "intermediate_size": c.req("intermediate_size") // 2,
+        "max_position_embeddings": c.opt("max_position_embeddings") or c.opt("seq_length") or 0,
+        "tie_word_embeddings": bool(c.opt("tie_word_embeddings", False)), "qkv_bias": True,
+        "attention_bias": not no_bias, "mlp_bias": not no_bias, "hidden_act": "silu",
+        "partial_rotary_factor": float(c.opt("rotary_pct", 1.0)),
+    }
+
+
 CLASSIC_READERS = {"phi": phi, "stablelm": stablelm, "starcoder2": starcoder2, "gpt_neox": gpt_neox, "falcon": falcon,
-                   "gpt_bigcode": gpt_bigcode, "gpt2": gpt_bigcode, "gptj": gptj}
+                   "gpt_bigcode": gpt_bigcode, "gpt2": gpt_bigcode, "gptj": gptj, "qwen": qwen}

@@ -2,7 +2,8 @@
 
 A Family says which projections a decoder layer has and under which names; ``layer_shape`` turns an
 Architecture and a layer index into that layer's linears and other parameters. Every layout here is
-checked against a meta-device build in tests/test_catalog_families.py.
+checked against a meta-device build in tests/test_catalog_families.py, except Qwen (v1), whose modelling
+code lives in its hub repositories (no transformers class): its count is checked by hand there.
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ FAMILIES: dict[str, Family] = {
     "deepseek_v2": Family(shared="shared_experts", mla=True),
     "deepseek_v3": Family(shared="shared_experts", mla=True),
     "granitemoehybrid": Family(router="router", shared="shared_mlp"),
+    # Qwen (v1, remote code modeling_qwen.py): fused c_attn, c_proj; MLP c_proj(w1(x) * silu(w2(x))), so w2 is the gate
+    "qwen": Family(qkv=("c_attn",), out="attn.c_proj", mlp=("w2", "w1", "mlp.c_proj")),
 }
 
 
