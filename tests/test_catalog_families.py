@@ -223,6 +223,7 @@ def test_default_lora_targets_exist_where_peft_has_no_default(family: str) -> No
 
 
 CATALOGUED = [n for n in list_models() if entries()[n].config is not None]
+REMOTE_CODE = {"qwen"}  # families modelled from their hub repositories' own modelling code
 
 
 @pytest.mark.parametrize("name", CATALOGUED)
@@ -232,6 +233,8 @@ def test_every_catalogue_config_equals_its_transformers_build(name: str) -> None
         arch = catalogue_architecture(name)
     except UnsupportedModelTypeError as exc:  # a catalogued family this version does not model
         pytest.skip(str(exc))
+    if arch.model_type in REMOTE_CODE:
+        pytest.skip(f"{arch.model_type} is hub remote code, no transformers class: tests/test_catalog_remote_code.py")
     config = entries()[name].config
     assert config is not None
     model = build({k: v for k, v in config.items() if k != "_autoconf"} if "_autoconf" in config else _csv_build(arch))
