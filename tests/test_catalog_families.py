@@ -26,6 +26,7 @@ from autoconf.catalog import (
 from autoconf.catalog.catalogue import entries
 from autoconf.catalog.config_families import DEFAULTS
 from autoconf.catalog.config_parse import TEXT_CORE_DEFAULTS
+from autoconf.catalog.families import REMOTE_CODE
 
 _S = {"vocab_size": 100, "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4,
       "num_key_value_heads": 2, "pad_token_id": 0, "bos_token_id": 0, "eos_token_id": 0}
@@ -223,7 +224,7 @@ def test_default_lora_targets_exist_where_peft_has_no_default(family: str) -> No
 
 
 CATALOGUED = [n for n in list_models() if entries()[n].config is not None]
-REMOTE_CODE = {"qwen"}  # families modelled from their hub repositories' own modelling code
+
 
 
 @pytest.mark.parametrize("name", CATALOGUED)

@@ -69,6 +69,10 @@ FAMILIES: dict[str, Family] = {
     "qwen": Family(qkv=("c_attn",), out="attn.c_proj", mlp=("w2", "w1", "mlp.c_proj")),
 }
 
+# Families whose modelling code lives in their hub repositories (trust_remote_code): no transformers class
+# builds them, so neither a meta-device test nor the traced estimator can (tests/test_catalog_remote_code.py).
+REMOTE_CODE = frozenset({"qwen"})
+
 
 def norm_size(arch: Architecture, width: int) -> int:
     """Parameters of one norm over ``width`` features: RMSNorm a weight, LayerNorm weight + bias."""

@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from autoconf.catalog import Architecture, get_architecture, get_gpu
+from autoconf.catalog.families import REMOTE_CODE
 from autoconf.errors import AutoconfError, InvalidInputError
 from autoconf.estimators.contract import Estimator
 from autoconf.estimators.theory.memory import estimate_memory, micro_batch, oom_probability, overhead_bytes
@@ -134,6 +135,8 @@ class TracedEstimator(Estimator):
     def estimate(self, job: Job, placement: Placement) -> Estimate:
         arch = get_architecture(job.model)
         reason = untraceable_reason(job, placement)
+        if reason is None and arch.family in REMOTE_CODE:
+            reason = f"{arch.family} is hub remote code (no transformers class to trace)"
         memory = None
         if reason is None:
             try:
