@@ -18,6 +18,7 @@ from autoconf.catalog import get_gpu
 EXPECTED = {
     "NVIDIA-H100-PCIe": ("NVIDIA-H100-PCIe", 81559, 756),           # ado SFTTrainer name
     "NVIDIA-H100-80GB-HBM3": ("NVIDIA-H100-80GB-HBM3", 81559, 989),  # ado SFTTrainer name
+    "H100-80GB": ("NVIDIA-H100-80GB-HBM3", 81559, 989),              # llm-foundry's h100_80gb (variant not stated)
     "L40S": ("L40S", 46068, 362.05),                                 # ado SFTTrainer name
     "NVIDIA-A100-SXM4-80GB": ("NVIDIA-A100-SXM4-80GB", 81920, 312),  # ado SFTTrainer name
     "NVIDIA-A100-80GB-PCIe": ("NVIDIA-A100-80GB-PCIe", 81920, 312),  # ado SFTTrainer name
