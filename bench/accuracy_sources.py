@@ -49,8 +49,8 @@ FIT_SOURCE = {"fms-hf-tuning": "fms-acceleration"}  # profile -> source its Devi
 GROUPINGS = (("source",), ("framework",), ("metric",), ("method",), ("method", "metric"),
              ("source", "framework", "metric", "method"))
 TARGETS = {"median": 3.0, "p90": 10.0, "|bias|": 3.0}  # issue 13's must-show targets (LOSO), % of the measured peak
-WORST_COLUMNS = ("source", "source_ref", "framework", "gpu_model", "model_name", "method", "strategy", "number_gpus",
-                 "tokens_per_sample", "batch_size", "gradient_checkpointing", "metric", "measured_gib", "predicted_gib",
+WORST_COLUMNS = ("source", "source_ref", "framework", "gpu_model", "model_name", "method", "strategy", "kernels",
+                 "number_gpus", "tokens_per_sample", "batch_size", "gradient_checkpointing", "metric", "measured_gib", "predicted_gib",
                  "error_pct")
 
 
@@ -125,7 +125,7 @@ def worst(ok: pd.DataFrame, k: int = 15) -> pd.DataFrame:
     """The k rows with the largest |error %|, with the inputs that produced them; re-measurements of one setting
     (same inputs, another campaign file) show once."""
     ranked = worst_rows(ok, len(ok))
-    setting = [c for c in (*WORST_COLUMNS[2:12], "per_device_batch_size", "kernels") if c in ranked]
+    setting = [c for c in (*WORST_COLUMNS[2:13], "per_device_batch_size") if c in ranked]
     table = ranked.drop_duplicates(subset=setting).head(k).copy()
     table["measured_gib"], table["predicted_gib"] = table["measured"] / GIB, table["predicted"] / GIB
     return table[[c for c in WORST_COLUMNS if c in table]]
