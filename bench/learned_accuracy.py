@@ -77,7 +77,8 @@ def oom_section(card: dict[str, Any], command: str) -> str:
         "trained without the "
         f"scored model: accuracy **{cls['accuracy']:.3f}** at 0.5, ROC AUC **{cls['auc']:.3f}** (n = {cls['n']}).",
         "\"said fits\" = predicted peak ≤ capacity; \"oom_risk ≤ 0.05\" = what the recommender accepts by default. "
-        "theory's risk is a normal model with a 12 % relative sigma; learned's is the classifier's probability; "
+        "theory's risk is a log-normal model with σ per method fitted on held-out residuals (section theory-risk); "
+        "learned's is the classifier's probability; "
         "hybrid's is split-conformal from held-out residuals of the other models (2× wider outside its domain).",
         markdown_table(pd.DataFrame(rows)),
     ]) + "\n"

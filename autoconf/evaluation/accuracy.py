@@ -31,7 +31,8 @@ logger = logging.getLogger(__name__)
 # Row columns carried into per-row results so that summaries can group by them.
 CONTEXT_COLUMNS = (
     "source", "source_ref", "campaign", "framework", "gpu_model", "model_name", "method", "strategy", "number_gpus",
-    "tokens_per_sample", "batch_size", "per_device_batch_size", "kernels", "fused_loss", "variable_length", "dtype",
+    "tokens_per_sample", "batch_size", "per_device_batch_size", "gradient_checkpointing", "kernels", "fused_loss",
+    "variable_length", "dtype",
 )
 STAT_COLUMNS = ("n", "median_abs_error_pct", "p90_abs_error_pct", "bias_pct")
 # What each measured metric is compared with: the estimate's peak of the same kind (like with like).

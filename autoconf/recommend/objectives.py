@@ -141,7 +141,8 @@ def _across_gpus(estimator: Estimator, jobs: list[Job], places: list[Placement])
     ok = one.ok
     capacity = np.where(ok, capacities(places), np.nan)
     risk = np.full(len(jobs), np.nan)
-    risk[ok] = [mem.oom_probability(p, c) for p, c in zip(one.peak[ok].tolist(), capacity[ok].tolist(), strict=True)]
+    risk[ok] = [mem.oom_probability(p, c, method=jobs[i].method) for p, c, i in
+                zip(one.peak[ok].tolist(), capacity[ok].tolist(), np.flatnonzero(ok).tolist(), strict=True)]
     return MemoryBatch(parts=one.parts, allocated=one.allocated, reserved=one.reserved, peak=one.peak,
                        phase=one.phase, capacity=capacity, oom_risk=risk, micro_batch=one.micro_batch,
                        errors=one.errors)

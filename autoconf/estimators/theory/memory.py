@@ -24,6 +24,7 @@ from autoconf.errors import InvalidInputError
 from autoconf.estimators.theory import activations as act
 from autoconf.estimators.theory import cuda, images
 from autoconf.estimators.theory.frameworks import FMS_FIT, resolve
+from autoconf.estimators.theory.risk_table import SIGMA
 from autoconf.estimators.theory.states import States, _weight_bytes, model_states, vision_states
 from autoconf.schema import GIB, Calibration, Job, MemoryEstimate, Phase, Placement
 
@@ -31,7 +32,6 @@ from autoconf.schema import GIB, Calibration, Job, MemoryEstimate, Phase, Placem
 CUDA_CONTEXT_BYTES = FMS_FIT.context_bytes
 NCCL_BYTES = FMS_FIT.nccl_bytes
 FRAGMENTATION = FMS_FIT.fragmentation
-THEORY_REL_SIGMA = 0.12  # spread of theory's relative error on measured rows (docs/accuracy.md), for oom_risk
 
 
 def micro_batch(job: Job, placement: Placement) -> int:
@@ -140,11 +140,13 @@ def overhead_bytes(allocated_peak: float, placement: Placement, calib: Calibrati
     return context + nccl + frag
 
 
-def oom_probability(peak: float, capacity: float, rel_sigma: float = THEORY_REL_SIGMA) -> float:
-    """P(actual > capacity) if actual = peak·(1 + ε), ε ~ Normal(0, rel_sigma)."""
+def oom_probability(peak: float, capacity: float, rel_sigma: float | None = None, method: str | None = None) -> float:
+    """P(actual > capacity) if log(actual / peak) ~ Normal(0, σ): σ = ``rel_sigma`` where given, else theory's
+    σ of ``method`` fitted on held-out residuals (risk_table.py, by ``python bench/theory_risk.py --write``)."""
     if capacity <= 0:
         return 1.0
-    z = (capacity / max(peak, 1.0) - 1.0) / rel_sigma
+    sigma = rel_sigma if rel_sigma is not None else SIGMA.get(method or "*", SIGMA["*"])[0]
+    z = math.log(capacity / max(peak, 1.0)) / sigma
     return float(min(1.0, max(0.0, 0.5 * math.erfc(z / math.sqrt(2)))))
 
 
@@ -182,5 +184,5 @@ def estimate_memory(
         vision_optimizer_bytes=parts["vision_optimizer"], vision_activations_bytes=parts["vision_activations"],
         peak_bytes=peak, peak_allocated_bytes=peaks.allocated, peak_reserved_bytes=peaks.reserved, peak_phase=phase,
         capacity_bytes=gpu.memory_bytes, fits=peak <= gpu.memory_bytes,
-        oom_risk=oom_probability(peak, gpu.memory_bytes), estimator="theory", notes=tuple(notes),
+        oom_risk=oom_probability(peak, gpu.memory_bytes, method=job.method), estimator="theory", notes=tuple(notes),
     )

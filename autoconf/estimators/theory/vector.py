@@ -212,8 +212,8 @@ def theory_batch(jobs: Sequence[Job], placements: Sequence[Placement], calibrati
         out["allocated"][sel], out["reserved"][sel] = peaks[:, 0], peaks[:, 1]
         out["peak"][sel], out["overhead"][sel] = peaks[:, 2], peaks[:, 3]
         if risk:
-            out["oom_risk"][sel] = [mem.oom_probability(p, c) for p,
-                                    c in zip(out["peak"][sel].tolist(), capacity[sel].tolist(), strict=True)]
+            out["oom_risk"][sel] = [mem.oom_probability(p, c, method=jobs[i].method) for p, c, i in
+                                    zip(out["peak"][sel].tolist(), capacity[sel].tolist(), good, strict=True)]
         for k, i in enumerate(good):
             phase[i] = names[k][best[k]]
             micro[i] = mem.micro_batch(jobs[i], placements[i])

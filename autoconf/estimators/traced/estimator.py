@@ -38,7 +38,8 @@ logger = logging.getLogger(__name__)
 
 # Relative spread for oom_risk. The trace counts tensor bytes exactly for the HF + torch step; what
 # remains uncertain is outside it: allocator fragmentation (5–15 % reserved/allocated, theory_notes
-# "Overheads") and GPU-only kernels' workspaces. Half of theory's spread, as an assumption.
+# "Overheads") and GPU-only kernels' workspaces. Half of the 0.12 spread theory assumed before its risk was
+# fitted (theory/risk_table.py), as an assumption; read as the σ of log(actual / predicted) peak.
 TRACED_REL_SIGMA = 0.06
 # Architecture fields that do not change the model (kept out of the cache key).
 _NON_STRUCTURAL = ("source", "verification", "answerable", "aliases")
