@@ -7,6 +7,7 @@ import importlib.util
 import math
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -20,7 +21,7 @@ from autoconf.evaluation.data import load_measurements
 from autoconf.schema import Job, Placement
 
 
-def _job(**kw) -> Job:
+def _job(**kw: Any) -> Job:
     base = dict(model="llama3.1-8b", tokens_per_sample=4096, batch_size=16, gradient_checkpointing=False)
     return Job(**{**base, **kw})
 
