@@ -31,7 +31,8 @@ ADO_FRAMEWORK = "fms-hf-tuning"
 # the stack's default optimizer does on CUDA. transformers >= 4.5x with torch >= 2.8 defaults to
 # optim="adamw_torch_fused" (transformers 5.23 training_args.py, `default_optim`); fms-hf-tuning's measured
 # rows ran adamw_torch = foreach (theory_notes "Variants"); torchtune and LitGPT configs construct
-# torch.optim.AdamW with fused=True; bitsandbytes optimizers (Unsloth's adamw_8bit) have no foreach list.
+# torch.optim.AdamW with fused=True; bitsandbytes optimizers (Unsloth's adamw_8bit) have no foreach list;
+# llm-foundry's decoupled_adamw (Composer DecoupledAdamW.adamw) updates one parameter at a time.
 FRAMEWORK_JOB_DEFAULTS: dict[str, dict[str, object]] = {
     "hf-trainer": {"optimizer_impl": "fused"},
     "fms-hf-tuning": {"optimizer_impl": "foreach"},
@@ -44,9 +45,11 @@ FRAMEWORK_JOB_DEFAULTS: dict[str, dict[str, object]] = {
     "ms-swift": {"optimizer_impl": "fused"},
     "deepspeed": {"optimizer_impl": "fused"},
     "fsdp-qlora": {"optimizer_impl": "foreach"},
+    "llm-foundry": {"optimizer_impl": "for-loop"},
 }
 # Loss kernel a framework uses when neither loss_kernel nor fused_loss is given (sources in frameworks.py).
-FRAMEWORK_LOSS_KERNEL: dict[str, str] = {"litgpt": "chunked", "torchtune": "chunked", "unsloth": "fused-ce"}
+FRAMEWORK_LOSS_KERNEL: dict[str, str] = {"litgpt": "chunked", "torchtune": "chunked", "unsloth": "fused-ce",
+                                         "llm-foundry": "fused-ce"}
 
 # --- recommender -------------------------------------------------------------------------------------
 ESTIMATOR = "hybrid"  # theory x learned correction; falls back as FALLBACK says

@@ -4,7 +4,8 @@ What the source measures (shared/data/external/llm-foundry/SOURCE.md): MPT pre-t
 trained) with Composer + PyTorch FSDP1 on the MosaicML platform, ~12 steps per run, fixed-length sequences.
 Columns as written: tokens/s for the whole job and per GPU, samples/s, MFU / HFU (%), model TFLOP/s per GPU.
 No memory and no OOM; micro-batch sizes were hand-picked (they fit, but are not a stated maximum).
-GPU variants are not stated ("h100_80gb", "a100_80gb", "a100_40gb"); the node count is not stated either.
+GPU variants are not stated ("h100_80gb", "a100_80gb", "a100_40gb": SXM assumed, see GPUS); the node count is
+not stated either (8 GPUs per node assumed by the estimator's default).
 ``amp_bf16`` = fp32 weights with bf16 autocast (dtype fp32, amp bf16); ``bf16`` with MP mode PURE = bf16.
 """
 
@@ -19,7 +20,11 @@ from common import EXTERNAL, judge, number
 SOURCE = "llm-foundry"
 FILE = "llmfoundry_mpt_train_benchmarks.csv"
 UPSTREAM = "github.com/mosaicml/llm-foundry@8c8dd48f72168c5d51e2f7b151595892a8fba43d:scripts/train/benchmarking/README.md"
-GPUS = {"h100_80gb": "H100-80GB", "a100_80gb": "A100-80GB", "a100_40gb": "A100-40GB"}
+# The variant is not stated. The A100 sections run 8-GPU nodes with "1600 Gbps node-node interconnect (RoCE)"
+# (8 x 200 Gbps, one NIC per GPU: the HGX/DGX baseboard layout, whose GPUs are SXM with NVLink), so the SXM
+# parts are assumed; for H100 the catalogue's plain "H100" alias (the SXM part) is followed. gpu_variant_stated
+# stays 0.
+GPUS = {"h100_80gb": "NVIDIA-H100-80GB-HBM3", "a100_80gb": "NVIDIA-A100-SXM4-80GB", "a100_40gb": "NVIDIA-A100-SXM4-40GB"}
 STRATEGY = {"FULL_SHARD": "fsdp", "SHARD_GRAD_OP": "fsdp-shard-grad-op"}
 
 

@@ -1,5 +1,5 @@
 """Readers for the families with pre-llama layouts: phi (phi-2), stablelm, starcoder2, falcon, gpt_neox,
-gpt_bigcode, gpt2, gpt-j and Qwen (v1, remote code).
+gpt_bigcode, gpt2, gpt-j, MPT and Qwen (v1, remote code).
 
 They differ from the llama core in key names (n_embd, n_head, ffn_hidden_size, ...), biases on
 every linear and LayerNorms with a bias; defaults are transformers 5's (config_families.DEFAULTS).
@@ -123,5 +123,19 @@ def qwen(c: ConfigView, family: str) -> dict[str, Any]:
     }
 
 
+def mpt(c: ConfigView, family: str) -> dict[str, Any]:
+    """MPT (MosaicML) as transformers 5 builds it: d_model / n_heads / n_layers, MHA through one fused Wqkv, an
+    MLP of expansion_ratio·d_model (GELU, 2 matrices), no biases anywhere (MptAttention/MptMLP build their
+    linears with bias=False whatever no_bias says), ALiBi (no position parameters), tied embeddings."""
+    d = DEFAULTS[family]
+    hidden, heads = c.req("d_model"), c.req("n_heads")
+    return {
+        "hidden_size": hidden, "num_layers": c.req("n_layers"), "num_heads": heads, "num_kv_heads": heads,
+        "vocab_size": c.req("vocab_size"), "intermediate_size": int(c.opt("expansion_ratio", d["expansion_ratio"]) * hidden),
+        "max_position_embeddings": c.opt("max_seq_len") or 0, "hidden_act": "gelu",
+        "tie_word_embeddings": bool(c.opt("tie_word_embeddings", d["tie_word_embeddings"])),
+    }
+
+
 CLASSIC_READERS = {"phi": phi, "stablelm": stablelm, "starcoder2": starcoder2, "gpt_neox": gpt_neox, "falcon": falcon,
-                   "gpt_bigcode": gpt_bigcode, "gpt2": gpt_bigcode, "gptj": gptj, "qwen": qwen}
+                   "gpt_bigcode": gpt_bigcode, "gpt2": gpt_bigcode, "gptj": gptj, "qwen": qwen, "mpt": mpt}

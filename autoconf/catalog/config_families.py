@@ -47,6 +47,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "stablelm": {"tie_word_embeddings": False, "use_qkv_bias": False, "use_parallel_residual": False, "qk_layernorm": False},
     "gptj": {"tie_word_embeddings": False},
     "gpt2": {"tie_word_embeddings": True},
+    "mpt": {"tie_word_embeddings": True, "expansion_ratio": 4},
 }
 _LAYER_KIND = {"full_attention": ATTENTION, "attention": ATTENTION, "sliding_attention": SLIDING,
                "mamba": MAMBA, "linear_attention": MAMBA}

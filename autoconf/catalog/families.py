@@ -62,6 +62,9 @@ FAMILIES: dict[str, Family] = {
     "falcon": Family(qkv=("query_key_value",), out="dense", mlp=("dense_h_to_4h", "dense_4h_to_h"), norm="layer"),
     "gpt_neox": Family(qkv=("query_key_value",), out="dense", mlp=("dense_h_to_4h", "dense_4h_to_h"), norm="layer"),
     "gpt_bigcode": Family(qkv=("c_attn",), out="attn.c_proj", mlp=("c_fc", "mlp.c_proj"), norm="layer"),
+    # MPT: fused Wqkv, out_proj, up_proj/down_proj; its LayerNorms carry a weight only (transformers 5
+    # MptBlock builds norm_1/norm_2/norm_f with the bias removed), counted like an RMSNorm
+    "mpt": Family(qkv=("Wqkv",), out="out_proj", mlp=("up_proj", "down_proj"), norm="rms"),
     "deepseek_v2": Family(shared="shared_experts", mla=True),
     "deepseek_v3": Family(shared="shared_experts", mla=True),
     "granitemoehybrid": Family(router="router", shared="shared_mlp"),

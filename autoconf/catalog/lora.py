@@ -42,6 +42,7 @@ DEFAULT_TARGETS: dict[str, tuple[str, ...]] = {
     "gpt_bigcode": ("c_attn",),  # peft
     "gpt2": ("c_attn",),  # peft
     "qwen": ("c_attn",),  # peft; ms-swift 1.x LoRATM.qwen too
+    "mpt": ("Wqkv",),  # peft
     "deepseek_v2": ("q_proj", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj"),  # MLA: every q / kv projection
     "deepseek_v3": ("q_proj", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj"),
 }

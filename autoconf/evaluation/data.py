@@ -66,12 +66,13 @@ METRIC_COLUMNS = {"torch_allocated": "torch_allocated_bytes", "torch_reserved": 
 # Data column framework -> Job.framework (only stacks with a profile; other rows are refused with the reason).
 FRAMEWORKS = {"fms-hf-tuning": "fms-hf-tuning", "hf-trainer": "hf-trainer", "ms-swift": "ms-swift",
               "fsdp-qlora": "fsdp-qlora", "axolotl": "axolotl", "torchtune": "torchtune", "unsloth": "unsloth",
-              "litgpt": "litgpt", "llama-factory": "llama-factory", "peft": "peft", "deepspeed": "deepspeed"}
+              "litgpt": "litgpt", "llama-factory": "llama-factory", "peft": "peft", "deepspeed": "deepspeed",
+              "llm-foundry": "llm-foundry"}
 # Data column optimizer (sources' spellings) -> (Job.optimizer, Job.optimizer_impl or None = framework default).
 OPTIMIZERS = {"adamw": ("adamw", None), "adamw_torch": ("adamw", "foreach"), "adamw_torch_fused": ("adamw", "fused"),
               "adamw-8bit": ("adamw-8bit", None), "adamw_8bit": ("adamw-8bit", None),
               "adamw_bnb_8bit": ("adamw-8bit", None), "paged_adamw_8bit": ("paged-adamw-8bit", None),
-              "paged_adamw_32bit": ("paged-adamw", None)}
+              "paged_adamw_32bit": ("paged-adamw", None), "decoupled-adamw": ("adamw", "for-loop")}
 
 
 def default_path() -> Path:
@@ -133,14 +134,14 @@ def _flag(value: object) -> bool:
 def job_dtype(row: Mapping[str, object]) -> str | None:
     """The Job dtype of a row: its torch_dtype, or amp-* when FSDP upcasts trainable weights.
 
-    With HF ``bf16=True``/``fp16=True`` (column ``amp``) under accelerate FSDP, accelerate's
+    With HF ``bf16=True``/``fp16=True`` (column ``amp``) under accelerate FSDP (any sharding strategy), accelerate's
     ``prepare_model`` casts every trainable FSDP flat parameter to fp32 ("Upcasted low precision
     parameters ... because mixed precision turned on in FSDP", huggingface/accelerate
     src/accelerate/accelerator.py), so full fine-tuning keeps fp32 master weights, gradients and
     AdamW states; frozen LoRA bases are not upcast. Empty = not stated (the Job default applies).
     """
     dtype, amp = row.get("dtype"), row.get("amp")
-    if _present(amp) and row.get("strategy") == "fsdp" and row.get("method") == "full":
+    if _present(amp) and str(row.get("strategy") or "").startswith("fsdp") and row.get("method") == "full":
         return f"amp-{amp}"
     return str(dtype) if _present(dtype) else None
 

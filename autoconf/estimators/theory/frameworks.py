@@ -115,6 +115,17 @@ PROFILES: dict[str, Profile] = {
     "fsdp-qlora": _hf_like(
         "fsdp-qlora", "Answer.AI fsdp_qlora train.py (2024)", efficient_loading=True,
         sources={"load": "low_memory=True (default): rank 0 loads, other ranks build on meta"}),
+    "llm-foundry": _hf_like(
+        "llm-foundry", "llm-foundry 0.4–0.10 (Composer + PyTorch FSDP1), MPT and HF models", efficient_loading=True,
+        sources={"load": "MPT yamls set model.init_device: meta; Composer materialises each FSDP shard on its rank",
+                 "loss": "ComposerMPTCausalLM loss_fn defaults to 'fused_crossentropy' (flash_attn "
+                 "losses.cross_entropy.CrossEntropyLoss: fused softmax + loss, no fp32 copy of the logits)",
+                 "optimizer": "decoupled_adamw = Composer DecoupledAdamW, whose adamw() updates one parameter "
+                 "at a time (for-loop)",
+                 "strategy": "fsdp_config.sharding_strategy FULL_SHARD (ZeRO-3-like) in the MPT yamls; "
+                 "activation_checkpointing and mixed_precision (PURE / DEFAULT) set per yaml; precision amp_bf16",
+                 "versions": "github.com/mosaicml/llm-foundry scripts/train/yamls/pretrain/mpt-*.yaml, "
+                 "llmfoundry/models/mpt/modeling_mpt.py (ComposerMPTCausalLM)"}),
 }
 
 

@@ -10,7 +10,7 @@ plus 6 FLOPs per adapter parameter. MoE counts only the routed experts (Architec
 The embedding lookup costs no matmul FLOPs; the LM head does (V·h weights).
 
 The efficiency (fraction of the GPU's dense peak achieved on these FLOPs, recompute included) is fitted
-on the measured tokens/s rows of data/ per GPU architecture and method (constants below). Communication
+on the measured tokens/s rows of data/ (constants below; autoconf.evaluation.throughput_fit fits them). Communication
 (DDP all-reduce, ZeRO/FSDP reduce-scatter + all-gather, TP all-reduces) is computed from message sizes
 and link bandwidth; it is hidden behind compute when it can overlap, and only the excess is added.
 """
@@ -25,15 +25,22 @@ from autoconf.estimators.theory.states import trainable_params
 from autoconf.schema import Job, Placement, ThroughputEstimate
 
 # ---- fitted efficiency -----------------------------------------------------------------------------------
-# efficiency = E[GPU architecture, method] · x / (x + X0) · (F if fused loss) · (M if MoE), with x the tokens
-# of one micro-batch on one GPU. X0 is a per-micro-batch fixed cost (optimizer step, launches, data loader)
-# expressed in tokens of compute; F is the gain of the fused-loss kernel bundles (Job.loss_kernel fused-ce =
-# fms-acceleration FOAK, fused-linear-ce = Liger; both also fuse RMSNorm, RoPE and LoRA); M is the loss of
-# HF's MoE blocks (per-expert loops, small GEMMs). Recompute FLOPs are counted, so this is a hardware-FLOPs
-# utilisation; the reported `mfu` is this assumed efficiency.
+# efficiency = E[GPU architecture, method] · x / (x + X0) / (1 + K · R / w) / (1 + α · a) · (F if fused) · (M if MoE).
+# x: tokens of one micro-batch on one GPU; X0 a per-micro-batch fixed cost (optimizer step, launches, data
+# loader) in tokens of compute. R / h: the GPU's ridge point (dense peak FLOP/s over memory bytes/s, FLOPs per
+# byte) over the layer's matmul width w (h; an MoE expert's intermediate size if smaller): per token and
+# layer the matmuls cost ∝ h² FLOPs while norms, activations, softmax and residual adds move ∝ h bytes, so
+# the memory-bound share of the step grows as R / w (small models, MoE with narrow experts, and fast-compute
+# GPUs such as H100 with R ≈ 295 against A100's 153). a: attention's share of the counted FLOPs; α its extra
+# cost (flash/SDPA kernels, backward especially, run below the dense GEMM rate). F: the fused-loss kernel
+# bundles (Job.loss_kernel fused-ce = fms-acceleration FOAK / flash_attn's fused CE in llm-foundry,
+# fused-linear-ce = Liger); M: HF's MoE blocks (per-expert loops, small GEMMs). Recompute FLOPs are counted,
+# so this is a hardware-FLOPs utilisation; the reported `mfu` is this assumed efficiency. A GPU architecture
+# with no measured rows uses by_method (pooled over the architectures that have rows).
 # Fitted by least squares in log space on the implied efficiency (measured tokens/s · FLOPs per token /
 # (GPUs · peak), communication removed) of every ok, non-duplicate row of data/measurements.csv with a
-# resolvable model and a GPU peak. Command: python bench/throughput_accuracy.py --fit (prints this block).
+# resolvable model and a GPU peak; X0 and K by grid search. Command: python bench/throughput_accuracy.py --fit
+# (prints this block; autoconf.evaluation.throughput_fit.fit_efficiency).
 
 
 @dataclass(frozen=True)
@@ -44,21 +51,24 @@ class EfficiencyFit:
     fused_loss_factor: float  # F
     moe_factor: float  # M
     rows: int = 0
+    memory_bound: float = 0.0  # K
+    attention_cost: float = 0.0  # α
+    fitted_on: str = ""  # which rows, for the record
 
 
 FITTED = EfficiencyFit(
-    by_group={
-        ("Ada Lovelace", "full"): 0.8040, ("Ada Lovelace", "lora"): 0.8169, ("Ada Lovelace", "qlora"): 0.9133,
-        ("Ampere", "full"): 0.6172, ("Ampere", "lora"): 0.6621, ("Ampere", "qlora"): 0.7240,
-    },
-    # Hopper/Volta have no measured rows yet: the pooled value is used, which is probably optimistic on
-    # H100 (a 3x higher peak is harder to keep fed at the same micro-batch).
-    by_method={"full": 0.6186, "lora": 0.6661, "qlora": 0.7273},
-    microbatch_tokens=3971.6, fused_loss_factor=1.1298, moe_factor=0.6884, rows=1086,
+    by_group={},
+    by_method={'full': 1.0122, 'lora': 0.8839, 'qlora': 0.9062},
+    microbatch_tokens=2811.7, fused_loss_factor=1.1505, moe_factor=0.8278, rows=1283,
+    memory_bound=9.9763, attention_cost=0.9990,
+    fitted_on='1283 ok non-duplicate tokens/s rows of data/measurements.csv (bench/throughput_accuracy.py --fit)',
 )
-# Fitted on 1086 rows (A100-SXM4-80GB and L40; fms-acceleration campaigns, see data/README.md). The
-# MoE factor is a compromise between Mixtral (~0.85 of dense) and granite-3.0-3b-a800m (40 tiny experts,
-# ~0.15 of dense): docs/accuracy.md shows the held-out error that follows.
+# Those rows: fms-acceleration (A100-SXM4-80GB, L40; full, LoRA, QLoRA, dense and MoE), llm-foundry (MPT
+# 125m-70b pre-training on A100-40GB/80GB and H100, 8-512 GPUs) and Liger (A100). No per-GPU-architecture E:
+# fitted per architecture, the leave-one-source-out error was worse (docs/accuracy.md, throughput-theory);
+# the GPU enters through its peak, its ridge point R and its links. E > 1 is not an efficiency by itself:
+# the memory-bound and attention terms always divide it (a 7B model at 2,048 tokens: 0.71 on A100, 0.57 on H100
+# before the micro-batch term).
 MAX_EFFICIENCY = 0.95  # no kernel mix sustains more than ~95 % of the dense tensor-core peak
 
 # ---- communication constants ----------------------------------------------------------------------------
@@ -89,20 +99,31 @@ def matmul_params(arch: Architecture) -> float:
     return float(arch.active_params - lookups - norms)
 
 
-def flops_per_token(job: Job, arch: Architecture | None = None) -> float:
-    """Training FLOPs per token (forward + backward, + forward recompute with checkpointing)."""
+def flops_parts(job: Job, arch: Architecture | None = None) -> tuple[float, float]:
+    """Training FLOPs per token as (weight matmuls, attention scores + weighted sum), recompute included."""
     arch = arch or get_architecture(job.model)
     n = matmul_params(arch)
     causal = 1.0 if job.attention == "eager" else 0.5
     attn_fwd = 4.0 * arch.num_layers * job.tokens_per_sample * arch.q_width * causal
     if job.method == "full":
-        fwd, bwd = 2 * n + attn_fwd, 4 * n + 2 * attn_fwd
+        fwd, bwd = 2 * n, 4 * n
     else:
         adapters = float(trainable_params(job, arch))
-        fwd = 2 * n + 2 * adapters + attn_fwd
-        bwd = 2 * n + 4 * adapters + 2 * attn_fwd  # input grads only through the frozen base
-    recompute = fwd if job.gradient_checkpointing else 0.0
-    return fwd + bwd + recompute
+        fwd, bwd = 2 * n + 2 * adapters, 2 * n + 4 * adapters  # input grads only through the frozen base
+    passes = 4.0 if job.gradient_checkpointing else 3.0  # forward, backward (2x), + forward recompute
+    return fwd + bwd + (fwd if job.gradient_checkpointing else 0.0), attn_fwd * passes
+
+
+def flops_per_token(job: Job, arch: Architecture | None = None) -> float:
+    """Training FLOPs per token (forward + backward, + forward recompute with checkpointing)."""
+    matmuls, attention = flops_parts(job, arch)
+    return matmuls + attention
+
+
+def attention_share(job: Job, arch: Architecture) -> float:
+    """Fraction of the counted FLOPs that are attention's QKᵀ and AV (grows with the sequence length)."""
+    matmuls, attention = flops_parts(job, arch)
+    return attention / (matmuls + attention)
 
 
 def micro_batch_tokens(job: Job, placement: Placement) -> float:
@@ -115,21 +136,39 @@ def fused_kernels(job: Job) -> bool:
     return job.effective_loss_kernel != "hf"
 
 
+def matmul_width(arch: Architecture) -> int:
+    """The narrowest weight dimension of a layer's matmuls: h, or an MoE expert's intermediate size if smaller."""
+    return min(arch.hidden_size, arch.expert_intermediate_size) if arch.is_moe else arch.hidden_size
+
+
+def ridge_over_hidden(job: Job, gpu: GPUSpec, arch: Architecture) -> float:
+    """R / h: the GPU's dense peak FLOPs per byte of memory bandwidth, over the layer's matmul width."""
+    return peak_flops(gpu, job.dtype) / (gpu.memory_bandwidth_gbps * 1e9) / matmul_width(arch)
+
+
+def job_factor(job: Job, gpu: GPUSpec, arch: Architecture, fit: EfficiencyFit = FITTED) -> float:
+    """Everything of the efficiency but the micro-batch term: E · memory-bound · attention · F · M."""
+    base = fit.by_group.get((gpu.architecture, job.method), fit.by_method[job.method])
+    base /= 1.0 + fit.memory_bound * ridge_over_hidden(job, gpu, arch)
+    base /= 1.0 + fit.attention_cost * attention_share(job, arch)
+    base *= fit.fused_loss_factor if fused_kernels(job) else 1.0
+    return base * (fit.moe_factor if arch.is_moe else 1.0)
+
+
 def efficiency(job: Job, placement: Placement, gpu: GPUSpec, arch: Architecture, fit: EfficiencyFit = FITTED) -> float:
     """Fraction of the dense peak reached on the counted FLOPs, from the fitted constants."""
-    base = fit.by_group.get((gpu.architecture, job.method), fit.by_method[job.method])
     x = micro_batch_tokens(job, placement)
-    eff = base * x / (x + fit.microbatch_tokens)
-    eff *= fit.fused_loss_factor if fused_kernels(job) else 1.0
-    eff *= fit.moe_factor if arch.is_moe else 1.0
-    return min(eff, MAX_EFFICIENCY)
+    return min(job_factor(job, gpu, arch, fit) * x / (x + fit.microbatch_tokens), MAX_EFFICIENCY)
 
 
-def implied_efficiency(job: Job, placement: Placement, measured_tokens_per_second: float) -> float | None:
+def implied_efficiency(
+    job: Job, placement: Placement, measured_tokens_per_second: float,
+    inter_node_gbps: float = INTER_NODE_BANDWIDTH_GBPS,
+) -> float | None:
     """The efficiency that makes this model reproduce a measured tokens/s (None if comm-bound)."""
     arch, gpu = get_architecture(job.model), get_gpu(placement.gpu_model)
     at_peak = compute_seconds(job, arch, placement, gpu, 1.0)
-    comm = communication(job, arch, placement, gpu)
+    comm = communication(job, arch, placement, gpu, inter_node_gbps)
     busy = job.batch_size * job.tokens_per_sample / measured_tokens_per_second - comm.exposed
     return at_peak / busy if busy > comm.overlappable else None
 

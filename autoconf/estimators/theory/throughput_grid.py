@@ -22,8 +22,9 @@ from autoconf.estimators.theory import throughput as tp
 from autoconf.estimators.theory.states import trainable_params
 from autoconf.schema import Job
 
-# Per-job constants, in this order: FLOPs/token, efficiency base × fused × MoE factor, peak FLOPs/s,
-# parameter bytes gathered per FSDP all-gather, gradient bytes reduce-scattered, intra-node GB/s.
+# Per-job constants, in this order: FLOPs/token, the efficiency without its micro-batch term
+# (throughput.job_factor), peak FLOPs/s, parameter bytes gathered per FSDP all-gather, gradient bytes
+# reduce-scattered, intra-node GB/s.
 CONSTANTS = 6
 
 
@@ -35,10 +36,7 @@ def _constants(job: Job, gpu_model: str) -> tuple[float, ...]:
         peak = gpu.peak_tflops(job.dtype)
         if not peak:
             return (np.nan,) * CONSTANTS
-        fit = tp.FITTED
-        base = fit.by_group.get((gpu.architecture, job.method), fit.by_method[job.method])
-        base *= fit.fused_loss_factor if tp.fused_kernels(job) else 1.0
-        base *= fit.moe_factor if arch.is_moe else 1.0
+        base = tp.job_factor(job, gpu, arch)  # the efficiency without its micro-batch term
         width = tp.COMM_BYTES[job.dtype]
         return (tp.flops_per_token(job, arch), base, peak * 1e12, arch.total_params * width,
                 trainable_params(job, arch) * width, gpu.intra_node_bandwidth_gbps)
