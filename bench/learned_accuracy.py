@@ -82,7 +82,9 @@ def memory_section(card: dict[str, Any], command: str) -> str:
              "source's rows by predictors trained on the other sources only; there the hybrid corrects a stack "
              "only if the other sources measured it (its trained decision) or the `(any other stack)` rule "
              "applies. The shrinkage weight and each decision are chosen on the same held-out rows that are "
-             "reported (four weights, one bit per pair).",
+             "reported (four weights, one bit per pair). theory is as shipped: the fms-hf-tuning device line was "
+             "fitted on fms-acceleration rows, so theory's nvidia-smi numbers there are in-sample (section `sources` "
+             "shows theory with it held out). learned is empty where the fold had no rows to train on.",
              "### The gate: which correction the hybrid applies to which stack (card.json hybrid.corrections)",
              markdown_table(_corrections(card), digits=2),
              "### Must-show: hybrid vs theory per held-out source and metric, leave one source out",

@@ -40,7 +40,8 @@ def _median(meas: np.ndarray, pred: np.ndarray, rows: np.ndarray) -> float:
 
 def _trial(table: T.Table, gp: E.GroupedPredictions, weight: dict[str, np.ndarray], target: str, rows: np.ndarray,
            w: float) -> dict[str, np.ndarray]:
-    trial = {**weight, target: np.where(rows, w, weight.get(target, np.zeros(len(table))))}
+    """Predictions with ``target``'s weight set to ``w`` on ``rows`` inside the fold's correction domain."""
+    trial = {**weight, target: np.where(rows & gp.inside, w, weight.get(target, np.zeros(len(table))))}
     return E.estimate(table, gp, trial)
 
 
@@ -59,7 +60,10 @@ def _choose(table: T.Table, gp: E.GroupedPredictions, weight: dict[str, np.ndarr
     column, key = GATED[target]
     meas = E.measured(table, column)
     theory = E.predictions(table, gp, {})["theory"][key]
-    scored = rows & np.isfinite(meas) & np.isfinite(gp.oof[target])
+    # every measured row of ``rows`` is scored: outside the domain both answers are theory's (as in the report)
+    scored = rows & np.isfinite(meas) & np.isfinite(theory)
+    if not (scored & gp.inside & np.isfinite(gp.oof[target])).any():
+        scored = scored & False
     sources = table.sources
     best: dict[str, Any] = {"applied": False, "weight": 0.0, "rows": int(scored.sum()),
                             "theory_median_abs_error_pct": round(_median(meas, theory, scored), 3)
@@ -98,14 +102,14 @@ def decide(table: T.Table, lomo: E.GroupedPredictions,
     w_loso: dict[str, np.ndarray] = {}
     for target in (t for t in GATED if t in table.targets):
         has_rows = np.isfinite(table.y[target].to_numpy())
-        unseen = _choose(table, loso, w_loso, target, loso.inside, MIN_SOURCES_UNSEEN)
+        unseen = _choose(table, loso, w_loso, target, np.ones(n, dtype=bool), MIN_SOURCES_UNSEEN)
         unseen["rule"] = "no training rows: leave-one-source-out, must beat theory on every held-out source"
         by: dict[str, Any] = {}
         w_lomo[target], w_loso[target] = np.zeros(n), np.zeros(n)
         for name in names:
             rows = frameworks == name
             if (has_rows & rows).any():
-                d = _choose(table, lomo, w_lomo, target, rows & lomo.inside, 1)
+                d = _choose(table, lomo, w_lomo, target, rows, 1)
                 d["rule"] = "trained: leave-one-model-out, must beat theory on every source of the framework"
             else:
                 d = {"applied": unseen["applied"], "weight": unseen["weight"], "rule": "unseen (as `unseen`)"}

@@ -115,10 +115,14 @@ def predictions(table: T.Table, gp: GroupedPredictions,
                 hybrid_weight: dict[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
     """Held-out peaks and tokens/s of theory, learned (every ratio, every row) and hybrid (its gate's weights)."""
     finite = np.isfinite(table.theory.peak).astype(float)
+    learned = estimate(table, gp, {t: finite for t in table.targets})
+    for key, target in (("allocated", "memory_allocated"), ("reserved", "memory_reserved"),
+                        ("peak", "memory_device"), ("tokens", "throughput")):  # no fold predictor: no answer
+        learned[key] = np.where(np.isfinite(gp.oof.get(target, np.full(len(table), np.nan))), learned[key], np.nan)
     return {
         "theory": {"allocated": table.theory.allocated, "reserved": table.theory.reserved, "peak": table.theory.peak,
                    "tokens": theory_tokens(table)},
-        "learned": estimate(table, gp, {t: finite for t in table.targets}),
+        "learned": learned,
         "hybrid": estimate(table, gp, hybrid_weight),
     }
 
