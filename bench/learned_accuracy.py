@@ -132,6 +132,13 @@ def oom_section(card: dict[str, Any], command: str) -> str:
         "on these same cross-fitted rows: disclosed, not validated on other rows. Near capacity PyTorch's caching "
         "allocator frees its cached blocks and retries before it raises an OOM, so the device residuals of runs far "
         "below capacity (cache kept) overstate the risk of runs close to it.",
+        "hybrid:loso takes each row's residuals from the *other* sources only: with one source in the version's "
+        "training rows there are none, so every row's risk is 1 and the gate refuses all (nothing measured "
+        "calibrates a stack never seen; the number becomes informative as sources are added)."
+        if len(card["held_out"].get("sources", [])) < 2 else "",
+        "### Completed runs refused by the hybrid's gate, by how much of the GPU they measured (nvidia-smi peak / "
+        "capacity; rows without a device peak are not counted)",
+        markdown_table(pd.DataFrame(oom.get("refused_by_measured_use", []))),
         "### By source", markdown_table(pd.DataFrame(by_source)) if by_source else "(no rows)",
     ]) + "\n"
 

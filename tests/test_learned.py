@@ -82,7 +82,10 @@ def test_shipped_version_card_and_size(SHIPPED: str) -> None:
     assert set(card["training_domain"]["models"]) <= set(card["answerable_domain"]["models"])
     assert card["answerable_domain"]["gpus"] and card["answerable_domain"]["methods"] == ["full", "lora", "qlora"]
     assert V.folder_bytes(V.version_dir(SHIPPED)) < V.MAX_VERSION_BYTES
-    for check in card["model"]["predictors"].values():
+    for name, check in card["model"]["predictors"].items():
+        if check.get("trained") is False:  # too few rows of the target (2.0.0: memory_reserved on this data)
+            assert name not in card["features"] and check["rows"] < 20
+            continue
         assert max(check["max_abs_difference_vs_autogluon"].values()) < 1e-6
 
 

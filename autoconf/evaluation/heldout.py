@@ -18,6 +18,7 @@ from autoconf.estimators.learned import train as T
 from autoconf.evaluation import learned as E
 
 ESTIMATORS = ("theory", "learned", "hybrid")
+USE_BINS = ((0.0, 0.5), (0.5, 0.7), (0.7, 0.8), (0.8, 0.9), (0.9, 1.01))  # measured device peak / capacity
 REPORTED = {**{m: (c, k) for m, (_, c, k) in E.METRICS.items()}, "tokens_per_second": ("tokens_per_second", "tokens")}
 
 
@@ -99,6 +100,12 @@ def oom_report(table: T.Table, preds: dict[str, dict[str, np.ndarray]], lomo: E.
             "by_source": {s: gate_counts(np.where(sources == s, risk, np.nan), oom) for s in sorted(set(sources))},
             "calibration": E.calibration_table(risk[ok], oom[ok]),
         }
+    # why completed runs are refused: how close to the GPU's capacity they measured (nvidia-smi peak / capacity)
+    used = E.measured(table, "nvidia_smi_bytes") / table.theory.capacity
+    refused = (oom == 0) & (risks["hybrid"] > out["gate"])
+    out["refused_by_measured_use"] = [
+        {"measured_use_from": lo, "measured_use_to": hi, "completed": int(((oom == 0) & (used >= lo) & (used < hi)).sum()),
+         "refused": int((refused & (used >= lo) & (used < hi)).sum())} for lo, hi in USE_BINS]
     cls = lomo.oof["oom"]
     ok = np.isfinite(cls)
     out["classifier"] = {"n": int(ok.sum()), "accuracy": round(float(((cls[ok] > 0.5) == (oom[ok] > 0)).mean()), 4),
