@@ -157,6 +157,7 @@ def test_a_stack_whose_corrections_are_not_applied_gets_theory(hybrid, framework
     assert bool(hybrid.memory_batch([job], [place]).inside[0])  # inside the domain: the gate alone decides
     assert (est.memory.peak_bytes, est.memory.allocated_bytes, est.memory.reserved_bytes) == pytest.approx(
         (theory.memory.peak_bytes, theory.memory.allocated_bytes, theory.memory.reserved_bytes), rel=1e-12)
+    assert est.throughput is not None and theory.throughput is not None
     assert est.throughput.tokens_per_second == pytest.approx(theory.throughput.tokens_per_second, rel=1e-12)
     assert "no learned correction beat theory" in est.memory.notes[1]
 

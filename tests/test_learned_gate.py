@@ -9,10 +9,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from autoconf.estimators.learned import train as T
 from autoconf.estimators.learned.estimator import corrected_peaks
 from autoconf.estimators.learned.model import VersionModel, band, conformal_risk
 from autoconf.estimators.theory.vector import MemoryBatch
 from autoconf.evaluation.build import rule_for, training_rows
+from autoconf.evaluation.data import load_measurements, row_to_inputs
+from autoconf.evaluation.gate import decide
+from autoconf.evaluation.learned import GroupedPredictions, predictions
 
 GB = 1e9
 
@@ -85,3 +89,55 @@ def test_training_rule_per_major_version() -> None:
     assert len(training_rows(frame, rule_for("1.0.0"), shipped=True)) == 1
     assert training_rows(frame, rule_for("2.0.0"), shipped=True)["scored"].tolist() == [1, 1]
     assert len(training_rows(frame, rule_for("1.0.0"), shipped=False)) == 3  # --data FILE: every row
+
+
+# ---- the gate on held-out predictions (gate.decide), without training: the out-of-fold ratios are given ----
+
+@pytest.fixture(scope="module")
+def two_sources() -> T.Table:
+    """fms-acceleration ok rows of two models; the second model's rows relabelled as another source of the same
+    stack (fms-hf-tuning), so the gate must hold on each source separately."""
+    frame = load_measurements()
+    keep = frame[frame["model_name"].isin(["mistral-7b-v0.1", "llama3-8b"]) & (frame["status"] == "ok")
+                 & (frame["duplicate_of"] == "") & (frame["variable_length"] == 0)
+                 & frame["nvidia_smi_bytes"].notna()].groupby("model_name").head(30)
+    table = T.build_table(keep, row_to_inputs)
+    table.rows.loc[table.rows["model_name"] == "llama3-8b", "source"] = "other-source"
+    return table
+
+
+def _held_out(table: T.Table, ratios: dict[str, np.ndarray]) -> GroupedPredictions:
+    nan = np.full(len(table), np.nan)
+    oof = {t: ratios.get(t, nan) for t in table.targets}
+    return GroupedPredictions(oof=oof, inside=np.ones(len(table), dtype=bool), groups=table.sources)
+
+
+def test_gate_applies_a_correction_that_wins_on_every_source(two_sources: T.Table) -> None:
+    y = two_sources.y["memory_device"].to_numpy()  # measured / theory: a perfect held-out ratio
+    perfect = _held_out(two_sources, {"memory_device": y})
+    corrections, w_lomo, _ = decide(two_sources, perfect, perfect)
+    fms = corrections["memory_device"]["frameworks"]["fms-hf-tuning"]
+    assert fms["applied"] and fms["weight"] == 1.0 and fms["corrected_median_abs_error_pct"] == 0.0
+    assert (w_lomo["memory_device"] == 1.0).all()
+    assert corrections["memory_device"]["unseen"]["applied"]  # both held-out sources beaten
+    assert not corrections["memory_allocated"]["frameworks"]["fms-hf-tuning"]["applied"]  # no prediction: theory
+
+
+def test_gate_refuses_a_correction_that_loses_on_one_source(two_sources: T.Table) -> None:
+    y = two_sources.y["memory_device"].to_numpy()
+    other = two_sources.sources == "other-source"
+    # perfect on fms-acceleration; on the other source 1/y: theory × y**-w is further from measured for any w > 0
+    mixed = _held_out(two_sources, {"memory_device": np.where(other, 1 / y, y)})
+    corrections, w_lomo, w_loso = decide(two_sources, mixed, mixed)
+    assert not corrections["memory_device"]["frameworks"]["fms-hf-tuning"]["applied"]
+    assert not corrections["memory_device"]["unseen"]["applied"]
+    hybrid = predictions(two_sources, mixed, w_lomo)
+    assert np.array_equal(hybrid["hybrid"]["peak"], two_sources.theory.peak)  # not applied => exactly theory
+
+
+def test_unseen_stack_needs_two_held_out_sources(two_sources: T.Table) -> None:
+    y = two_sources.y["memory_device"].to_numpy()
+    one = _held_out(two_sources, {"memory_device": np.where(two_sources.sources == "other-source", np.nan, y)})
+    corrections, _, _ = decide(two_sources, one, one)
+    unseen = corrections["memory_device"]["unseen"]
+    assert not unseen["applied"]  # the other source has no held-out prediction: no evidence there
