@@ -7,6 +7,7 @@ import pytest
 
 from autoconf.estimators.contract import get_estimator
 from autoconf.estimators.hybrid import HybridEstimator
+from autoconf.estimators.learned.estimator import CorrectedBatch
 from autoconf.estimators.learned.model import band, conformal_risk
 from autoconf.estimators.learned.versions import read_card
 from autoconf.estimators.theory.memory import estimate_memory
@@ -21,11 +22,14 @@ OUTSIDE = (Job(model="mistral-7b-v0.1", method="lora", tokens_per_sample=512, ba
 
 
 @pytest.fixture(scope="module")
-def hybrid():
-    return get_estimator("hybrid")
+def hybrid() -> HybridEstimator:
+    est = get_estimator("hybrid")
+    assert isinstance(est, HybridEstimator)
+    return est
 
 
-def test_card_says_hybrid_beats_theory_on_held_out_architectures(hybrid) -> None:
+def test_card_says_hybrid_beats_theory_on_held_out_architectures(hybrid: HybridEstimator) -> None:
+    assert hybrid.model_version is not None
     card = read_card(hybrid.model_version)
     held = card["held_out"]
     score = {m: (held[m]["hybrid"]["median_abs_error_pct"], held[m]["theory"]["median_abs_error_pct"])
@@ -49,7 +53,7 @@ def test_card_says_hybrid_beats_theory_on_held_out_architectures(hybrid) -> None
     # These rows are in the version's training data (the held-out comparison is the card test above).
     (4, 18_512_609_280), (8, 26_431_455_232),
 ])
-def test_inside_the_domain_the_correction_moves_towards_measurements(hybrid, batch_size: int,
+def test_inside_the_domain_the_correction_moves_towards_measurements(hybrid: HybridEstimator, batch_size: int,
                                                                      measured_bytes: int) -> None:
     job = Job(model="mistral-7b-v0.1", framework="fms-hf-tuning", method="lora", tokens_per_sample=4096,
               batch_size=batch_size, lora_r=16, lora_target_modules=("q_proj", "k_proj", "v_proj", "o_proj"),
@@ -62,7 +66,7 @@ def test_inside_the_domain_the_correction_moves_towards_measurements(hybrid, bat
     assert "learned correction" in est.memory.notes[1] and est.model_version == hybrid.model_version
 
 
-def test_outside_the_domain_it_is_theory_with_a_wider_margin(hybrid) -> None:
+def test_outside_the_domain_it_is_theory_with_a_wider_margin(hybrid: HybridEstimator) -> None:
     job, place = OUTSIDE
     est, theory = hybrid.estimate(job, place), estimate_memory(job, place)
     assert est.memory.peak_bytes == pytest.approx(theory.peak_bytes, rel=1e-12)
@@ -99,7 +103,7 @@ def test_risk_falls_as_capacity_grows(version: str, framework: str, tokens: int)
     assert risks[0] >= risks[1] >= risks[2]
 
 
-def test_batch_and_scalar_answers_agree(hybrid) -> None:
+def test_batch_and_scalar_answers_agree(hybrid: HybridEstimator) -> None:
     jobs = [Job(model=m, method=meth, tokens_per_sample=s, batch_size=8)
             for m in ("llama3-8b", "llama2-70b", "santacoder") for meth in ("full", "lora") for s in (1024, 4096)]
     places = [Placement(gpu_model=A100, number_gpus=n) for n in (1, 2, 4, 8)] * 3
@@ -109,7 +113,7 @@ def test_batch_and_scalar_answers_agree(hybrid) -> None:
         assert (mem.peak_bytes, mem.oom_risk) == pytest.approx((batch.peak[i], batch.oom_risk[i]), rel=1e-12)
 
 
-def test_throughput_correction_applied_inside(hybrid) -> None:
+def test_throughput_correction_applied_inside(hybrid: HybridEstimator) -> None:
     job, place = INSIDE
     est = hybrid.estimate(job, place)
     theory = get_estimator("theory").estimate(job, place).throughput
@@ -118,7 +122,7 @@ def test_throughput_correction_applied_inside(hybrid) -> None:
     assert (est.throughput.tokens_per_second != pytest.approx(theory.tokens_per_second)) == applied
 
 
-def test_training_domain(hybrid) -> None:
+def test_training_domain(hybrid: HybridEstimator) -> None:
     ok, why = hybrid.training_domain(Job(model="mistral-7b-v0.1", tokens_per_sample=4096, batch_size=8), A100)
     assert ok, why
     ok, why = hybrid.training_domain(Job(model="llama3.1-405b", tokens_per_sample=4096, batch_size=8), A100)
@@ -141,11 +145,13 @@ def test_rows_differing_only_in_gpu_are_grouped_exactly(name: str) -> None:
         if one.errors[0] is None:
             assert (batch.peak[i], batch.capacity[i], batch.oom_risk[i]) == (one.peak[0], one.capacity[0],
                                                                              one.oom_risk[0])
+            assert isinstance(batch, CorrectedBatch) and isinstance(one, CorrectedBatch)
+            assert batch.cols is not None and one.cols is not None
             assert np.array_equal(batch.cols.x[i], one.cols.x[0], equal_nan=True)
 
 
 @pytest.mark.parametrize("framework", ["hf-trainer", "axolotl", "unsloth"])
-def test_a_stack_whose_corrections_are_not_applied_gets_theory(hybrid, framework: str) -> None:
+def test_a_stack_whose_corrections_are_not_applied_gets_theory(hybrid: HybridEstimator, framework: str) -> None:
     """The gate: where the card applies no correction for the row's framework, the hybrid answers theory."""
     job = Job(model="mistral-7b-v0.1", framework=framework, method="lora", tokens_per_sample=4096, batch_size=8)
     place = Placement(gpu_model=A100, number_gpus=2)
