@@ -141,3 +141,16 @@ def test_unseen_stack_needs_two_held_out_sources(two_sources: T.Table) -> None:
     corrections, _, _ = decide(two_sources, one, one)
     unseen = corrections["memory_device"]["unseen"]
     assert not unseen["applied"]  # the other source has no held-out prediction: no evidence there
+
+
+def test_a_forest_without_a_split_predicts_its_constant_for_many_rows() -> None:
+    """A predictor fitted on a few rows can be a single leaf per tree: it must still answer every row."""
+    from autoconf.estimators.learned.fastpath import DEDUPE_MIN_ROWS, Forest
+
+    one = np.array
+    forest = Forest(features=("a",), feature=one([-1, -1], dtype=np.int32), threshold=one([0.0, 0.0]),
+                    left=one([0, 1], dtype=np.int32), right=one([0, 1], dtype=np.int32),
+                    default_left=one([False, False]), missing=one([0, 0], dtype=np.int8), value=one([0.75, 0.25]),
+                    roots=one([0, 1], dtype=np.int32), depth=0, link="identity")
+    got = forest.predict(np.zeros((DEDUPE_MIN_ROWS + 5, 1)))
+    assert got.shape == (DEDUPE_MIN_ROWS + 5,) and np.all(got == 1.0)  # 0.75 + 0.25 on every row
