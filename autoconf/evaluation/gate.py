@@ -69,7 +69,7 @@ def _choose(table: T.Table, gp: E.GroupedPredictions, weight: dict[str, np.ndarr
                             "theory_median_abs_error_pct": round(_median(meas, theory, scored), 3)
                             if scored.any() else None}
     if len(set(sources[scored].tolist())) < min_sources:
-        best["why"] = f"held-out rows from {len(set(sources[scored].tolist()))} source(s); {min_sources} needed"
+        best["why"] = f"held-out predictions on {len(set(sources[scored].tolist()))} source(s); {min_sources} needed"
         return best
     for w in SHRINK_WEIGHTS if target != "throughput" else (1.0,):
         pred = _trial(table, gp, weight, target, scored, w)[key]
