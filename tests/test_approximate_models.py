@@ -13,6 +13,7 @@ import pytest
 
 from autoconf.catalog import approximation_note, get_architecture, resolve_model
 from autoconf.estimators.contract import get_estimator
+from autoconf.estimators.learned.model import band
 from autoconf.evaluation.space import space_frame
 from autoconf.recommend.frame import recommend_frame
 from autoconf.recommend.search import recommend
@@ -77,7 +78,8 @@ def test_hybrid_answers_an_approximate_model_with_theory_and_the_wider_margin(mo
     assert any("outside the learned correction domain" in n for n in memory.notes)
     # split-conformal risk over theory's residuals widened by the card's out-of-domain scale, counted by hand
     model_ = hybrid.model_  # type: ignore[attr-defined]
-    residuals, scale = model_.residuals["theory_device"], model_.out_of_domain_scale
+    label = band(np.array([memory.peak_bytes]), np.array([memory.capacity_bytes]))[0]  # near/far from capacity
+    residuals, scale = model_.pool("theory_device", label), model_.out_of_domain_scale
     headroom = np.log(memory.capacity_bytes / memory.peak_bytes)
     expected = (np.sum(residuals * scale > headroom) + 1) / (len(residuals) + 1)
     assert memory.oom_risk == pytest.approx(expected)

@@ -72,23 +72,30 @@ def test_fits_are_deterministic(table: T.Table, tmp_path: Path) -> None:
 
 # ---- the shipped version ---------------------------------------------------------------------
 
-def test_shipped_version_card_and_size() -> None:
-    assert SHIPPED in V.list_versions()
+@pytest.mark.parametrize("SHIPPED", ["1.0.0", "2.0.0"])
+def test_shipped_version_card_and_size(SHIPPED: str) -> None:
+    assert SHIPPED in V.list_versions() and V.PINNED_MANIFESTS[SHIPPED] == V.sha256_file(
+        V.version_dir(SHIPPED) / V.MANIFEST)
     card = V.read_card(SHIPPED)
     assert card["version"] == SHIPPED and card["environment"]["autogluon.tabular"] == "1.6.3"
     assert card["data"]["rows"] > 1000 and len(card["data"]["sha256"]) == 64
     assert set(card["training_domain"]["models"]) <= set(card["answerable_domain"]["models"])
     assert card["answerable_domain"]["gpus"] and card["answerable_domain"]["methods"] == ["full", "lora", "qlora"]
     assert V.folder_bytes(V.version_dir(SHIPPED)) < V.MAX_VERSION_BYTES
-    for check in card["model"]["predictors"].values():
+    for name, check in card["model"]["predictors"].items():
+        if check.get("trained") is False:  # too few rows of the target (2.0.0: memory_reserved on this data)
+            assert name not in card["features"] and check["rows"] < 20
+            continue
         assert max(check["max_abs_difference_vs_autogluon"].values()) < 1e-6
 
 
-def test_shipped_version_loads_with_the_autogluon_backend_and_agrees() -> None:
-    fast, slow = M.load(SHIPPED), M.load(SHIPPED, backend="autogluon")
+@pytest.mark.parametrize("version", ["1.0.0", "2.0.0"])
+def test_shipped_version_loads_with_the_autogluon_backend_and_agrees(version: str) -> None:
+    fast, slow = M.load(version), M.load(version, backend="autogluon")
     x = space_features().iloc[::50]
     table = M.FeatureTable(x[list(M.ALL_FEATURES)].to_numpy())
-    for target in M.TARGETS:
+    assert set(fast.forests) == set(slow._predictors) == set(V.read_card(version)["features"])
+    for target in fast.forests:
         assert np.max(np.abs(fast.predict(target, table) - slow.predict(target, table))) < 1e-6
 
 

@@ -2,9 +2,10 @@
 
 Steps (deterministic: seeded single-threaded LightGBM, AutoGluon's fixed split seed, sorted folds):
 1. the training table from data/measurements.csv (train.build_table);
-2. leave-one-model-out predictions of every target -> held-out scores, the hybrid's choice of
-   corrections, the residual pools of its OOM risk and calibration tables (evaluate.py);
-3. the four predictors refitted on every row, saved as AutoGluon predictors, copied into numpy
+2. leave-one-model-out and leave-one-source-out predictions of every target -> held-out scores, the
+   hybrid's choice of corrections per (target, framework) (gate.py), the residual pools of its OOM risk
+   and calibration tables (learned.py, heldout.py);
+3. the predictors refitted on every row, saved as AutoGluon predictors, copied into numpy
    (fastpath.py) and checked to reproduce AutoGluon on every training row and the sweep space;
 4. residuals.npz, card.json and MANIFEST.sha256; the version must stay under 20 MB.
 All of it happens in a temporary folder inside the models root, renamed into place at the end.
@@ -20,73 +21,76 @@ import platform
 import shutil
 import tempfile
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from autoconf.defaults import models_dir
 from autoconf.errors import InvalidInputError
 from autoconf.estimators.learned import train as T
 from autoconf.estimators.learned import versions as V
 from autoconf.estimators.learned.domain import CorrectionDomain, answerable_domain, training_domain
+from autoconf.evaluation import gate as G
+from autoconf.evaluation import heldout as H
 from autoconf.evaluation import learned as E
 from autoconf.evaluation.data import default_path, load_measurements, row_to_inputs
 from autoconf.evaluation.space import space_features
 
 log = logging.getLogger(__name__)
+TARGET_TEXT = {"memory_allocated": "torch max_memory_allocated / theory allocator peak (peak - overhead)",
+               "memory_reserved": "torch max_memory_reserved / theory reserved peak",
+               "memory_device": "nvidia-smi peak / theory peak", "oom": "P(status = oom) among ok and oom runs",
+               "throughput": "measured tokens/s / theory tokens/s"}
 
-# Built from the shipped table, versions 1.x learn from the fms-acceleration runs only (what 1.0.0 was built
-# from, so a rebuild gives the same predictors); the other sources of data/ are scored, not trained on, until a
-# major version learns from them (SemVer: new training data => major). A table given with --data (a user's own
-# runs, `autoconf-gpu data import`) is used whole.
-TRAINING_SOURCES = ("fms-acceleration",)
+# What a version learns from, per major version (SemVer: new training data or features => major). Built from the
+# shipped table, 1.x learns from the fms-acceleration runs only with the 1.x features (what 1.0.0 was built from,
+# so a rebuild of 1.0.0 gives the same predictors); 2.x from every source's scored rows (``scored`` = 1, see
+# data/README.md: a row whose setup a Job cannot express, or whose value is an author's statement, is not
+# trained on) with the stack's profile behaviours and the GPU as features and one predictor per memory metric.
+# A table given with --data (a user's own runs, `autoconf-gpu data import`) is used whole (its scored rows).
+@dataclass(frozen=True)
+class TrainingRule:
+    sources: tuple[str, ...] | None  # None: every source
+    scored_only: bool
+    targets: dict[str, T.Target]
+
+
+RULES = {1: TrainingRule(("fms-acceleration",), False, T.TARGETS_V1), 2: TrainingRule(None, True, T.TARGETS_V2)}
+TRAINING_SOURCES = RULES[1].sources  # kept for the 1.x documentation
 FASTPATH_TOLERANCE = 1e-6  # LightGBM's JSON dump rounds leaf values; 400 trees stay far below this
 
 
-def _oom_report(table: T.Table, preds: dict[str, dict[str, np.ndarray]], gp: E.GroupedPredictions,
-                risk_h: np.ndarray) -> dict[str, Any]:
-    status = table.rows["status"].to_numpy()
-    oom = (status == "oom").astype(float)
-    risks = {"theory": table.theory.oom_risk, "learned": gp.oof["oom"], "hybrid": risk_h}
-    out: dict[str, Any] = {"rows": int(len(oom)), "oom_rows": int(oom.sum())}
-    for name, risk in risks.items():
-        fits = preds[name]["peak"] <= table.theory.capacity
-        ok = np.isfinite(risk)
-        out[name] = {
-            "fits_answers": int(fits[ok].sum()), "fits_but_oom": int((fits & (oom > 0))[ok].sum()),
-            "risk_le_0.05_answers": int((risk[ok] <= 0.05).sum()),
-            "risk_le_0.05_but_oom": int(((risk <= 0.05) & (oom > 0))[ok].sum()),
-            "calibration": E.calibration_table(risk[ok], oom[ok]),
-        }
-    cls = gp.oof["oom"]
-    ok = np.isfinite(cls)
-    out["classifier"] = {"n": int(ok.sum()), "accuracy": round(float(((cls[ok] > 0.5) == (oom[ok] > 0)).mean()), 4),
-                         "auc": round(E.auc(cls[ok], oom[ok]), 4)}
-    return out
+def rule_for(version: str) -> TrainingRule:
+    """The rule of ``version``'s major (0.x, test builds: the newest)."""
+    major = int(V.check_version(version).split(".")[0])
+    known = [k for k in RULES if k <= major]
+    return RULES[max(known)] if known else RULES[max(RULES)]
 
 
-def _held_out(table: T.Table, gp: E.GroupedPredictions, preds: dict[str, dict[str, np.ndarray]],
-              applied: dict[str, bool]) -> dict[str, Any]:
-    report: dict[str, Any] = {"split": "leave one model out (grouped by model_name): each model's rows are predicted "
-                              "by predictors trained on the other models only", "models": sorted(set(table.groups))}
-    for metric, column, key in (("torch_allocated", "torch_allocated_bytes", "allocated"),
-                                ("nvidia_smi", "nvidia_smi_bytes", "peak"),
-                                ("tokens_per_second", "tokens_per_second", "tokens")):
-        measured = E._measured(table, column)
-        by = {name: p[key] for name, p in preds.items()}
-        report[metric] = {name: E._stats(measured, p) for name, p in by.items()}
-        report[metric]["by_model"] = E._by_model(table, measured, by, gp.inside)
-    return report
+def training_rows(frame: pd.DataFrame, rule: TrainingRule, shipped: bool) -> pd.DataFrame:
+    """The rows of ``frame`` a version trains on: the rule's sources (shipped table only), scored rows."""
+    if shipped and rule.sources is not None and "source" in frame:
+        frame = frame[frame["source"].isin(rule.sources)]
+    if rule.scored_only and "scored" in frame:
+        frame = frame[frame["scored"].fillna(1).astype(int) == 1]
+    return frame
 
 
 def _export(table: T.Table, folder: Path) -> dict[str, Any]:
     """Refit every target on all rows; save predictor + fast path; check they agree."""
     checks: dict[str, Any] = {}
     space = space_features()
-    for name, target in T.TARGETS.items():
+    for name, target in table.targets.items():
+        frame = T.training_frame(table, target)
+        if len(frame) < T.MIN_TRAINING_ROWS or frame["label"].nunique() < 2:
+            checks[name] = {"trained": False, "rows": int(len(frame)),
+                            "why": f"fewer than {T.MIN_TRAINING_ROWS} rows with a finite target (or one class)"}
+            continue
         predictor = T.fit(T.training_frame(table, target), target, folder / "autogluon" / name)
         predictor.save_space()
         shutil.rmtree(folder / "autogluon" / name / "logs", ignore_errors=True)
@@ -119,8 +123,7 @@ def _fastpath_digest(folder: Path) -> str:
 
 
 def _card(version: str, data: Path, frame_rows: int, table: T.Table, checks: dict[str, Any], report: dict[str, Any],
-          applied: dict[str, bool], scores: dict[str, Any], pools: dict[str, np.ndarray], seconds: float,
-          command: str) -> dict[str, Any]:
+          corrections: dict[str, Any], pools: dict[str, np.ndarray], seconds: float, command: str) -> dict[str, Any]:
     rows = table.rows
     cols = {c: table.x[c].to_numpy() for c in table.x.columns}
     train_dom = training_domain(rows["model_name"].tolist(), rows["method"].tolist(), rows["gpu_model"].tolist(),
@@ -131,11 +134,11 @@ def _card(version: str, data: Path, frame_rows: int, table: T.Table, checks: dic
         "build_seconds": round(seconds, 1), "seed": T.SEED,
         "data": {"path": "data/measurements.csv", "sha256": V.sha256_file(data), "rows": frame_rows,
                  "rows_used": int(len(table)),
-                 "rows_per_target": {k: int(table.y[k].notna().sum()) for k in T.TARGETS}},
-        "features": {name: list(t.features) for name, t in T.TARGETS.items()},
-        "targets": {"memory_allocated": "torch max_memory_allocated / theory allocator peak (peak - overhead)",
-                    "memory_device": "nvidia-smi peak / theory peak", "oom": "P(status = oom) among ok and oom runs",
-                    "throughput": "measured tokens/s / theory tokens/s"},
+                 "rows_per_target": {k: int(table.y[k].notna().sum()) for k in table.targets},
+                 "rows_per_source": {str(k): int(v) for k, v in rows["source"].value_counts().sort_index().items()}
+                 if "source" in rows else {}},
+        "features": {name: list(t.features) for name, t in table.targets.items() if checks[name].get("trained", True)},
+        "targets": {k: v for k, v in TARGET_TEXT.items() if k in table.targets},
         "model": {"library": f"autogluon.tabular {package_version('autogluon.tabular')}",
                   "algorithm": "LightGBM (AutoGluon 'GBM')",
                   "hyperparameters": T.GBM_PARAMS, "predictors": checks},
@@ -143,8 +146,7 @@ def _card(version: str, data: Path, frame_rows: int, table: T.Table, checks: dic
                      "tolerance": FASTPATH_TOLERANCE, "arrays_sha256": None},
         "answerable_domain": answerable_domain(), "training_domain": train_dom.to_json(),
         "correction_domain": CorrectionDomain.from_features(cols).to_json(),
-        "hybrid": {"corrections": {k: {"applied": applied[k], **scores.get(k, {})} for k in T.TARGETS},
-                   "out_of_domain_residual_scale": E.OUT_OF_DOMAIN_SCALE,
+        "hybrid": {"corrections": corrections, "out_of_domain_residual_scale": E.OUT_OF_DOMAIN_SCALE,
                    "residual_rows": {k: int(np.isfinite(v).sum()) for k, v in pools.items()}},
         "held_out": report,
         "environment": {"python": platform.python_version(), "autogluon.tabular": package_version("autogluon.tabular"),
@@ -196,23 +198,49 @@ def _build_into(folder: Path, version: str, data: Path | None, command: str | No
     """Train, score, export and seal one version into the (empty) ``folder``."""
     start = time.time()
     data_path = Path(data) if data else default_path()
-    frame = load_measurements(data_path)
-    if data is None and "source" in frame:  # the shipped table: the sources the 1.x versions learn from
-        frame = frame[frame["source"].isin(TRAINING_SOURCES)]
-    table = T.build_table(frame, row_to_inputs)
+    rule = rule_for(version)
+    whole = load_measurements(data_path)
+    frame = training_rows(whole, rule, shipped=data is None)
+    table = T.build_table(frame, row_to_inputs, rule.targets)
     with tempfile.TemporaryDirectory(prefix="autoconf-build-") as tmp:
-        gp = E.grouped_predictions(table, Path(tmp))
-    applied, scores = E.decide(table, gp)
-    preds = E.predictions(table, gp, applied, scores)
-    pools = E.residual_pools(table, preds, gp.inside)
-    report = _held_out(table, gp, preds, applied)
-    report["oom"] = _oom_report(table, preds, gp, E.hybrid_risk(table, preds, pools, gp.inside))
+        lomo = E.grouped_predictions(table, Path(tmp) / "model")
+        loso = E.grouped_predictions(table, Path(tmp) / "source", table.sources)
+    corrections, w_lomo, w_loso = G.decide(table, lomo, loso)
+    if not rule.targets.keys() >= {"memory_reserved"}:  # 1.x: one decision for every row, as 1.0.0's card
+        corrections = {k: {**v["frameworks"].get("fms-hf-tuning", v["unseen"]), "applied": v["applied"]}
+                       if "frameworks" in v else v for k, v in corrections.items()}
+    preds, preds_loso = E.predictions(table, lomo, w_lomo), E.predictions(table, loso, w_loso)
+    applied, applied_loso = E.applied_rows(w_lomo, len(table)), E.applied_rows(w_loso, len(table))
+    peak, peak_loso = preds["hybrid"]["peak"], preds_loso["hybrid"]["peak"]
+    shipped = E.strata("band", table, peak)
+    pools = E.residual_pools(table, preds, applied, shipped)
+    risks = {"theory": table.theory.oom_risk, "learned": lomo.oof["oom"],
+             "hybrid": E.hybrid_risk(table, peak, pools, lomo.inside, applied, table.groups, shipped)}
+    for kind in ("all", "method"):  # the variants it was compared with (docs/accuracy.md)
+        labels = E.strata(kind, table, peak)
+        risks[f"hybrid:{kind}"] = E.hybrid_risk(table, peak, E.residual_pools(table, preds, applied, labels),
+                                                lomo.inside, applied, table.groups, labels)
+    labels = E.strata("band", table, peak_loso)
+    risks["hybrid:loso"] = E.hybrid_risk(table, peak_loso, E.residual_pools(table, preds_loso, applied_loso, labels),
+                                         loso.inside, applied_loso, table.sources, labels)
+    report: dict[str, Any] = {
+        "split": "leave one model out (grouped by model_name): each model's rows are predicted by predictors trained "
+                 "on the other models only", "models": sorted(set(table.groups)),
+        "sources": sorted(set(table.sources.tolist())),
+        "loso_split": "leave one source out: each source's rows are predicted by predictors trained on the other "
+                      "sources only",
+        "lomo": H.error_tables(table, preds, w_lomo), "loso": H.error_tables(table, preds_loso, w_loso),
+        "by_model": H.by_model(table, preds, lomo.inside),
+        "oom": H.oom_report(table, {**preds, "hybrid:loso": preds_loso["hybrid"]}, lomo, risks),
+    }
+    for metric in report["lomo"]["overall"]:  # the 1.x layout, read by older readers
+        report[metric] = report["lomo"]["overall"][metric]
     (folder / "fastpath").mkdir(parents=True)
     checks = _export(table, folder)
     # one dict of arrays: numpy's stub would let a ``**`` key stand for its bool ``allow_pickle``
     residuals: dict[str, Any] = {k: np.sort(v[np.isfinite(v)]) for k, v in pools.items()}
     np.savez_compressed(folder / "residuals.npz", **residuals)
-    card = _card(version, data_path, len(frame), table, checks, report, applied, scores, pools, time.time() - start,
+    card = _card(version, data_path, len(whole), table, checks, report, corrections, pools, time.time() - start,
                  command or f"autoconf-gpu models build {version}")
     card["fastpath"]["arrays_sha256"] = _fastpath_digest(folder)
     (folder / V.CARD).write_text(json.dumps(card, indent=1, default=float) + "\n", encoding="utf-8")

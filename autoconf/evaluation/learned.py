@@ -1,10 +1,16 @@
-"""Held-out scores of a build, grouped by model: theory vs learned vs hybrid, the OOM classifier, risk.
+"""Held-out predictions of a build: theory vs learned vs hybrid, residual pools and the OOM risk.
 
-Split: leave one model out. Every measured model's rows are predicted by predictors trained on the
-other models only, with the correction domain of that fold, so each score is what the estimators do
-on an architecture they never saw. The hybrid applies a correction only if, on these rows, it beats
-theory (median absolute % error); that choice is recorded in card.json. Statistics reuse
-``autoconf.evaluation.accuracy`` (error % = 100·(predicted − measured)/measured).
+Two splits, each fold refitting every predictor without the held-out group:
+
+* **leave one model out** (group = model name, across sources): each model's rows are predicted by
+  predictors trained on the other models only, with the correction domain of that fold: what the
+  estimators do on an architecture they never saw, on a training stack they did see;
+* **leave one source out** (group = source): each source's rows are predicted without any row of that
+  source: what they do on a stack (and a campaign) they never saw.
+
+Which correction the hybrid applies where is decided in ``gate.py`` from these predictions. The risk is
+split-conformal and cross-fitted: a row's risk comes from the residuals of the *other* groups only.
+Statistics reuse ``autoconf.evaluation.accuracy`` (error % = 100·(predicted − measured)/measured).
 """
 
 from __future__ import annotations
@@ -19,160 +25,155 @@ import pandas as pd
 
 from autoconf.estimators.learned import train as T
 from autoconf.estimators.learned.domain import CorrectionDomain
-from autoconf.estimators.learned.model import conformal_risk
+from autoconf.estimators.learned.estimator import MEMORY_TARGETS, corrected_peaks
+from autoconf.estimators.learned.model import MIN_STRATUM_ROWS, band, conformal_risk
 from autoconf.evaluation.accuracy import error_stats
 
 log = logging.getLogger(__name__)
 
 OUT_OF_DOMAIN_SCALE = 2.0  # outside the correction domain theory's residuals count double (stated assumption)
 RISK_BINS = (0.0, 0.01, 0.05, 0.2, 0.5, 0.8, 0.95, 1.0000001)
-MEMORY_METRICS = {"torch_allocated": ("memory_allocated", "torch_allocated_bytes"),
-                  "nvidia_smi": ("memory_device", "nvidia_smi_bytes")}
+# measured metric -> (its predictor, its column in data/measurements.csv, the key of its predicted peak)
+METRICS = {"torch_allocated": ("memory_allocated", "torch_allocated_bytes", "allocated"),
+           "torch_reserved": ("memory_reserved", "torch_reserved_bytes", "reserved"),
+           "nvidia_smi": ("memory_device", "nvidia_smi_bytes", "peak")}
+POOL_KEYS = {"torch_allocated": "allocated", "torch_reserved": "reserved", "nvidia_smi": "device"}
+
+
+def strata(kind: str, table: T.Table, peak: np.ndarray) -> np.ndarray:
+    """The conformal stratum of each row: ``band`` (near/far from capacity, as the hybrid), ``method``, ``all``."""
+    if kind == "band":
+        return band(peak, table.theory.capacity)
+    if kind == "method":
+        return np.asarray(table.rows["method"].to_numpy(), dtype=object)
+    return np.full(len(table), "all", dtype=object)
 
 
 @dataclass
 class GroupedPredictions:
-    """Out-of-fold ratios/probabilities per target and the fold's correction-domain mask."""
+    """Out-of-fold ratios/probabilities per target, the fold's correction-domain mask, the grouping used."""
 
     oof: dict[str, np.ndarray]
     inside: np.ndarray
+    groups: np.ndarray
 
 
 def _cols(table: T.Table, mask: np.ndarray) -> dict[str, np.ndarray]:
     return {c: table.x[c].to_numpy()[mask] for c in table.x.columns}
 
 
-def grouped_predictions(table: T.Table, workdir: Path) -> GroupedPredictions:
-    """Leave-one-model-out predictions of every target for every row."""
-    groups = table.groups
-    oof = {name: np.full(len(table), np.nan) for name in T.TARGETS}
+def grouped_predictions(table: T.Table, workdir: Path, groups: np.ndarray | None = None) -> GroupedPredictions:
+    """Predictions of every target for every row by predictors trained without the row's group
+    (default: its model). A fold with too few rows of a target leaves that target NaN there."""
+    groups = table.groups if groups is None else groups
+    oof = {name: np.full(len(table), np.nan) for name in table.targets}
     inside = np.zeros(len(table), dtype=bool)
-    for group in sorted(set(groups)):
+    for k, group in enumerate(sorted(set(groups))):
         test, train = groups == group, groups != group
-        inside[test] = CorrectionDomain.from_features(_cols(table, train)).contains(_cols(table, test))
-        for name, target in T.TARGETS.items():
+        if train.any():
+            inside[test] = CorrectionDomain.from_features(_cols(table, train)).contains(_cols(table, test))
+        for name, target in table.targets.items():
             frame = T.training_frame(table, target, train)
-            if len(frame) < 20 or frame["label"].nunique() < 2:
+            if len(frame) < T.MIN_TRAINING_ROWS or frame["label"].nunique() < 2:
                 continue
-            predictor = T.fit(frame, target, workdir / f"{group}-{name}")
+            predictor = T.fit(frame, target, workdir / f"fold{k}-{name}")
             oof[name][test] = T.predict(predictor, table.x[test], target)
         log.info("held-out fold %s done", group)
-    return GroupedPredictions(oof=oof, inside=inside)
+    return GroupedPredictions(oof=oof, inside=inside, groups=groups)
 
 
-# Shrinkage weights tried for each memory correction: the hybrid uses theory × ratio**w, w chosen on the
-# held-out (leave-one-model-out) rows; w = 0 is theory itself, so a correction is applied only if some
-# w > 0 beats theory there. The choice is made on the same held-out rows that are reported (disclosed in
-# docs/accuracy.md), over five values only.
-SHRINK_WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)
-
-
-def combine(table: T.Table, ratio: dict[str, np.ndarray], use: dict[str, np.ndarray],
-            weights: dict[str, float] | None = None) -> dict[str, np.ndarray]:
-    """Allocated and device peaks of the learned/hybrid arithmetic (estimator.memory_batch)."""
-    w = weights or {}
-    r_alloc = np.where(use["memory_allocated"], ratio["memory_allocated"] ** w.get("memory_allocated", 1.0), 1.0)
-    r_dev = np.where(use["memory_device"], ratio["memory_device"] ** w.get("memory_device", 1.0), r_alloc)
-    allocated = table.theory.allocated * r_alloc
-    return {"allocated": allocated, "peak": np.maximum(table.theory.peak * r_dev, allocated)}
-
-
-def _measured(table: T.Table, column: str) -> np.ndarray:
+def measured(table: T.Table, column: str) -> np.ndarray:
     ok = (table.rows["status"] == "ok").to_numpy()
+    if column not in table.rows:
+        return np.full(len(table), np.nan)
     return np.where(ok, table.rows[column].astype(float).to_numpy(), np.nan)
 
 
-def _stats(measured: np.ndarray, predicted: np.ndarray) -> dict[str, float]:
-    keep = np.isfinite(measured) & np.isfinite(predicted)
+def stats(meas: np.ndarray, predicted: np.ndarray) -> dict[str, float]:
+    keep = np.isfinite(meas) & np.isfinite(predicted)
     return {k: (round(v, 3) if isinstance(v, float) else v) for k,
-            v in error_stats(measured[keep], predicted[keep]).items()}
+            v in error_stats(meas[keep], predicted[keep]).items()}
 
 
-def _by_model(table: T.Table, measured: np.ndarray, preds: dict[str, np.ndarray],
-              inside: np.ndarray) -> list[dict[str, Any]]:
-    rows = []
-    for group in sorted(set(table.groups)):
-        g = (table.groups == group) & np.isfinite(measured)
-        if g.any():
-            row: dict[str, Any] = {"model": group, "n": int(g.sum()),
-                                   "in_correction_domain": round(float(inside[g].mean()), 3)}
-            row.update({name: _stats(measured[g], p[g])["median_abs_error_pct"] for name, p in preds.items()})
-            rows.append(row)
-    return rows
+def theory_tokens(table: T.Table) -> np.ndarray:
+    tps: np.ndarray = table.x["theory_tokens_per_second_per_gpu"].to_numpy() * table.x["number_gpus"].to_numpy()
+    return tps
 
 
-def decide(table: T.Table, gp: GroupedPredictions) -> tuple[dict[str, bool], dict[str, Any]]:
-    """Apply each correction in the hybrid iff it beats theory on held-out rows; the scores behind it."""
-    applied: dict[str, bool] = {}
-    scores: dict[str, Any] = {}
-    weights: dict[str, float] = {}
-    for metric, (target, column) in MEMORY_METRICS.items():
-        measured = _measured(table, column)
-        trial = {**{t: np.zeros(len(table), bool) for t in T.TARGETS},
-                 **{t: gp.inside for t, on in applied.items() if on}, target: gp.inside}
-        key = "allocated" if metric == "torch_allocated" else "peak"
-        theory = table.theory.allocated if key == "allocated" else table.theory.peak
-        th = _stats(measured, theory)
-        tried = {w: _stats(measured,
-                           combine(table, gp.oof, trial, {**weights, target: w})[key]) for w in SHRINK_WEIGHTS}
-        best = min(tried, key=lambda w: (tried[w]["median_abs_error_pct"], -w))
-        applied[target] = best > 0 and tried[best]["median_abs_error_pct"] < th["median_abs_error_pct"]
-        weights[target] = best if applied[target] else 0.0
-        hy = tried[weights[target]]
-        scores[target] = {"theory_median_abs_error_pct": th["median_abs_error_pct"],
-                          "corrected_median_abs_error_pct": hy["median_abs_error_pct"], "weight": weights[target]}
-    measured = _measured(table, "tokens_per_second")
-    theory_tps = table.x["theory_tokens_per_second_per_gpu"].to_numpy() * table.x["number_gpus"].to_numpy()
-    corrected = theory_tps * np.where(gp.inside, gp.oof["throughput"], 1.0)
-    th, hy = _stats(measured, theory_tps), _stats(measured, corrected)
-    applied["throughput"] = hy["median_abs_error_pct"] < th["median_abs_error_pct"]
-    scores["throughput"] = {"theory_median_abs_error_pct": th["median_abs_error_pct"],
-                            "corrected_median_abs_error_pct": hy["median_abs_error_pct"]}
-    applied["oom"] = False  # the hybrid states a conformal risk; the classifier is the learned estimator's
-    return applied, scores
+def estimate(table: T.Table, gp: GroupedPredictions, weight: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Allocated, reserved and device peaks and tokens/s of theory × out-of-fold ratio**weight per row."""
+    ratio = {t: gp.oof[t] for t in MEMORY_TARGETS if t in gp.oof}
+    w = {t: np.where(np.isfinite(gp.oof[t]), weight.get(t, 0.0), 0.0) for t in ratio}
+    allocated, reserved, peak = corrected_peaks(table.theory, ratio, w)
+    w_tps = np.where(np.isfinite(gp.oof["throughput"]), weight.get("throughput", 0.0), 0.0)
+    with np.errstate(invalid="ignore"):
+        tokens = theory_tokens(table) * np.where(w_tps > 0, gp.oof["throughput"] ** w_tps, 1.0)
+    return {"allocated": allocated, "reserved": reserved, "peak": peak, "tokens": tokens}
 
 
-def shrink_weights(applied: dict[str, bool], scores: dict[str, Any]) -> dict[str, float]:
-    return {t: float(scores.get(t, {}).get("weight", 1.0)) if on else 0.0 for t, on in applied.items()}
-
-
-def predictions(table: T.Table, gp: GroupedPredictions, applied: dict[str, bool],
-                scores: dict[str, Any] | None = None) -> dict[str, dict[str, np.ndarray]]:
-    """Held-out allocated/device peaks and tokens/s of theory, learned and hybrid, per row."""
-    finite = np.isfinite(table.theory.peak)
-    learned = combine(table, gp.oof, {t: finite for t in T.TARGETS})
-    hybrid = combine(table, gp.oof, {t: gp.inside & applied[t] for t in T.TARGETS},
-                     shrink_weights(applied, scores or {}))
-    tps = table.x["theory_tokens_per_second_per_gpu"].to_numpy() * table.x["number_gpus"].to_numpy()
+def predictions(table: T.Table, gp: GroupedPredictions,
+                hybrid_weight: dict[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
+    """Held-out peaks and tokens/s of theory, learned (every ratio, every row) and hybrid (its gate's weights)."""
+    finite = np.isfinite(table.theory.peak).astype(float)
+    learned = estimate(table, gp, {t: finite for t in table.targets})
+    for key, target in (("allocated", "memory_allocated"), ("reserved", "memory_reserved"),
+                        ("peak", "memory_device"), ("tokens", "throughput")):  # no fold predictor: no answer
+        learned[key] = np.where(np.isfinite(gp.oof.get(target, np.full(len(table), np.nan))), learned[key], np.nan)
     return {
-        "theory": {"allocated": table.theory.allocated, "peak": table.theory.peak, "tokens": tps},
-        "learned": {**learned, "tokens": tps * gp.oof["throughput"]},
-        "hybrid": {**hybrid, "tokens": tps * np.where(gp.inside & applied["throughput"], gp.oof["throughput"], 1.0)},
+        "theory": {"allocated": table.theory.allocated, "reserved": table.theory.reserved, "peak": table.theory.peak,
+                   "tokens": theory_tokens(table)},
+        "learned": learned,
+        "hybrid": estimate(table, gp, hybrid_weight),
     }
 
 
-def residual_pools(table: T.Table, preds: dict[str, dict[str, np.ndarray]],
-                   inside: np.ndarray) -> dict[str, np.ndarray]:
-    """log(measured / predicted) device peaks: the hybrid's inside its domain, theory's on every row."""
-    smi = _measured(table, "nvidia_smi_bytes")
-    with np.errstate(invalid="ignore", divide="ignore"):
-        hybrid = np.log(smi / preds["hybrid"]["peak"])
-        theory = np.log(smi / preds["theory"]["peak"])
-    return {"hybrid_device": np.where(inside, hybrid, np.nan), "theory_device": theory}
+def applied_rows(hybrid_weight: dict[str, np.ndarray], n: int) -> np.ndarray:
+    out = np.zeros(n, dtype=bool)
+    for t in MEMORY_TARGETS:
+        out |= np.asarray(hybrid_weight.get(t, np.zeros(n))) > 0
+    return out
 
 
-def hybrid_risk(table: T.Table, preds: dict[str, dict[str, np.ndarray]], pools: dict[str, np.ndarray],
-                inside: np.ndarray) -> np.ndarray:
-    """Conformal risk of each row from the residuals of the *other* models only (no self-scoring)."""
+def residual_pools(table: T.Table, preds: dict[str, dict[str, np.ndarray]], applied: np.ndarray,
+                   stratum: np.ndarray) -> dict[str, np.ndarray]:
+    """log(measured / predicted) per metric: the hybrid's on its corrected rows, theory's on every row; each
+    also per stratum (``<pool>__<stratum>``)."""
+    pools: dict[str, np.ndarray] = {}
+    for metric, (_, column, key) in METRICS.items():
+        meas = measured(table, column)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            hybrid = np.where(applied, np.log(meas / preds["hybrid"][key]), np.nan)
+            theory = np.log(meas / preds["theory"][key])
+        for name, values in ((f"hybrid_{POOL_KEYS[metric]}", hybrid), (f"theory_{POOL_KEYS[metric]}", theory)):
+            pools[name] = values
+            for label in sorted(set(stratum.tolist())):
+                pools[f"{name}__{label}"] = np.where(stratum == label, values, np.nan)
+    return pools
+
+
+def _pool(pools: dict[str, np.ndarray], name: str, label: str, keep: np.ndarray) -> np.ndarray:
+    stratum = pools.get(f"{name}__{label}", np.zeros(0))[keep] if f"{name}__{label}" in pools else np.zeros(0)
+    stratum = stratum[np.isfinite(stratum)]
+    if len(stratum) >= MIN_STRATUM_ROWS:
+        return np.sort(stratum)
+    whole = pools[name][keep]
+    return np.sort(whole[np.isfinite(whole)])
+
+
+def hybrid_risk(table: T.Table, peak: np.ndarray, pools: dict[str, np.ndarray], inside: np.ndarray,
+                applied: np.ndarray, groups: np.ndarray, stratum: np.ndarray) -> np.ndarray:
+    """Cross-fitted conformal risk: each row's from the residuals of the *other* groups only (as hybrid._risk),
+    of the row's stratum where the other groups have enough of them."""
     with np.errstate(invalid="ignore", divide="ignore"):
-        headroom = np.log(table.theory.capacity / preds["hybrid"]["peak"])
+        headroom = np.log(table.theory.capacity / peak)
     risk = np.full(len(table), np.nan)
-    for group in set(table.groups):
-        g, other = table.groups == group, table.groups != group
-        near = np.sort(pools["hybrid_device"][other & np.isfinite(pools["hybrid_device"])])
-        far = np.sort(pools["theory_device"][other & np.isfinite(pools["theory_device"])])
-        risk[g & inside] = conformal_risk(near, headroom[g & inside])
-        risk[g & ~inside] = conformal_risk(far, headroom[g & ~inside], OUT_OF_DOMAIN_SCALE)
+    for group in set(groups):
+        g, other = groups == group, groups != group
+        for mask, name, widen in ((inside & applied, "hybrid_device", 1.0), (inside & ~applied, "theory_device", 1.0),
+                                  (~inside, "theory_device", OUT_OF_DOMAIN_SCALE)):
+            for label in set(stratum[g & mask].tolist()):
+                rows = g & mask & (stratum == label)
+                risk[rows] = conformal_risk(_pool(pools, name, label, other), headroom[rows], widen)
     return risk
 
 

@@ -1,7 +1,7 @@
 """The learned estimator: theory × AutoGluon-predicted ratios, everywhere, OOM risk from the classifier.
 
 ``LearnedEstimator`` and ``autoconf.estimators.hybrid.HybridEstimator`` share everything here; they differ in
-their policy (``_inside``, ``_uses``, ``_risk``): learned applies every learned correction to every
+their policy (``_inside``, ``_row_weights``, ``_risk``): learned applies every learned correction to every
 row and states the OOM classifier's probability as ``oom_risk``; hybrid applies only the corrections
 that beat theory on held-out architectures, only inside the version's correction domain, and states
 a split-conformal risk.
@@ -28,6 +28,8 @@ from autoconf.estimators.theory.throughput import throughput_or_none
 from autoconf.estimators.theory.vector import ALLOCATOR_PARTS, MemoryBatch, capacities, gpu_groups, theory_batch
 from autoconf.schema import Estimate, EstimatorName, Job, MemoryEstimate, Placement, ThroughputEstimate
 
+MEMORY_TARGETS = ("memory_allocated", "memory_reserved", "memory_device")  # one predictor per memory metric (2.x)
+
 
 @dataclass(frozen=True)
 class CorrectedBatch(MemoryBatch):
@@ -38,10 +40,36 @@ class CorrectedBatch(MemoryBatch):
     cols: FeatureTable | None = None
     theory_peak: np.ndarray = field(default_factory=lambda: np.zeros(0))
     approximate: list[str] = field(default_factory=list)  # per row: "approximate architecture: <reason>" or ""
+    frameworks: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=object))
+    applied: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))  # a memory correction applied
 
     @property
     def fits(self) -> np.ndarray:
         return self.peak <= self.capacity
+
+
+def corrected_peaks(theory: MemoryBatch, ratio: dict[str, np.ndarray],
+                    weight: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Allocated, reserved and device peaks: theory × ratio**weight per metric (weight 0 = not applied).
+
+    A metric with a predictor whose correction is not applied to a row keeps theory's peak; a metric without
+    a predictor (1.x: reserved) follows the allocator's ratio (the cache sits on top of the tensors).
+    Always reserved ∈ [allocated, peak] and peak ≥ allocated.
+    """
+    n = len(theory.peak)
+
+    def r(name: str, fallback: np.ndarray) -> np.ndarray:
+        if name not in ratio:
+            return fallback
+        w = weight.get(name, np.zeros(n))
+        with np.errstate(invalid="ignore"):
+            return np.where(w > 0, ratio[name] ** w, 1.0)
+
+    r_alloc = r("memory_allocated", np.ones(n))
+    allocated = theory.allocated * r_alloc
+    peak = np.maximum(theory.peak * r("memory_device", r_alloc), allocated)
+    reserved = np.minimum(np.maximum(theory.reserved * r("memory_reserved", r_alloc), allocated), peak)
+    return allocated, reserved, peak
 
 
 @lru_cache(maxsize=65536)
@@ -66,18 +94,16 @@ class LearnedEstimator(Estimator):
         finite: np.ndarray = np.isfinite(cols["params_b"])
         return finite
 
-    def _uses(self, target: str) -> bool:
-        return True
+    def _row_weights(self, target: str, frameworks: np.ndarray) -> np.ndarray:
+        """Exponent on the learned ratio per row (0 = not applied): the learned estimator applies it whole."""
+        return np.ones(len(frameworks)) if target in self.model_.forests else np.zeros(len(frameworks))
 
     def _trusted(self, approximate: list[str]) -> np.ndarray:
         """Rows whose architecture the correction may be applied to: learned applies it everywhere."""
         return np.ones(len(approximate), dtype=bool)
 
-    def _weight(self, target: str) -> float:
-        """Exponent on the learned ratio: the learned estimator applies it whole."""
-        return 1.0
-
-    def _risk(self, cols: FeatureTable, peak: np.ndarray, capacity: np.ndarray, inside: np.ndarray) -> np.ndarray:
+    def _risk(self, cols: FeatureTable, peak: np.ndarray, capacity: np.ndarray, inside: np.ndarray,
+              applied: np.ndarray, jobs: Sequence[Job]) -> np.ndarray:
         risk = np.full(len(peak), np.nan)
         ok = np.isfinite(peak)
         if ok.any():
@@ -85,57 +111,60 @@ class LearnedEstimator(Estimator):
         return risk
 
     # ---- batch API -----------------------------------------------------------------------------
-    def _ratio(self, target: str, cols: FeatureTable, inside: np.ndarray) -> np.ndarray:
-        ratio = np.ones(len(inside))
-        if self._uses(target) and inside.any():
-            ratio[inside] = self.model_.predict(target, cols, inside) ** self._weight(target)
+    def _weights(self, target: str, frameworks: np.ndarray, inside: np.ndarray) -> np.ndarray:
+        return np.where(inside, self._row_weights(target, frameworks), 0.0)
+
+    def _ratio(self, target: str, cols: FeatureTable, weight: np.ndarray) -> np.ndarray:
+        """The learned ratio where ``weight`` > 0 (1 elsewhere; the weight is applied by the caller)."""
+        ratio = np.ones(len(weight))
+        use = weight > 0
+        if use.any():
+            ratio[use] = self.model_.predict(target, cols, use)
         return ratio
 
     def memory_batch(self, jobs: Sequence[Job], placements: Sequence[Placement]) -> CorrectedBatch:
         """Corrected per-GPU memory of every row (errors per row, as theory_batch).
 
-        Rows that differ only in the GPU (a sweep over GPU models) are computed once and copied:
-        theory and the memory ratios do not read the GPU; capacity, GPU features and risk are per row.
+        Rows that differ only in the GPU (a sweep over GPU models of one generation) share their theory,
+        computed once and copied; capacity, GPU features, the learned ratios (2.x memory predictors read
+        the GPU) and the risk are per row.
         """
         groups = gpu_groups(jobs, placements)
         if groups is None:
-            return self._memory_batch(jobs, placements)
+            th = theory_batch(jobs, placements, risk=False)
+            return self._correct(jobs, th, feature_table(jobs, placements, th))
         firsts, inverse = groups
-        one = self._memory_batch([jobs[i] for i in firsts], [placements[i] for i in firsts], with_risk=False)
+        one = theory_batch([jobs[i] for i in firsts], [placements[i] for i in firsts], risk=False)
+        one_cols = feature_table([jobs[i] for i in firsts], [placements[i] for i in firsts], one)
         capacity = np.where(one.ok[inverse], capacities(placements), np.nan)
-        assert one.cols is not None  # _memory_batch always builds the feature table
-        cols = FeatureTable(one.cols.x[inverse])
-        peak, inside = one.peak[inverse], one.inside[inverse]
-        with_gpus(cols, placements, one.theory_peak[inverse], capacity)
-        return CorrectedBatch(
-            parts={k: v[inverse] for k, v in one.parts.items()}, allocated=one.allocated[inverse],
-            reserved=one.reserved[inverse], peak=peak,
-            phase=[one.phase[g] for g in inverse], capacity=capacity, oom_risk=self._risk(cols, peak, capacity, inside),
-            micro_batch=one.micro_batch[inverse], errors=[one.errors[g] for g in inverse], inside=inside,
-            ratio_peak=one.ratio_peak[inverse], cols=cols, theory_peak=one.theory_peak[inverse],
-            approximate=[one.approximate[g] for g in inverse])
+        th = MemoryBatch(parts={k: v[inverse] for k, v in one.parts.items()}, allocated=one.allocated[inverse],
+                         reserved=one.reserved[inverse], peak=one.peak[inverse], phase=[one.phase[g] for g in inverse],
+                         capacity=capacity, oom_risk=np.full(len(jobs), np.nan), micro_batch=one.micro_batch[inverse],
+                         errors=[one.errors[g] for g in inverse])
+        cols = FeatureTable(one_cols.x[inverse])
+        with_gpus(cols, placements, th.peak, capacity)
+        return self._correct(jobs, th, cols)
 
-    def _memory_batch(self, jobs: Sequence[Job], placements: Sequence[Placement],
-                      with_risk: bool = True) -> CorrectedBatch:
-        th = theory_batch(jobs, placements, risk=False)
-        cols = feature_table(jobs, placements, th)
+    def _correct(self, jobs: Sequence[Job], th: MemoryBatch, cols: FeatureTable) -> CorrectedBatch:
+        """Theory × the learned ratios this estimator applies, per row; the stated risk."""
         approximate = [approximation_note(job.model) for job in jobs]
         inside = self._inside(cols) & th.ok & self._trusted(approximate)
-        r_alloc = self._ratio("memory_allocated", cols, inside)
-        r_dev = self._ratio("memory_device", cols, inside) if self._uses("memory_device") else r_alloc
-        allocated = th.allocated * r_alloc
-        peak = np.maximum(th.peak * r_dev, allocated)
-        # the allocator's cache follows its tensors: reserved scales with allocated, never above the device peak
-        reserved = np.minimum(th.reserved * r_alloc, peak)
-        parts = {p: th.parts[p] * r_alloc for p in ALLOCATOR_PARTS}
+        frameworks = np.array([job.framework for job in jobs], dtype=object)
+        weight = {t: self._weights(t, frameworks, inside) for t in MEMORY_TARGETS if t in self.model_.forests}
+        ratio = {t: self._ratio(t, cols, w) for t, w in weight.items()}
+        allocated, reserved, peak = corrected_peaks(th, ratio, weight)
+        applied = np.zeros(len(jobs), dtype=bool)
+        for w in weight.values():
+            applied |= w > 0
+        parts = {p: th.parts[p] * np.where(th.allocated > 0, allocated / th.allocated, 1.0) for p in ALLOCATOR_PARTS}
         parts["overhead"] = peak - allocated
-        risk = self._risk(cols, peak, th.capacity, inside) if with_risk else np.full(len(peak), np.nan)
+        risk = self._risk(cols, peak, th.capacity, inside, applied, jobs)
         with np.errstate(invalid="ignore", divide="ignore"):
             ratio_peak = peak / th.peak
         return CorrectedBatch(parts=parts, allocated=allocated, reserved=reserved, peak=peak, phase=th.phase,
-                              capacity=th.capacity,
-                              oom_risk=risk, micro_batch=th.micro_batch, errors=th.errors, inside=inside,
-                              ratio_peak=ratio_peak, cols=cols, theory_peak=th.peak, approximate=approximate)
+                              capacity=th.capacity, oom_risk=risk, micro_batch=th.micro_batch, errors=th.errors,
+                              inside=inside, applied=applied, ratio_peak=ratio_peak, cols=cols,
+                              theory_peak=th.peak, approximate=approximate, frameworks=frameworks)
 
     def tokens_per_second(self, jobs: Sequence[Job], placements: Sequence[Placement], batch: CorrectedBatch,
                           rows: np.ndarray) -> list[ThroughputEstimate | None]:
@@ -146,8 +175,9 @@ class LearnedEstimator(Estimator):
         per_gpu = np.array([t.tokens_per_second_per_gpu if t else np.nan for t in theory])
         cols = batch.cols.rows(idx)
         cols.set("theory_tokens_per_second_per_gpu", per_gpu)
-        use = batch.inside[idx] & np.isfinite(per_gpu)
-        ratio = self._ratio("throughput", cols, use)
+        frameworks = batch.frameworks[idx] if len(batch.frameworks) else np.array([jobs[i].framework for i in idx.tolist()])
+        weight = self._weights("throughput", frameworks, batch.inside[idx] & np.isfinite(per_gpu))
+        ratio = self._ratio("throughput", cols, weight)
         return [None if t is None else _scaled(t, float(r), self.name) for t, r in zip(theory, ratio, strict=True)]
 
     # ---- contract ------------------------------------------------------------------------------

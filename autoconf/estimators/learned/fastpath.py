@@ -91,8 +91,8 @@ class Forest:
     def predict(self, x: np.ndarray) -> np.ndarray:
         """Predictions per row; rows equal on every feature the trees read are computed once."""
         x = np.asarray(x, dtype=np.float64)
-        if len(x) >= DEDUPE_MIN_ROWS:
-            used = np.unique(self.feature[self.feature >= 0])  # ~1 µs per 1,000 nodes; sweeps only
+        used = np.unique(self.feature[self.feature >= 0])  # ~1 µs per 1,000 nodes
+        if len(x) >= DEDUPE_MIN_ROWS and len(used):  # (a forest without a split reads nothing: no keys)
             keys = np.ascontiguousarray(x[:, used]).view(np.dtype((np.void, 8 * len(used)))).ravel()
             _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
             if len(first) < len(x):

@@ -5,6 +5,12 @@ hidden size, heads, KV heads, vocabulary, experts) and the theory's own per-comp
 model they never saw is described by the same quantities as the ones they did. Every feature is a
 float (flags are 0/1, the method is one-hot), so AutoGluon's pipeline passes the columns through
 unchanged and the numpy fast path (``fastpath.py``) reads the very same matrix.
+
+Versions 2.x also see the training stack as the *behaviours* of its framework profile (theory/frameworks.py:
+efficient loading, adapter bytes, double quantisation, ...), never its name, so a stack no row was measured
+on is described by the same quantities; and the GPU (capacity, generation, bandwidth) for memory too. Columns
+are read by name (``fastpath.Forest.bind``): a 1.x version reads the features it was trained on, which keep
+their meaning, and ignores the ones added since.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from autoconf.catalog import get_architecture, get_gpu
+from autoconf.estimators.theory.frameworks import resolve as resolve_profile
 from autoconf.estimators.theory.states import DTYPE_BYTES, trainable_params
 from autoconf.estimators.theory.vector import TEXT_PARTS, MemoryBatch
 from autoconf.schema import GIB, Job, Placement
@@ -43,6 +50,17 @@ THEORY_FEATURES = (
     "theory_activation_share", *(f"phase_{p}" for p in PHASE_NAMES),
 )
 GPU_FEATURES = ("capacity_gib", "theory_peak_over_capacity", "gpu_bf16_tflops", "gpu_bandwidth_tbps", "gpu_nvlink")
+# 2.x: the framework profile's memory behaviours as resolved for the job (frameworks.Resolved/Profile), the
+# theory's torch-reserved peak, and the GPU generation (CUDA compute capability of its architecture).
+FRAMEWORK_FEATURES = (
+    "fw_efficient_loading", "fw_full_copy_on_gpu", "fw_adapter_bytes", "fw_double_quant", "fw_quantize_lm_head",
+    "fw_quant_saves_input", "fw_optimizer_in_backward", "fw_activation_offloading", "fw_expandable_segments",
+    "fw_device_fit",
+)
+GPU_MEMORY_FEATURES = ("capacity_gib", "gpu_generation", "gpu_bandwidth_tbps")
+# Compute capability per catalogue architecture (NVIDIA CUDA C Programming Guide, "Compute Capabilities"
+# table: Volta 7.0, Turing 7.5, Ampere 8.0 (A100; 8.6 for GA10x), Ada Lovelace 8.9, Hopper 9.0, Blackwell 10.0).
+GENERATION = {"Volta": 7.0, "Turing": 7.5, "Ampere": 8.0, "Ada Lovelace": 8.9, "Hopper": 9.0, "Blackwell": 10.0}
 
 # Which features each predictor reads. Memory ratios exclude the GPU: torch's allocations do not
 # depend on the board (same kernels on A100 and L40), and the data hold only two boards, so a GPU
@@ -51,7 +69,13 @@ GPU_FEATURES = ("capacity_gib", "theory_peak_over_capacity", "gpu_bf16_tflops", 
 MEMORY_FEATURES = (*JOB_FEATURES, *ARCH_FEATURES, *THEORY_FEATURES)
 OOM_FEATURES = (*MEMORY_FEATURES, *GPU_FEATURES)
 THROUGHPUT_FEATURES = (*JOB_FEATURES, *ARCH_FEATURES, "theory_tokens_per_second_per_gpu", *GPU_FEATURES)
-ALL_FEATURES = tuple(dict.fromkeys((*JOB_FEATURES, *ARCH_FEATURES, *OOM_FEATURES, *THROUGHPUT_FEATURES)))
+# 2.x feature sets: every predictor sees the stack's behaviours and the GPU (the data now span several GPUs
+# and stacks: the device overhead and the allocator cache differ between boards and generations).
+MEMORY_FEATURES_V2 = (*MEMORY_FEATURES, "theory_reserved_gib", *FRAMEWORK_FEATURES, *GPU_MEMORY_FEATURES)
+OOM_FEATURES_V2 = (*OOM_FEATURES, "theory_reserved_gib", *FRAMEWORK_FEATURES, "gpu_generation")
+THROUGHPUT_FEATURES_V2 = (*THROUGHPUT_FEATURES, *FRAMEWORK_FEATURES, "gpu_generation")
+ALL_FEATURES = tuple(dict.fromkeys((*JOB_FEATURES, *ARCH_FEATURES, *OOM_FEATURES, *THROUGHPUT_FEATURES,
+                                    *MEMORY_FEATURES_V2, *OOM_FEATURES_V2, *THROUGHPUT_FEATURES_V2)))
 
 
 @lru_cache(maxsize=512)
@@ -68,10 +92,19 @@ def _trainable_b(job: Job) -> float:
 
 
 @lru_cache(maxsize=64)
-def _gpu_values(name: str) -> tuple[float, float, float, float]:
+def _gpu_values(name: str) -> tuple[float, float, float, float, float]:
     g = get_gpu(name)
     return (g.memory_bytes / GIB, g.bf16_tflops or 0.0, g.memory_bandwidth_gbps / 1000,
-            float(g.intra_node_link == "nvlink"))
+            float(g.intra_node_link == "nvlink"), GENERATION.get(g.architecture, 0.0))
+
+
+@lru_cache(maxsize=4096)
+def _framework_values(job: Job) -> tuple[float, ...]:
+    r = resolve_profile(job)
+    p = r.profile
+    return (float(r.efficient_loading), float(p.full_copy_on_gpu), float(r.adapter_bytes), float(r.double_quant),
+            float(r.quantize_lm_head), float(p.quant_saves_input), float(r.optimizer_in_backward),
+            float(r.activation_offloading), float(r.expandable_segments), float(p.device_fit is not None))
 
 
 @lru_cache(maxsize=1024)
@@ -94,10 +127,11 @@ def _job_values(job: Job, place: Placement, micro: int) -> tuple[float, ...]:
 
 
 INDEX = {name: k for k, name in enumerate(ALL_FEATURES)}
-# Columns filled row by row, in the order of _job_values + _arch_values + trainable + _gpu_values
-# (JOB then ARCH lead ALL_FEATURES; trainable_params_b is overwritten by the job-specific count).
+# Columns filled row by row, in the order of _job_values + _arch_values + trainable + _framework_values +
+# _gpu_values (JOB then ARCH lead ALL_FEATURES; trainable_params_b is overwritten by the job-specific count).
+_GPU_COLUMNS = ("capacity_gib", "gpu_bf16_tflops", "gpu_bandwidth_tbps", "gpu_nvlink", "gpu_generation")
 _ROW_COLUMNS = [*range(len(JOB_FEATURES) + len(ARCH_FEATURES)), INDEX["trainable_params_b"],
-                *(INDEX[n] for n in ("capacity_gib", "gpu_bf16_tflops", "gpu_bandwidth_tbps", "gpu_nvlink"))]
+                *(INDEX[n] for n in FRAMEWORK_FEATURES), *(INDEX[n] for n in _GPU_COLUMNS)]
 
 
 class FeatureTable:
@@ -127,10 +161,10 @@ class FeatureTable:
 def with_gpus(table: FeatureTable, placements: Sequence[Placement], peak: np.ndarray, capacity: np.ndarray) -> None:
     """Overwrite the GPU-dependent columns for each row's own GPU (rows copied from another GPU's row)."""
     ok = np.isfinite(capacity)
-    values = np.full((len(placements), 4), np.nan)
+    values = np.full((len(placements), len(_GPU_COLUMNS)), np.nan)
     if ok.any():
         values[ok] = np.array([_gpu_values(placements[i].gpu_model) for i in np.flatnonzero(ok).tolist()])
-    table.x[:, _ROW_COLUMNS[-4:]] = values
+    table.x[:, _ROW_COLUMNS[-len(_GPU_COLUMNS):]] = values
     with np.errstate(invalid="ignore", divide="ignore"):
         table.set("theory_peak_over_capacity", np.where(ok, peak / capacity, np.nan))
 
@@ -146,13 +180,15 @@ def feature_table(
     if len(ok):
         micro = theory.micro_batch.tolist()
         rows = [_job_values(jobs[i], placements[i], micro[i]) + _arch_values(jobs[i].model)
-                + (_trainable_b(jobs[i]),) + _gpu_values(placements[i].gpu_model) for i in ok.tolist()]
+                + (_trainable_b(jobs[i]),) + _framework_values(jobs[i]) + _gpu_values(placements[i].gpu_model)
+                for i in ok.tolist()]
         x[np.ix_(ok, _ROW_COLUMNS)] = np.array(rows, dtype=np.float64)
     table = FeatureTable(x)
     for part in (*TEXT_PARTS, "overhead"):  # the learned models were trained on the text parts
         table.set(f"theory_{part}_gib", theory.parts[part] / GIB)
     table.set("theory_allocated_gib", theory.allocated / GIB)
     table.set("theory_peak_gib", theory.peak / GIB)
+    table.set("theory_reserved_gib", theory.reserved / GIB)
     with np.errstate(invalid="ignore", divide="ignore"):
         table.set("theory_activation_share", (theory.parts["activations"] + theory.parts["logits"]) / theory.allocated)
         table.set("theory_peak_over_capacity", theory.peak / theory.capacity)

@@ -29,7 +29,23 @@ log = logging.getLogger(__name__)
 
 BACKEND_ENV = "AUTOCONF_LEARNED_BACKEND"
 CACHE_ENV = "AUTOCONF_MODELS_CACHE"
-TARGETS = ("memory_allocated", "memory_device", "oom", "throughput")
+TARGETS = ("memory_allocated", "memory_reserved", "memory_device", "oom", "throughput")  # 1.x: no memory_reserved
+# 2.x states the risk from the residuals of runs in the same band of predicted use (``<pool>__near`` /
+# ``__far``): near capacity the caching allocator gives its cached blocks back and retries before an OOM
+# (PyTorch CUDA caching allocator: cached blocks are freed and the allocation retried when cudaMalloc fails), so
+# the device residuals of runs far below capacity (cache kept) overstate the risk of runs close to it.
+# NEAR_CAPACITY: predicted device peak ≥ half the GPU. Chosen among pooled / per method / bands 0.5, 0.6, 0.7 on
+# the cross-fitted held-out rows that docs/accuracy.md reports (disclosed there).
+NEAR_CAPACITY = 0.5
+# A stratum's pool is used from this many held-out rows on, else the pool of every row (a conformal quantile
+# at 0.05 needs ≥ 19 rows to mean anything; 50 keeps its 1/(n+1) floor at 2 %). An assumption.
+MIN_STRATUM_ROWS = 50
+
+
+def band(peak: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+    """``near`` where the predicted device peak is at least NEAR_CAPACITY of the GPU, else ``far``."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(peak >= NEAR_CAPACITY * capacity, "near", "far").astype(object)
 # Ratios are clipped to a sane band: no measured row lies outside 0.3-3× of theory, and a tree never
 # predicts beyond its leaves anyway; the clip guards against a corrupted or degenerate version.
 RATIO_BOUNDS = (0.3, 3.0)
@@ -67,14 +83,28 @@ class VersionModel:
 
     @cached_property
     def applied(self) -> dict[str, bool]:
-        """Which corrections the hybrid applies (those that beat theory on held-out architectures)."""
+        """Which corrections the hybrid applies to some stack (each beat theory on held-out rows)."""
         return {k: bool(v["applied"]) for k, v in self.card["hybrid"]["corrections"].items()}
 
-    @cached_property
-    def weights(self) -> dict[str, float]:
-        """Shrinkage exponent of each applied correction: theory × ratio**weight (1 = full correction)."""
-        return {k: float(v.get("weight", 1.0)) if v["applied"] else 0.0
-                for k, v in self.card["hybrid"]["corrections"].items()}
+    def gate_weights(self, target: str, frameworks: np.ndarray) -> np.ndarray:
+        """Exponent of ``target``'s ratio per row (0 = theory): the card's decision for the row's framework.
+
+        1.x cards hold one decision for every row; 2.x cards one per framework profile
+        (``corrections.<target>.frameworks``) and one for any stack not listed (``unseen``).
+        """
+        card = self.card["hybrid"]["corrections"].get(target)
+        if card is None or target not in self.forests:
+            return np.zeros(len(frameworks))
+        if "frameworks" not in card:
+            return np.full(len(frameworks), _weight(card))
+        table = {name: _weight(d) for name, d in card["frameworks"].items()}
+        default = _weight(card.get("unseen", {"applied": False}))
+        return np.array([table.get(str(f), default) for f in frameworks], dtype=float)
+
+    def pool(self, name: str, label: str) -> np.ndarray:
+        """Held-out residuals ``name`` (e.g. hybrid_device) of stratum ``label`` if there are enough, else all."""
+        stratum = self.residuals.get(f"{name}__{label}")
+        return stratum if stratum is not None and len(stratum) >= MIN_STRATUM_ROWS else self.residuals[name]
 
     @cached_property
     def out_of_domain_scale(self) -> float:
@@ -98,10 +128,17 @@ class VersionModel:
         return ratio
 
 
+def _weight(decision: dict[str, Any]) -> float:
+    """A decision's exponent: 0 if not applied, else its shrinkage weight (1 = whole; throughput has none)."""
+    return float(decision.get("weight", 1.0)) if decision.get("applied") else 0.0
+
+
 def _load_fast(version: str, folder: Path, backend: str) -> VersionModel:
     V.verify(folder)
     card = json.loads((folder / V.CARD).read_text(encoding="utf-8"))
-    forests = {t: Forest.load(folder / "fastpath" / f"{t}.npz").bind(ALL_FEATURES) for t in TARGETS}
+    # the predictors the version has (a 1.x version has no memory_reserved; a target with too few rows is absent)
+    forests = {t: Forest.load(folder / "fastpath" / f"{t}.npz").bind(ALL_FEATURES) for t in TARGETS
+               if t in card["features"]}
     with np.load(folder / "residuals.npz", allow_pickle=False) as z:
         residuals = {k: np.sort(z[k]) for k in z.files}
     return VersionModel(version=version, folder=folder, card=card, forests=forests, residuals=residuals,
@@ -112,7 +149,7 @@ def _attach_autogluon(model: VersionModel) -> None:
     from autogluon.tabular import TabularPredictor
 
     V.verify_pinned(model.folder)  # the manifest is not signed: unpickle only a pinned or trusted one
-    for target in TARGETS:
+    for target in model.forests:
         path = model.folder / "autogluon" / target
         predictor = TabularPredictor.load(str(path), verbosity=0)
         predictor.persist(models="all")  # unpickle the LightGBM model now, not at the first prediction

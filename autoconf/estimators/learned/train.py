@@ -1,10 +1,11 @@
 """Training tables from data/ and the AutoGluon fits (AutoGluon is imported inside ``fit`` only).
 
-Four predictors per version, each a ``TabularPredictor`` restricted to one seeded, single-threaded
+Four predictors per 1.x version, five per 2.x, each a ``TabularPredictor`` restricted to one seeded, single-threaded
 LightGBM model (AutoGluon's "GBM") so that a build is deterministic and its trees can be copied into
 the numpy fast path:
 
 * ``memory_allocated``: torch ``max_memory_allocated`` / theory allocator peak (peak − overhead);
+* ``memory_reserved`` (2.x): torch ``max_memory_reserved`` / theory reserved peak (allocator cache included);
 * ``memory_device``: nvidia-smi peak / theory peak (context and allocator cache included);
 * ``oom``: P(the run ran out of memory), from the ``ok`` and ``oom`` rows;
 * ``throughput``: measured tokens/s / theory tokens/s.
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -62,12 +63,24 @@ class Target:
     link: str  # fast-path output: identity (ratio) or sigmoid (probability)
 
 
-TARGETS = {
+# 1.x: one predictor per metric measured on fms-acceleration (allocated, nvidia-smi), no stack, no GPU for memory.
+TARGETS_V1 = {
     "memory_allocated": Target("memory_allocated", "regression", F.MEMORY_FEATURES, "identity"),
     "memory_device": Target("memory_device", "regression", F.MEMORY_FEATURES, "identity"),
     "oom": Target("oom", "binary", F.OOM_FEATURES, "sigmoid"),
     "throughput": Target("throughput", "regression", F.THROUGHPUT_FEATURES, "identity"),
 }
+# 2.x: one predictor per memory metric (the metric picks the predictor: allocated, reserved, device), each
+# reading the stack's profile behaviours and the GPU.
+TARGETS_V2 = {
+    "memory_allocated": Target("memory_allocated", "regression", F.MEMORY_FEATURES_V2, "identity"),
+    "memory_reserved": Target("memory_reserved", "regression", F.MEMORY_FEATURES_V2, "identity"),
+    "memory_device": Target("memory_device", "regression", F.MEMORY_FEATURES_V2, "identity"),
+    "oom": Target("oom", "binary", F.OOM_FEATURES_V2, "sigmoid"),
+    "throughput": Target("throughput", "regression", F.THROUGHPUT_FEATURES_V2, "identity"),
+}
+TARGETS = TARGETS_V2  # the newest major's predictors
+MIN_TRAINING_ROWS = 20  # a predictor (or a held-out fold of it) is fitted only from 20 rows with a finite target
 
 
 @dataclass(frozen=True)
@@ -80,11 +93,22 @@ class Table:
     theory: MemoryBatch
     x: pd.DataFrame  # ALL_FEATURES
     y: pd.DataFrame  # one column per TARGETS key
+    targets: dict[str, Target] = field(default_factory=lambda: dict(TARGETS))
 
     @property
     def groups(self) -> np.ndarray:
         groups: np.ndarray = self.rows["model_name"].to_numpy()
         return groups
+
+    @property
+    def sources(self) -> np.ndarray:
+        out: np.ndarray = (self.rows["source"] if "source" in self.rows else pd.Series([""] * len(self))).to_numpy()
+        return out
+
+    @property
+    def frameworks(self) -> np.ndarray:
+        """The Job's framework profile of each row (the hybrid's gate is per framework)."""
+        return np.array([job.framework for job in self.jobs], dtype=object)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -115,7 +139,7 @@ def theory_tokens_per_second(jobs: list[Job], placements: list[Placement]) -> np
     return out
 
 
-def build_table(frame: pd.DataFrame, to_inputs: RowInputs) -> Table:
+def build_table(frame: pd.DataFrame, to_inputs: RowInputs, targets: dict[str, Target] | None = None) -> Table:
     """Features and targets of every usable measured row of ``frame`` (a load_measurements() table)."""
     usable = frame[frame["status"].isin(["ok", "oom"]) & (frame["model_name"] != "") & (frame["duplicate_of"] == "")
                    & (frame["variable_length"] == 0)]
@@ -132,14 +156,17 @@ def build_table(frame: pd.DataFrame, to_inputs: RowInputs) -> Table:
     is_ok = (rows["status"] == "ok").to_numpy()
     alloc = rows["torch_allocated_bytes"].astype(float).to_numpy()
     smi = rows["nvidia_smi_bytes"].astype(float).to_numpy()
+    reserved = (rows["torch_reserved_bytes"].astype(float).to_numpy() if "torch_reserved_bytes" in rows
+                else np.full(len(rows), np.nan))
     tps = rows["tokens_per_second"].astype(float).to_numpy()
     y = pd.DataFrame({
         "memory_allocated": np.where(is_ok, alloc / theory.allocated, np.nan),
+        "memory_reserved": np.where(is_ok, reserved / theory.reserved, np.nan),
         "memory_device": np.where(is_ok, smi / theory.peak, np.nan),
         "oom": (rows["status"] == "oom").astype(float).to_numpy(),
         "throughput": np.where(is_ok, tps / tokens, np.nan),
     })
-    return Table(rows=rows, jobs=jobs, placements=places, theory=theory, x=x, y=y)
+    return Table(rows=rows, jobs=jobs, placements=places, theory=theory, x=x, y=y, targets=dict(targets or TARGETS))
 
 
 def training_frame(table: Table, target: Target, mask: np.ndarray | None = None) -> pd.DataFrame:

@@ -72,9 +72,16 @@ def _show(version: str, as_json: bool) -> int:
              f"correction domain: {json.dumps(card['correction_domain'])}",
              "hybrid corrections (grouped held-out median abs % error, theory -> corrected):"]
     for name, c in card["hybrid"]["corrections"].items():
-        if "theory_median_abs_error_pct" in c:
-            lines.append(f"  {name:<17} {'applied' if c['applied'] else 'not applied':<12} "
-                         f"{c['theory_median_abs_error_pct']:.2f} -> {c['corrected_median_abs_error_pct']:.2f}")
+        # 1.x: one decision for every stack; 2.x: one per framework that has training rows, and one for the rest
+        decisions = ([(f"  {fw}", d) for fw, d in c["frameworks"].items() if d.get("rule", "").startswith("trained")]
+                     + [("  any other stack", c["unseen"])]) if "frameworks" in c else [("", c)]
+        for label, d in decisions:
+            if d.get("theory_median_abs_error_pct") is not None and "corrected_median_abs_error_pct" in d:
+                lines.append(f"  {name + label:<34} {'applied' if d['applied'] else 'not applied':<12} "
+                             f"{d['theory_median_abs_error_pct']:.2f} -> {d['corrected_median_abs_error_pct']:.2f}")
+            elif label:
+                lines.append(f"  {name + label:<34} {'applied' if d['applied'] else 'not applied':<12} "
+                             f"{d.get('why', '')}")
     lines.append(f"environment: {json.dumps(card['environment'])}")
     print("\n".join(lines))
     return 0
