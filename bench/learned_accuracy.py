@@ -32,7 +32,7 @@ ESTIMATORS = ("theory", "learned", "hybrid")
 METRICS = {"torch_allocated": "torch max_memory_allocated (allocator peak)",
            "torch_reserved": "torch max_memory_reserved", "nvidia_smi": "nvidia-smi peak (what decides an OOM)",
            "tokens_per_second": "tokens/s (whole job)"}
-RISKS = {"theory": "theory: normal model, 12 % relative sigma", "learned": "learned: the OOM classifier",
+RISKS = {"theory": "theory: log-normal, σ per method fitted on held-out residuals", "learned": "learned: the OOM classifier",
          "hybrid": "hybrid as shipped: conformal, residuals of runs in the same band (near/far from capacity)",
          "hybrid:all": "variant: one pool for every row", "hybrid:method": "variant: pools per method",
          "hybrid:loso": "hybrid held out by source (pools from the other sources only)"}
