@@ -129,8 +129,9 @@ def _row(job: Job, placement: Placement,
 
 
 def gpu_groups(jobs: Sequence[Job], placements: Sequence[Placement]) -> tuple[np.ndarray, np.ndarray] | None:
-    """Rows that differ only in a (valid) GPU of the same generation share all of their memory but capacity and
-    risk (the CUDA side reads the generation: context and cuBLAS workspace, cuda.py).
+    """Rows that differ only in a (valid) GPU of the same generation and memory size share all of their memory
+    (the CUDA side reads the generation: context and cuBLAS workspace; and the capacity: how much of FSDP's
+    cached side-stream pools stays on the GPU, cuda.py).
 
     Returns (first row of each group, group of each row), or None when no two rows share a group.
     A GPU that theory refuses for the row (unknown, or bf16 on Volta) keeps its own group.
@@ -145,7 +146,8 @@ def gpu_groups(jobs: Sequence[Job], placements: Sequence[Placement]) -> tuple[np
             place_key = keys[id(place)] = tuple(v for k, v in place.__dict__.items() if k != "gpu_model")
         gpu = _gpu(place.gpu_model)
         refused = isinstance(gpu, str) or _gpu_error(job, gpu) is not None
-        key = (job, place_key, place.gpu_model if refused else gpu.architecture)  # type: ignore[union-attr]
+        generation = None if refused else (gpu.architecture, gpu.memory_bytes)  # type: ignore[union-attr]
+        key = (job, place_key, place.gpu_model if refused else generation)
         group = groups.setdefault(key, len(firsts))
         if group == len(firsts):
             firsts.append(i)
