@@ -55,7 +55,10 @@ FUSED_CE_BYTES_PER_VOCAB = 8
 FUSED_LINEAR_CE_BYTES_PER_HIDDEN = 64
 # Under FSDP with mixed precision (accelerate), the residual stream that checkpointing keeps is fp32:
 # the fms-acceleration 2- and 4-GPU PEFT rows grow by 185·h bytes per token vs 127·h on one GPU
-# (Mistral-7B, 32 layers: +1.8·h per layer ≈ 2 more bytes per hidden unit per layer).
+# (Mistral-7B, 32 layers: +1.8·h per layer ≈ 2 more bytes per hidden unit per layer). PEFT only: the full-FT
+# FSDP rows (fms-acceleration 4-GPU, amp, batch 8 → 16 per GPU) grow by 535 kB per token for Mistral-7B with
+# the fused CE and 498 kB for Llama-3-8B with Liger, i.e. 2·h·L checkpoints (262 kB) + the loss kernel's bytes
+# (256 kB, 262 kB): a bf16 residual stream, as FSDP mixed precision computes every layer in bf16.
 FSDP_GC_BYTES_PER_HIDDEN = 4
 # The VRAM-budget CLI's rule for its --logits-factor override: a fused loss keeps 0.2 of the logits.
 FUSED_LOSS_LOGITS_SHARE = 0.2
@@ -195,8 +198,8 @@ def checkpoint_bytes_per_token(
     """Bytes one checkpointed layer keeps per token (its input), or a user-given fraction."""
     if calib and calib.grad_ckpt_reduction is not None:
         return calib.grad_ckpt_reduction * layer_bytes_per_token(job, arch, calib, fsdp)
-    if fsdp:
-        return FSDP_GC_BYTES_PER_HIDDEN * arch.hidden_size
+    if fsdp:  # the gathered bf16 units compute in bf16 whatever the master copy (layer_bytes_per_token)
+        return (GC_BYTES_PER_HIDDEN if job.method == "full" else FSDP_GC_BYTES_PER_HIDDEN) * arch.hidden_size
     return GC_BYTES_PER_HIDDEN * arch.hidden_size * PRECISION_FACTOR[job.dtype]
 
 
