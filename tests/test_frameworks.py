@@ -273,3 +273,12 @@ def test_fsdp_full_ft_reserves_its_gradient_shard_beside_a_loss_peak() -> None:
 def test_fsdp_lora_side_pool_is_only_the_adapter_gradients() -> None:
     m = _mem(gpus=2, tokens_per_sample=8192)
     assert m.reserved_bytes - 1.08 * m.allocated_bytes - 2 * 4 * MIB < 0.05 * GIB
+
+
+@pytest.mark.parametrize("method, dtype, per_hidden", [("full", "amp-bf16", 2), ("full", "bf16", 2), ("lora", "bf16", 4)])
+def test_fsdp_checkpoint_bytes_by_method(method: str, dtype: str, per_hidden: int) -> None:
+    """Under FSDP a checkpointed layer keeps its input: bf16 (2·h) for full FT, whose gathered bf16 units compute in
+    bf16 even with an fp32 master copy; 4·h for PEFT (the fp32 figure of the fms-acceleration PEFT rows)."""
+    arch = get_architecture(LLAMA)
+    job = Job(model=LLAMA, method=method, dtype=dtype, batch_size=2, tokens_per_sample=1024)
+    assert act.checkpoint_bytes_per_token(job, arch, fsdp=True) == per_hidden * 4096
