@@ -103,14 +103,16 @@ def test_quantised_lm_head_saves_weight_bytes_and_adds_a_dequantised_copy() -> N
     arch, place = get_architecture(LLAMA), Placement(gpu_model=A100)
     off = model_states(Job(model=LLAMA, method="qlora", quantize_lm_head=False), arch, place)
     on = model_states(Job(model=LLAMA, method="qlora", quantize_lm_head=True), arch, place)
-    assert off.weights - on.weights == pytest.approx(head * (2 - NF4_BYTES))
+    # hf-trainer's QLoRA runs prepare_model_for_kbit_training, which makes an unquantised head fp32 (4 B)
+    assert off.weights - on.weights == pytest.approx(head * (4 - NF4_BYTES))
     assert act.loss_fixed_bytes(Job(model=LLAMA, method="qlora", quantize_lm_head=True), arch) == 2 * head
 
 
 def test_bnb_qlora_without_checkpointing_keeps_frozen_layer_inputs() -> None:
     kw: dict[str, object] = dict(model=LLAMA, method="qlora", gradient_checkpointing=False)
     arch = get_architecture(LLAMA)
-    hf = act.layer_bytes_per_token(Job(**kw, framework="hf-trainer"), arch)
+    # LLaMA-Factory: HF Trainer + bitsandbytes without peft's fp32 upcast (its own prepare keeps bf16 norms)
+    hf = act.layer_bytes_per_token(Job(**kw, framework="llama-factory"), arch)
     fms = act.layer_bytes_per_token(Job(**kw, framework="fms-hf-tuning"), arch)
     assert hf - fms == 2 * 4096 + 2 * 4096 + 2 * 14336  # MLP input, o_proj input, down_proj input (bf16)
 
@@ -282,3 +284,25 @@ def test_fsdp_checkpoint_bytes_by_method(method: str, dtype: str, per_hidden: in
     arch = get_architecture(LLAMA)
     job = Job(model=LLAMA, method=method, dtype=dtype, batch_size=2, tokens_per_sample=1024)
     assert act.checkpoint_bytes_per_token(job, arch, fsdp=True) == per_hidden * 4096
+
+
+@pytest.mark.parametrize(
+    "framework, method, gpus, upcast",
+    [("hf-trainer", "qlora", 1, True), ("peft", "qlora", 1, True), ("hf-trainer", "lora", 1, False),
+     ("hf-trainer", "qlora", 2, False),  # sharded QLoRA: TRL skips prepare_model_for_kbit_training
+     ("fms-hf-tuning", "qlora", 1, False)],  # fms-acceleration's own copy of the function does not upcast
+)
+def test_kbit_upcast_makes_non_4bit_weights_and_the_residual_stream_fp32(
+        framework: str, method: str, gpus: int, upcast: bool) -> None:
+    """Mistral-7B: 7,241,732,096 parameters, of which 32 × 218,103,808 sit in layer linears (4096 × (4096 + 1024 +
+    1024 + 4096) + 3 × 4096 × 14336), so 262,410,240 (embeddings, head, norms) stay 16-bit or become fp32: +2 B each.
+    The checkpointed layer input doubles from 2·h to 4·h bytes per token on one GPU."""
+    model = "mistral-7b-v0.1"
+    job = Job(model=model, method=method, framework=framework, batch_size=gpus, tokens_per_sample=1024)
+    same = job.model_copy(update={"framework": "deepspeed"})  # an HF-like profile without the upcast
+    place = Placement(gpu_model=A100, number_gpus=gpus)
+    arch = get_architecture(model)
+    extra = model_states(job, arch, place).weights - model_states(same, arch, place).weights
+    assert extra == pytest.approx(2 * 262_410_240 if upcast else 0.0)
+    if gpus == 1:
+        assert act.checkpoint_bytes_per_token(job, arch) == (4 if upcast else 2) * 4096

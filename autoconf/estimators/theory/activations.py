@@ -32,6 +32,7 @@ from autoconf.catalog.architecture import Architecture
 from autoconf.catalog.shapes import ATTENTION, CROSS, MAMBA, SLIDING, LayerShape
 from autoconf.estimators.theory import images, layers
 from autoconf.estimators.theory.frameworks import resolve
+from autoconf.estimators.theory.states import kbit_upcast
 from autoconf.schema import Calibration, Job
 
 # Activation precision factor relative to bf16. fp32 doubles every tensor; under amp (fp32 weights +
@@ -101,12 +102,19 @@ def attention_coef(job: Job, arch: Architecture, calib: Calibration | None = Non
     return (norms + attn) / h
 
 
-def outside_layers_bytes_per_token(job: Job, arch: Architecture) -> float:
+def precision_factor(job: Job, fsdp: bool = False) -> float:
+    """Activation bytes relative to bf16: the dtype's factor, or fp32's for a QLoRA whose embeddings and norms
+    prepare_model_for_kbit_training made fp32 (states.kbit_upcast): the residual stream is fp32 from the
+    embedding output on, and each 4-bit linear returns its input's dtype (bitsandbytes Linear4bit.forward)."""
+    return PRECISION_FACTOR["fp32"] if kbit_upcast(job, fsdp) else PRECISION_FACTOR[job.dtype]
+
+
+def outside_layers_bytes_per_token(job: Job, arch: Architecture, fsdp: bool = False) -> float:
     """Embedding output, final norm and head input, saved once per token (traced)."""
     if arch.model_type == "gpt_bigcode":
-        return (4 * arch.hidden_size + 28) * PRECISION_FACTOR[job.dtype]
+        return (4 * arch.hidden_size + 28) * precision_factor(job, fsdp)
     extra = 8 if job.gradient_checkpointing else 0
-    return (8 * arch.hidden_size + 4 * arch.head_dim + 20 + extra) * PRECISION_FACTOR[job.dtype]
+    return (8 * arch.hidden_size + 4 * arch.head_dim + 20 + extra) * precision_factor(job, fsdp)
 
 
 def mlp_coef(job: Job, arch: Architecture, calib: Calibration | None = None, moe: bool | None = None) -> float:
@@ -149,7 +157,7 @@ def layer_bytes_per_token(
         factor = (calib.attn_act_factor_eager if calib and calib.attn_act_factor_eager is not None
                   else EAGER_BYTES_PER_SCORE)
         per_token += factor * arch.num_heads * _keys(job, arch, layer)
-    return per_token * (1.0 if fsdp else PRECISION_FACTOR[job.dtype])
+    return per_token * (1.0 if fsdp else precision_factor(job))
 
 
 def _keys(job: Job, arch: Architecture, layer: LayerShape | None) -> float:
@@ -200,7 +208,7 @@ def checkpoint_bytes_per_token(
         return calib.grad_ckpt_reduction * layer_bytes_per_token(job, arch, calib, fsdp)
     if fsdp:  # the gathered bf16 units compute in bf16 whatever the master copy (layer_bytes_per_token)
         return (GC_BYTES_PER_HIDDEN if job.method == "full" else FSDP_GC_BYTES_PER_HIDDEN) * arch.hidden_size
-    return GC_BYTES_PER_HIDDEN * arch.hidden_size * PRECISION_FACTOR[job.dtype]
+    return GC_BYTES_PER_HIDDEN * arch.hidden_size * precision_factor(job)
 
 
 def _quant_saves_input(job: Job) -> bool:

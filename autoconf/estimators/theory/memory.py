@@ -76,7 +76,7 @@ def _phases(job: Job, arch: Architecture, placement: Placement, st: States,
         layers = min(layers, 2)  # checkpoints go to CPU RAM; one in transfer and one prefetched stay on the GPU
     stacked, largest = act.stack_bytes_per_token(job, arch, calib, fsdp, layers)
     layer = largest * tokens / placement.tp
-    saved = (stacked + act.outside_layers_bytes_per_token(job, arch)) * tokens * in_flight / placement.tp
+    saved = (stacked + act.outside_layers_bytes_per_token(job, arch, fsdp)) * tokens * in_flight / placement.tp
     # the vision tower runs on the first stage, once per image of the micro-batch (sequence parallel ranks
     # share a sample's text, not its images)
     vision_act = images.activation_bytes_per_image(job, arch) * job.images_per_sample * samples * in_flight

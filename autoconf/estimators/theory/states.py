@@ -80,6 +80,13 @@ def stage_params(arch: Architecture, placement: Placement) -> float:
     return layers + max(embed, head)
 
 
+def kbit_upcast(job: Job, fsdp: bool) -> bool:
+    """QLoRA whose stack runs peft's prepare_model_for_kbit_training (frameworks.Profile.kbit_upcast): the
+    embeddings, norms and head (every parameter that is not 4-bit) become fp32, and so does the residual stream
+    they feed. TRL skips the call for sharded QLoRA, so ``fsdp`` (sharded over > 1 GPU) turns it off."""
+    return job.method == "qlora" and resolve(job).profile.kbit_upcast and not fsdp
+
+
 def _weight_bytes(job: Job, arch: Architecture, placement: Placement) -> float:
     """Resident weights of one model replica on one GPU (before data-parallel sharding)."""
     share = stage_params(arch, placement) / arch.total_params / placement.tp
@@ -90,7 +97,8 @@ def _weight_bytes(job: Job, arch: Architecture, placement: Placement) -> float:
         if settings.quantize_lm_head:
             linear += arch.lm_head_params
         other = arch.total_params - linear
-        base = linear * nf4_bytes(job) + other * 2
+        sharded = placement.dp > 1 and placement.effective_strategy.startswith("fsdp")
+        base = linear * nf4_bytes(job) + other * (4 if kbit_upcast(job, sharded) else 2)
     else:
         base = arch.total_params * wbytes
     adapters = 0 if job.method == "full" else trainable_params(job, arch) * settings.adapter_bytes
