@@ -6,7 +6,8 @@ Three peaks per GPU (design §3; the accuracy report compares each measurement w
   optimizer states of bitsandbytes *paged* optimizers live in CUDA unified memory, outside torch's
   allocator, so they are not in it.
 * **reserved** — ``max_memory_reserved``: allocated × (1 + fragmentation) + cuBLAS workspaces (allocated
-  through the caching allocator by ``CublasHandlePool``, one per handle and stream).
+  through the caching allocator by ``CublasHandlePool``, one per handle and stream), plus the free blocks torch
+  FSDP's side-stream pools keep cached while the compute stream peaks (memory.side_stream_bytes), up to capacity.
 * **device** — nvidia-smi: reserved + the CUDA context + NCCL communicator buffers + paged optimizer
   states. ``MemoryEstimate.peak_bytes`` and ``fits`` use this one.
 
