@@ -13,8 +13,8 @@ from autoconf.catalog import get_architecture, get_gpu
 from autoconf.errors import InvalidInputError
 from autoconf.estimators.theory import activations as act
 from autoconf.estimators.theory.cuda import communicators
-from autoconf.estimators.theory.memory import estimate_memory
-from autoconf.estimators.theory.states import NF4_BYTES, NF4_DQ_BYTES, model_states
+from autoconf.estimators.theory.memory import estimate_memory, side_stream_bytes
+from autoconf.estimators.theory.states import NF4_BYTES, NF4_DQ_BYTES, States, model_states
 from autoconf.estimators.theory.vector import theory_batch
 from autoconf.evaluation.accuracy import score_memory
 from autoconf.evaluation.data import row_to_inputs
@@ -103,14 +103,16 @@ def test_quantised_lm_head_saves_weight_bytes_and_adds_a_dequantised_copy() -> N
     arch, place = get_architecture(LLAMA), Placement(gpu_model=A100)
     off = model_states(Job(model=LLAMA, method="qlora", quantize_lm_head=False), arch, place)
     on = model_states(Job(model=LLAMA, method="qlora", quantize_lm_head=True), arch, place)
-    assert off.weights - on.weights == pytest.approx(head * (2 - NF4_BYTES))
+    # hf-trainer's QLoRA runs prepare_model_for_kbit_training, which makes an unquantised head fp32 (4 B)
+    assert off.weights - on.weights == pytest.approx(head * (4 - NF4_BYTES))
     assert act.loss_fixed_bytes(Job(model=LLAMA, method="qlora", quantize_lm_head=True), arch) == 2 * head
 
 
 def test_bnb_qlora_without_checkpointing_keeps_frozen_layer_inputs() -> None:
     kw: dict[str, object] = dict(model=LLAMA, method="qlora", gradient_checkpointing=False)
     arch = get_architecture(LLAMA)
-    hf = act.layer_bytes_per_token(Job(**kw, framework="hf-trainer"), arch)
+    # LLaMA-Factory: HF Trainer + bitsandbytes without peft's fp32 upcast (its own prepare keeps bf16 norms)
+    hf = act.layer_bytes_per_token(Job(**kw, framework="llama-factory"), arch)
     fms = act.layer_bytes_per_token(Job(**kw, framework="fms-hf-tuning"), arch)
     assert hf - fms == 2 * 4096 + 2 * 4096 + 2 * 14336  # MLP input, o_proj input, down_proj input (bf16)
 
@@ -225,3 +227,82 @@ def test_a_full_copy_per_rank_on_the_gpu_is_a_load_phase(monkeypatch: pytest.Mon
     batch = theory_batch(mixed, [place, place])
     assert batch.phase == ["load", estimate_memory(mixed[1], place).peak_phase]
     assert batch.peak[0] == m.peak_bytes
+
+
+# --- torch FSDP side-stream pools (memory.side_stream_bytes): hand-made phases, hand-summed expectations ---
+def _phases(loss: tuple[float, float, float], step: tuple[float, float, float]) -> dict[str, dict[str, float]]:
+    """(weights, gradients, everything else) of the loss and optimizer phases, in GiB, as the phase dicts."""
+    out: dict[str, dict[str, float]] = {}
+    for name, (w, g, rest) in (("loss", loss), ("optimizer", step)):
+        out[name] = {"weights": w * GIB, "gradients": g * GIB, "optimizer": rest * GIB, "activations": 0.0,
+                     "logits": 0.0, "vision_weights": 0.0, "vision_gradients": 0.0, "vision_optimizer": 0.0,
+                     "vision_activations": 0.0}
+    return out
+
+
+@pytest.mark.parametrize(
+    "strategy, gpus, loss, step, expected_gib",
+    [
+        # loss peak 36 = 8 shard + 2 gathered + 26; compute pool max(36-2, 40-8) = 34, + grads 8 + gathered 2 - 40 = 4
+        ("fsdp", 2, (10, 0, 26), (8, 8, 24), 4.0),
+        # the loss phase is the peak (48): compute 46 + grads 8 + gathered 2 - 48 = the whole gradient shard, 8
+        ("fsdp", 4, (10, 0, 38), (8, 8, 24), 8.0),
+        ("fsdp-shard-grad-op", 2, (10, 0, 38), (8, 8, 24), 8.0),
+        ("ddp", 2, (10, 0, 38), (8, 8, 24), 0.0),  # no side stream owns gradients or parameters
+        ("zero3", 2, (10, 0, 38), (8, 8, 24), 0.0),  # DeepSpeed: persistent partitions, not modelled here
+        ("fsdp", 1, (10, 0, 38), (8, 8, 24), 0.0),  # one GPU: nothing is sharded
+    ],
+)
+def test_side_stream_pools_add_what_the_compute_peak_cannot_reuse(
+        strategy: str, gpus: int, loss: tuple[float, float, float], step: tuple[float, float, float],
+        expected_gib: float) -> None:
+    st = States(weights=8 * GIB, gradients=8 * GIB, optimizer=16 * GIB, gathered=2 * GIB, grads_persist=False,
+                optimizer_step_temp=0.0, buffers=0.0, trainable_params=1)
+    placement = Placement(gpu_model=A100, number_gpus=gpus, strategy=strategy)
+    assert side_stream_bytes(_phases(loss, step), st, placement) == pytest.approx(expected_gib * GIB)  # type: ignore[arg-type]
+
+
+def test_fsdp_full_ft_reserves_its_gradient_shard_beside_a_loss_peak() -> None:
+    """Llama-3.1-8B (8,030,261,248 parameters) bf16 full FT on 2 GPUs, long samples so the loss phase peaks:
+    reserved = 1.08 × (allocated + the bf16 gradient shard, Ψ·2/2 bytes) + 2 cuBLAS workspaces of 4 MiB."""
+    m = estimate_memory(Job(model=LLAMA, method="full", batch_size=4, tokens_per_sample=8192),
+                        Placement(gpu_model=A100, number_gpus=2, strategy="fsdp"))
+    assert m.peak_phase == "loss"
+    shard = 8_030_261_248 * 2 / 2
+    assert m.reserved_bytes == pytest.approx(1.08 * (m.allocated_bytes + shard) + 2 * 4 * MIB, rel=1e-9)
+
+
+def test_fsdp_lora_side_pool_is_only_the_adapter_gradients() -> None:
+    m = _mem(gpus=2, tokens_per_sample=8192)
+    assert m.reserved_bytes - 1.08 * m.allocated_bytes - 2 * 4 * MIB < 0.05 * GIB
+
+
+@pytest.mark.parametrize("method, dtype, per_hidden", [("full", "amp-bf16", 2), ("full", "bf16", 2), ("lora", "bf16", 4)])
+def test_fsdp_checkpoint_bytes_by_method(method: str, dtype: str, per_hidden: int) -> None:
+    """Under FSDP a checkpointed layer keeps its input: bf16 (2·h) for full FT, whose gathered bf16 units compute in
+    bf16 even with an fp32 master copy; 4·h for PEFT (the fp32 figure of the fms-acceleration PEFT rows)."""
+    arch = get_architecture(LLAMA)
+    job = Job(model=LLAMA, method=method, dtype=dtype, batch_size=2, tokens_per_sample=1024)
+    assert act.checkpoint_bytes_per_token(job, arch, fsdp=True) == per_hidden * 4096
+
+
+@pytest.mark.parametrize(
+    "framework, method, gpus, upcast",
+    [("hf-trainer", "qlora", 1, True), ("peft", "qlora", 1, True), ("hf-trainer", "lora", 1, False),
+     ("hf-trainer", "qlora", 2, False),  # sharded QLoRA: TRL skips prepare_model_for_kbit_training
+     ("fms-hf-tuning", "qlora", 1, False)],  # fms-acceleration's own copy of the function does not upcast
+)
+def test_kbit_upcast_makes_non_4bit_weights_and_the_residual_stream_fp32(
+        framework: str, method: str, gpus: int, upcast: bool) -> None:
+    """Mistral-7B: 7,241,732,096 parameters, of which 32 × 218,103,808 sit in layer linears (4096 × (4096 + 1024 +
+    1024 + 4096) + 3 × 4096 × 14336), so 262,410,240 (embeddings, head, norms) stay 16-bit or become fp32: +2 B each.
+    The checkpointed layer input doubles from 2·h to 4·h bytes per token on one GPU."""
+    model = "mistral-7b-v0.1"
+    job = Job(model=model, method=method, framework=framework, batch_size=gpus, tokens_per_sample=1024)
+    same = job.model_copy(update={"framework": "deepspeed"})  # an HF-like profile without the upcast
+    place = Placement(gpu_model=A100, number_gpus=gpus)
+    arch = get_architecture(model)
+    extra = model_states(job, arch, place).weights - model_states(same, arch, place).weights
+    assert extra == pytest.approx(2 * 262_410_240 if upcast else 0.0)
+    if gpus == 1:
+        assert act.checkpoint_bytes_per_token(job, arch) == (4 if upcast else 2) * 4096

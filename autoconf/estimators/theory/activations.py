@@ -32,6 +32,7 @@ from autoconf.catalog.architecture import Architecture
 from autoconf.catalog.shapes import ATTENTION, CROSS, MAMBA, SLIDING, LayerShape
 from autoconf.estimators.theory import images, layers
 from autoconf.estimators.theory.frameworks import resolve
+from autoconf.estimators.theory.states import kbit_upcast
 from autoconf.schema import Calibration, Job
 
 # Activation precision factor relative to bf16. fp32 doubles every tensor; under amp (fp32 weights +
@@ -55,7 +56,10 @@ FUSED_CE_BYTES_PER_VOCAB = 8
 FUSED_LINEAR_CE_BYTES_PER_HIDDEN = 64
 # Under FSDP with mixed precision (accelerate), the residual stream that checkpointing keeps is fp32:
 # the fms-acceleration 2- and 4-GPU PEFT rows grow by 185·h bytes per token vs 127·h on one GPU
-# (Mistral-7B, 32 layers: +1.8·h per layer ≈ 2 more bytes per hidden unit per layer).
+# (Mistral-7B, 32 layers: +1.8·h per layer ≈ 2 more bytes per hidden unit per layer). PEFT only: the full-FT
+# FSDP rows (fms-acceleration 4-GPU, amp, batch 8 → 16 per GPU) grow by 535 kB per token for Mistral-7B with
+# the fused CE and 498 kB for Llama-3-8B with Liger, i.e. 2·h·L checkpoints (262 kB) + the loss kernel's bytes
+# (256 kB, 262 kB): a bf16 residual stream, as FSDP mixed precision computes every layer in bf16.
 FSDP_GC_BYTES_PER_HIDDEN = 4
 # The VRAM-budget CLI's rule for its --logits-factor override: a fused loss keeps 0.2 of the logits.
 FUSED_LOSS_LOGITS_SHARE = 0.2
@@ -98,12 +102,19 @@ def attention_coef(job: Job, arch: Architecture, calib: Calibration | None = Non
     return (norms + attn) / h
 
 
-def outside_layers_bytes_per_token(job: Job, arch: Architecture) -> float:
+def precision_factor(job: Job, fsdp: bool = False) -> float:
+    """Activation bytes relative to bf16: the dtype's factor, or fp32's for a QLoRA whose embeddings and norms
+    prepare_model_for_kbit_training made fp32 (states.kbit_upcast): the residual stream is fp32 from the
+    embedding output on, and each 4-bit linear returns its input's dtype (bitsandbytes Linear4bit.forward)."""
+    return PRECISION_FACTOR["fp32"] if kbit_upcast(job, fsdp) else PRECISION_FACTOR[job.dtype]
+
+
+def outside_layers_bytes_per_token(job: Job, arch: Architecture, fsdp: bool = False) -> float:
     """Embedding output, final norm and head input, saved once per token (traced)."""
     if arch.model_type == "gpt_bigcode":
-        return (4 * arch.hidden_size + 28) * PRECISION_FACTOR[job.dtype]
+        return (4 * arch.hidden_size + 28) * precision_factor(job, fsdp)
     extra = 8 if job.gradient_checkpointing else 0
-    return (8 * arch.hidden_size + 4 * arch.head_dim + 20 + extra) * PRECISION_FACTOR[job.dtype]
+    return (8 * arch.hidden_size + 4 * arch.head_dim + 20 + extra) * precision_factor(job, fsdp)
 
 
 def mlp_coef(job: Job, arch: Architecture, calib: Calibration | None = None, moe: bool | None = None) -> float:
@@ -146,7 +157,7 @@ def layer_bytes_per_token(
         factor = (calib.attn_act_factor_eager if calib and calib.attn_act_factor_eager is not None
                   else EAGER_BYTES_PER_SCORE)
         per_token += factor * arch.num_heads * _keys(job, arch, layer)
-    return per_token * (1.0 if fsdp else PRECISION_FACTOR[job.dtype])
+    return per_token * (1.0 if fsdp else precision_factor(job))
 
 
 def _keys(job: Job, arch: Architecture, layer: LayerShape | None) -> float:
@@ -195,9 +206,9 @@ def checkpoint_bytes_per_token(
     """Bytes one checkpointed layer keeps per token (its input), or a user-given fraction."""
     if calib and calib.grad_ckpt_reduction is not None:
         return calib.grad_ckpt_reduction * layer_bytes_per_token(job, arch, calib, fsdp)
-    if fsdp:
-        return FSDP_GC_BYTES_PER_HIDDEN * arch.hidden_size
-    return GC_BYTES_PER_HIDDEN * arch.hidden_size * PRECISION_FACTOR[job.dtype]
+    if fsdp:  # the gathered bf16 units compute in bf16 whatever the master copy (layer_bytes_per_token)
+        return (GC_BYTES_PER_HIDDEN if job.method == "full" else FSDP_GC_BYTES_PER_HIDDEN) * arch.hidden_size
+    return GC_BYTES_PER_HIDDEN * arch.hidden_size * precision_factor(job)
 
 
 def _quant_saves_input(job: Job) -> bool:

@@ -6,7 +6,8 @@ Three peaks per GPU (design §3; the accuracy report compares each measurement w
   optimizer states of bitsandbytes *paged* optimizers live in CUDA unified memory, outside torch's
   allocator, so they are not in it.
 * **reserved** — ``max_memory_reserved``: allocated × (1 + fragmentation) + cuBLAS workspaces (allocated
-  through the caching allocator by ``CublasHandlePool``, one per handle and stream).
+  through the caching allocator by ``CublasHandlePool``, one per handle and stream), plus the free blocks torch
+  FSDP's side-stream pools keep cached while the compute stream peaks (memory.side_stream_bytes), up to capacity.
 * **device** — nvidia-smi: reserved + the CUDA context + NCCL communicator buffers + paged optimizer
   states. ``MemoryEstimate.peak_bytes`` and ``fits`` use this one.
 
@@ -74,13 +75,19 @@ def workspace_bytes(gpu: GPUSpec) -> float:
 
 
 def peaks(allocated: float, outside: float, job: Job, placement: Placement, gpu: GPUSpec, settings: Resolved,
-          calib: Calibration | None = None) -> Peaks:
+          calib: Calibration | None = None, side: float = 0.0) -> Peaks:
     """Allocated, reserved and device peaks from the allocator peak ``allocated`` (all tensors counted by the
-    phases) and ``outside`` (the part of it held outside torch's allocator: paged optimizer states)."""
+    phases), ``outside`` (the part of it held outside torch's allocator: paged optimizer states) and ``side``
+    (free blocks other streams' pools keep cached at that peak: memory.side_stream_bytes).
+
+    The side blocks are free: when cudaMalloc fails, the caching allocator releases cached free segments and
+    retries (c10/cuda/CUDACachingAllocator.cpp, DeviceCachingAllocator::malloc: release_available_cached_blocks,
+    then release_cached_blocks), so they fill the GPU up to its capacity and never make a run fail."""
     torch_alloc = allocated - outside
     frag = FRAGMENTATION_EXPANDABLE if settings.expandable_segments else FRAGMENTATION
     cache = frag * torch_alloc if calib is None or calib.fragmentation_gib is None else calib.fragmentation_gib * GIB
     reserved = torch_alloc + cache + workspace_bytes(gpu)
+    cached_side = side * (1 + frag)  # the side pools fragment like the compute pool
     fit = settings.profile.device_fit
     if fit is not None:  # measured line of this stack (same arithmetic as before the component model)
         misc = None if calib is None else calib.misc_overhead_gib
@@ -90,9 +97,10 @@ def peaks(allocated: float, outside: float, job: Job, placement: Placement, gpu:
         fitted = fit.fragmentation * allocated if frag_gib is None else frag_gib * GIB
         overhead = context + nccl + fitted
         device = allocated + overhead
-        return Peaks(torch_alloc, min(reserved, device), device, overhead)
+        return Peaks(torch_alloc, min(reserved + cached_side, device), device, overhead)
     context = CONTEXT_BYTES.get(gpu.architecture, DEFAULT_CONTEXT_BYTES)
     if calib is not None and calib.misc_overhead_gib is not None:
         context = calib.misc_overhead_gib * GIB
     device = reserved + context + communicators(placement, job) * NCCL_COMMUNICATOR_BYTES + outside
-    return Peaks(torch_alloc, reserved, device, device - allocated)
+    kept = min(cached_side, max(0.0, gpu.memory_bytes - device))  # what of the side pools stays cached
+    return Peaks(torch_alloc, reserved + kept, device + kept, device + kept - allocated)

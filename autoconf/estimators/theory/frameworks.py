@@ -41,6 +41,7 @@ class Profile:
     activation_offloading: bool
     expandable_segments: bool
     device_fit: DeviceFit | None = None
+    kbit_upcast: bool = False  # QLoRA on one GPU: peft's prepare_model_for_kbit_training casts non-4-bit params to fp32
     sources: dict[str, str] = field(default_factory=dict)
 
 
@@ -55,6 +56,8 @@ _BNB_DQ = "transformers BitsAndBytesConfig: bnb_4bit_use_double_quant defaults t
 _BNB_SAVE = "bitsandbytes autograd/_functions.py MatMul4Bit.forward keeps A (the input) when any input needs grad"
 _ACC_LOAD = "accelerate FullyShardedDataParallelPlugin: cpu_ram_efficient_loading defaults to False"
 _TRAINER_NO_MOVE = "transformers Trainer does not move an FSDP model to the GPU before accelerate wraps it"
+_KBIT = ("peft utils/other.py prepare_model_for_kbit_training casts every fp16/bf16 parameter that is not Params4bit "
+         "to fp32; TRL SFTTrainer calls it for a 4-bit model unless the QLoRA is sharded (FSDP, Params4bit on CPU)")
 
 
 def _hf_like(name: str, versions: str, **changes: object) -> Profile:
@@ -71,8 +74,10 @@ def _hf_like(name: str, versions: str, **changes: object) -> Profile:
 
 
 PROFILES: dict[str, Profile] = {
-    "hf-trainer": _hf_like("hf-trainer", "transformers 4.46–5.x, TRL SFTTrainer, accelerate ≥ 1.0"),
-    "peft": _hf_like("peft", "peft 0.12–0.21 under transformers Trainer"),
+    "hf-trainer": _hf_like("hf-trainer", "transformers 4.46–5.x, TRL SFTTrainer, accelerate ≥ 1.0", kbit_upcast=True,
+                           sources={"kbit_upcast": _KBIT}),
+    "peft": _hf_like("peft", "peft 0.12–0.21 under transformers Trainer", kbit_upcast=True,
+                     sources={"kbit_upcast": f"{_KBIT} (the peft QLoRA recipe calls it itself)"}),
     "fms-hf-tuning": _hf_like(
         "fms-hf-tuning", "fms-hf-tuning 2.x with fms-acceleration (the ado SFTTrainer stack)",
         efficient_loading=True, quant_saves_input=False, device_fit=FMS_FIT,

@@ -76,7 +76,7 @@ def _phases(job: Job, arch: Architecture, placement: Placement, st: States,
         layers = min(layers, 2)  # checkpoints go to CPU RAM; one in transfer and one prefetched stay on the GPU
     stacked, largest = act.stack_bytes_per_token(job, arch, calib, fsdp, layers)
     layer = largest * tokens / placement.tp
-    saved = (stacked + act.outside_layers_bytes_per_token(job, arch)) * tokens * in_flight / placement.tp
+    saved = (stacked + act.outside_layers_bytes_per_token(job, arch, fsdp)) * tokens * in_flight / placement.tp
     # the vision tower runs on the first stage, once per image of the micro-batch (sequence parallel ranks
     # share a sample's text, not its images)
     vision_act = images.activation_bytes_per_image(job, arch) * job.images_per_sample * samples * in_flight
@@ -126,6 +126,38 @@ def _with_vision(phases: dict[Phase, dict[str, float]], states: tuple[float, flo
     return phases
 
 
+# torch FSDP (FSDP1 FlatParameter and FSDP2 fully_shard) reduce-scatters every gradient into a tensor it
+# allocates on its own post-backward / reduce-scatter stream, and all-gathers parameters into buffers it allocates
+# on its unshard / all-gather stream (torch/distributed/fsdp/_runtime_utils.py _post_backward_hook: "for the
+# sharded strategies, the gradient is produced in the post-backward stream"; _fully_shard/_fsdp_collectives.py
+# foreach_reduce). The caching allocator reuses a freed block only on the stream that allocated it
+# (torch Tensor.record_stream docs: "the CUDA caching allocator guarantees that the memory will only be reused
+# with the same creation stream"). DeepSpeed ZeRO is not listed: its gradient partitions persist (states.py).
+SIDE_STREAM_STRATEGIES = ("fsdp", "fsdp-hybrid", "fsdp-shard-grad-op")
+
+
+def side_stream_bytes(phases: dict[Phase, dict[str, float]], st: States, placement: Placement) -> float:
+    """Reserved bytes that torch FSDP's side streams keep cached while the compute stream peaks.
+
+    Each stream's pool reserves its own peak, so torch reserves (at least) the sum of the three pools' peaks:
+    the compute stream's (weights shard, optimizer states and temporaries, activations, logits), the
+    reduce-scatter stream's (the sharded gradients, freed by zero_grad but kept cached for the next backward)
+    and the all-gather stream's (the gathered units, freed after each layer but kept cached through the
+    optimizer step). The result is that sum minus the allocator peak (0 for any other strategy, and nearly 0
+    for LoRA, whose sharded gradients are the adapters')."""
+    if placement.dp <= 1 or placement.effective_strategy not in SIDE_STREAM_STRATEGIES:
+        return 0.0
+    resident = st.weights + st.buffers
+    peak = compute = grads = gathered = 0.0
+    for name, parts in phases.items():
+        total = sum(parts.values())
+        g = parts["gradients"] + parts["vision_gradients"]
+        u = 0.0 if name == "load" else max(0.0, parts["weights"] - resident)
+        peak, compute = max(peak, total), max(compute, total - g - u)
+        grads, gathered = max(grads, g), max(gathered, u)
+    return max(0.0, compute + grads + gathered - peak)
+
+
 def fsdp_like(placement: Placement) -> bool:
     """Weights sharded across data-parallel ranks (FSDP full/hybrid shard or ZeRO-3)."""
     return placement.dp > 1 and placement.effective_strategy in ("fsdp", "fsdp-hybrid", "zero3")
@@ -168,7 +200,8 @@ def estimate_memory(
     phase: Phase = max(phases, key=lambda p: sum(phases[p].values()))
     parts = phases[phase]
     allocated = sum(parts.values())
-    peaks = cuda.peaks(allocated, st.outside, job, placement, gpu, resolve(job), calibration)
+    side = side_stream_bytes(phases, st, placement)
+    peaks = cuda.peaks(allocated, st.outside, job, placement, gpu, resolve(job), calibration, side)
     peak, overhead = peaks.device, peaks.overhead
     notes = [f"micro-batch {micro_batch(job, placement)} × {job.tokens_per_sample} tokens per GPU"]
     if job.method == "qlora":

@@ -80,17 +80,38 @@ def stage_params(arch: Architecture, placement: Placement) -> float:
     return layers + max(embed, head)
 
 
+def kbit_upcast(job: Job, fsdp: bool) -> bool:
+    """QLoRA whose stack runs peft's prepare_model_for_kbit_training (frameworks.Profile.kbit_upcast): the
+    embeddings, norms and head (every parameter that is not 4-bit) become fp32, and so does the residual stream
+    they feed. TRL skips the call for sharded QLoRA, so ``fsdp`` (sharded over > 1 GPU) turns it off."""
+    return job.method == "qlora" and resolve(job).profile.kbit_upcast and not fsdp
+
+
+def _quantised_params(job: Job, arch: Architecture) -> int:
+    """Parameters a QLoRA stores in 4 bits: the layer linears (and the head when quantize_lm_head)."""
+    return arch.num_layers * arch.linear_params_per_layer + (arch.lm_head_params if resolve(job).quantize_lm_head else 0)
+
+
+def _upcast(job: Job, placement: Placement) -> bool:
+    return kbit_upcast(job, placement.dp > 1 and placement.effective_strategy.startswith("fsdp"))
+
+
+def upcast_bytes(job: Job, arch: Architecture, placement: Placement) -> float:
+    """Bytes per GPU that kbit_upcast adds to a replica's weights: +2 B for every parameter that is not 4-bit."""
+    if not _upcast(job, placement):
+        return 0.0
+    share = stage_params(arch, placement) / arch.total_params / placement.tp
+    return share * (arch.total_params - _quantised_params(job, arch)) * 2
+
+
 def _weight_bytes(job: Job, arch: Architecture, placement: Placement) -> float:
     """Resident weights of one model replica on one GPU (before data-parallel sharding)."""
     share = stage_params(arch, placement) / arch.total_params / placement.tp
     wbytes = DTYPE_BYTES[job.dtype]
     settings = resolve(job)
     if job.method == "qlora":
-        linear = arch.num_layers * arch.linear_params_per_layer
-        if settings.quantize_lm_head:
-            linear += arch.lm_head_params
-        other = arch.total_params - linear
-        base = linear * nf4_bytes(job) + other * 2
+        linear = _quantised_params(job, arch)
+        base = linear * nf4_bytes(job) + (arch.total_params - linear) * (4 if _upcast(job, placement) else 2)
     else:
         base = arch.total_params * wbytes
     adapters = 0 if job.method == "full" else trainable_params(job, arch) * settings.adapter_bytes

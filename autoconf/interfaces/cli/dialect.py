@@ -19,7 +19,7 @@ from autoconf.estimators.theory import activations as act
 from autoconf.estimators.theory import cuda
 from autoconf.estimators.theory.frameworks import resolve
 from autoconf.estimators.theory.memory import oom_probability
-from autoconf.estimators.theory.states import NF4_BYTES, model_states
+from autoconf.estimators.theory.states import NF4_BYTES, model_states, upcast_bytes
 from autoconf.schema import GIB, Calibration, Estimate, Job, Placement
 
 TRUE_WORDS = ("true", "1", "yes")
@@ -177,8 +177,9 @@ def with_storage(est: Estimate, storage: str | None, calib: Calibration | None) 
         return est, []
     arch = get_architecture(est.job.model)
     lora = model_states(est.job, arch, est.placement)
-    nf4 = model_states(est.job.model_copy(update={"method": "qlora"}), arch, est.placement)
-    nf4_saving = (lora.weights + lora.gathered) - (nf4.weights + nf4.gathered)
+    nf4_job = est.job.model_copy(update={"method": "qlora"})
+    nf4 = model_states(nf4_job, arch, est.placement)  # without the fp32 upcast of its 16-bit parameters:
+    nf4_saving = (lora.weights + lora.gathered) - (nf4.weights + nf4.gathered - upcast_bytes(nf4_job, arch, est.placement))
     linear_bf16 = nf4_saving / (BF16_BYTES - NF4_BYTES) * BF16_BYTES
     saved = linear_bf16 * (BF16_BYTES - EIGHT_BIT_BYTES) / BF16_BYTES
     frag = 0.0 if calib is not None and calib.fragmentation_gib is not None else cuda.FRAGMENTATION * saved
