@@ -158,6 +158,17 @@ def loss_kernel(configs: pd.Series) -> pd.Series:
     return pd.Series(np.select([liger, foak], ["liger-flce", "foak-fast-loss"], ""), index=configs.index)
 
 
+def stack(configs: pd.Series) -> pd.Series:
+    """The training stack whose behaviour a row measures (frameworks.PROFILES).
+
+    ``baseline-peft-bnb`` runs load no fms-acceleration plugin: fms-hf-tuning hands the 4-bit model to TRL's
+    SFTTrainer, which prepares it with peft's ``prepare_model_for_kbit_training`` (fp32 embeddings, norms and
+    head; bitsandbytes' MatMul4Bit keeping its input) — the ``peft`` profile. The accelerated-peft plugins
+    replace that preparation with their own (fms-acceleration framework_plugin_bnb.py), the fms-hf-tuning profile.
+    """
+    return pd.Series(np.where(configs == "baseline-peft-bnb", "peft", "fms-hf-tuning"), index=configs.index)
+
+
 def duplicates(out: pd.DataFrame) -> pd.Series:
     """source_ref of the first identical row (same settings and same measured numbers) in an earlier file."""
     cols = ["model_hf_id", "kernels", "method", "number_gpus", "per_device_batch_size",
@@ -189,7 +200,7 @@ def convert(source_dir: Path = DEFAULT_SOURCE) -> pd.DataFrame:
         "source_ref": "raw/" + df.source_file + "@" + parts.str[2].map(commits) + "#row=" + row.astype(str),
         "campaign": df.campaign + "@" + parts.str[1] + ":" + parts.str[2],
         "in_repo_head": df.in_repo_head,
-        "framework": "fms-hf-tuning",
+        "framework": stack(configs),
         "gpu_model": gpu,
         "gpu_variant_stated": df.gpu.map(lambda label: GPU_BY_LABEL[label][1]),
         "number_gpus": ngpu,

@@ -5,7 +5,7 @@ What the source measures (shared/data/external/ms-swift/SOURCE.md):
   stated), ``torch.cuda.max_memory_reserved()`` of the process in GiB, samples/s over a 1000-sample run.
   "a+b" = two GPUs with ``device_map='auto'`` (naive layer split): per-GPU values, the peak is the larger one.
   Samples are truncated to max_length (lengths 91..19548, mean 3234), batches padded to the longest, so the
-  memory peak is at max_length x batch; the samples/s are of variable-length samples (no tokens/s derived).
+  memory peak is at max_length x batch (variable_length 0: the peak batch's length is known); the samples/s are of variable-length samples (no tokens/s derived).
 - ``ms_swift_v2_tuner_experiments.csv``: same memory metric (swift's ``memory(GiB)`` log), qwen-7b-chat on
   ms-agent, max_length 2048: the actual sample lengths are not stated, so these rows are not scored.
 - ``ms_swift_v2_sequence_parallel_chatglm3.csv``: "27G*2" = GiB per GPU x GPUs; GPU type not stated.
@@ -28,7 +28,7 @@ VERSION = "swift 1.x/2.x; torch 2.1.1; flash_attn 2.3.4; auto_gptq 0.5.1; bitsan
 QUANT = {"bf16": ("none", ""), "bf16 (no quantization)": ("none", ""), "int4 (gptq)": ("gptq-int4", "qlora"),
          "int8 (gptq)": ("gptq-int8", "lora"), "int4 (bnb)": ("bnb-4bit", "qlora")}
 TRUNCATION_NOTE = ("tokens_per_sample = max_length (samples truncated to it; lengths 91..19548, batches padded "
-                   "to the longest)")
+                   "to the longest): the longest batch, which sets the memory peak, is at max_length (variable_length 0)")
 TARGETS = {"DEFAULT (c_attn)": "c_attn", "ALL (all linear)": "all-linear"}
 # swift's model_type -> (hub id, swift's DEFAULT LoRA targets) from its model registry at the benchmark's time
 # (swift/llm/utils/model.py, swift 1.x: register_model(ModelType.x, model_id, LoRATM.y); LoRATM.qwen = c_attn,
@@ -82,7 +82,7 @@ def benchmark(folder: Path) -> list[dict[str, Any]]:
         row = _base(file, int(i), BENCH_DOC) | {
             "gpu_model": "A100-80GB", "gpu_variant_stated": 0, "number_gpus": 2 if two_gpus else 1, "number_nodes": 1,
             "model_name": model, "model_hf_id": SWIFT_MODELS.get(model, ("", ""))[0],
-            "method": method, "tokens_per_sample": int(src.eff_max_length), "variable_length": 1,
+            "method": method, "tokens_per_sample": int(src.eff_max_length), "variable_length": 0,
             "batch_size": batch * accum, "per_device_batch_size": batch, "gradient_accumulation_steps": accum,
             "dtype": "bf16", "amp": "bf16", "strategy": "device-map" if two_gpus else "ddp",
             "gradient_checkpointing": int(src.eff_gradient_checkpointing == "true"),
