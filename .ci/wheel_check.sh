@@ -18,7 +18,7 @@ grep -q "estimator hybrid" <<<"$answer" || { echo "wheel: recommend was not answ
 import autoconf, pathlib
 from autoconf.defaults import models_dir, measurements_path
 assert "site-packages" in autoconf.__file__, autoconf.__file__
-assert (models_dir() / "1.0.0" / "card.json").is_file(), models_dir()
+assert all((models_dir() / v / "card.json").is_file() for v in ("1.0.0", "2.0.0")), models_dir()
 assert measurements_path().is_file(), measurements_path()
 print("wheel: package at", pathlib.Path(autoconf.__file__).parent)
 PY

@@ -156,7 +156,8 @@ def report(frame: pd.DataFrame, estimators: list[str]) -> str:
                                                   checks.loc[checks["error"] == "", "status"] == "oom")),
                  f"#### {label}: 15 worst rows (distinct settings)", markdown_table(worst(ok, 15))]
     parts = ["## Accuracy per source, framework, metric and method",
-             "Regenerate: `python bench/accuracy_sources.py --estimators theory,hybrid --write`. Leave-one-source-out: "
+             "Regenerate: `python bench/accuracy_sources.py --write` (theory; the hybrid held out is in section "
+             "memory-learned-hybrid). Leave-one-source-out: "
              "device lines fitted on the scored source are switched off. Each measured value is compared with the "
              "estimate's peak of the same metric. Memory must-show figures are on rows whose peak batch length is known; "
              "fms-acceleration's unpacked campaigns logged only the mean sample length (data/README.md), so their rows are "
