@@ -99,7 +99,7 @@ def two_sources() -> T.Table:
     stack (fms-hf-tuning), so the gate must hold on each source separately."""
     frame = load_measurements()
     keep = frame[frame["model_name"].isin(["mistral-7b-v0.1", "llama3-8b"]) & (frame["status"] == "ok")
-                 & (frame["duplicate_of"] == "") & (frame["variable_length"] == 0)
+                 & (frame["duplicate_of"] == "") & (frame["variable_length"] == 0) & (frame["framework"] == "fms-hf-tuning")
                  & frame["nvidia_smi_bytes"].notna()].groupby("model_name").head(30)
     table = T.build_table(keep, row_to_inputs)
     table.rows.loc[table.rows["model_name"] == "llama3-8b", "source"] = "other-source"

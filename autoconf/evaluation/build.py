@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from autoconf.catalog import get_architecture, get_gpu
 from autoconf.defaults import models_dir
 from autoconf.errors import InvalidInputError
 from autoconf.estimators.learned import train as T
@@ -126,7 +127,9 @@ def _card(version: str, data: Path, frame_rows: int, table: T.Table, checks: dic
           corrections: dict[str, Any], pools: dict[str, np.ndarray], seconds: float, command: str) -> dict[str, Any]:
     rows = table.rows
     cols = {c: table.x[c].to_numpy() for c in table.x.columns}
-    train_dom = training_domain(rows["model_name"].tolist(), rows["method"].tolist(), rows["gpu_model"].tolist(),
+    canonical = [get_architecture(name).name for name in rows["model_name"].tolist()]  # catalogue names, not the source's
+    boards = [get_gpu(name).name for name in rows["gpu_model"].tolist()]
+    train_dom = training_domain(canonical, rows["method"].tolist(), boards,
                                 rows["tokens_per_sample"].to_numpy(int), rows["batch_size"].to_numpy(int),
                                 rows["number_gpus"].to_numpy(int))
     return {
