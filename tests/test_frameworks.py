@@ -98,6 +98,23 @@ def test_loss_bytes_per_token_by_kernel(kernel: str, per_token: float) -> None:
     assert act.loss_bytes_per_token(Job(model=LLAMA, loss_kernel=kernel), get_architecture(LLAMA)) == per_token
 
 
+@pytest.mark.parametrize("framework, per_vocab", [("fms-hf-tuning", 8), ("llm-foundry", 4)])
+def test_fused_ce_bytes_follow_the_logits_dtype(framework: str, per_vocab: int) -> None:
+    # FOAK over HF's fp32 logits: 4 + 4 (measured); flash_attn's CE over MPT's bf16 logits: logits 2 + gradient 2
+    arch = get_architecture("mpt-7b")  # V = 50368
+    job = Job(model="mpt-7b", method="full", framework=framework, loss_kernel="fused-ce")
+    assert act.loss_bytes_per_token(job, arch) == per_vocab * 50368
+
+
+@pytest.mark.parametrize("framework, dtype, per_norm", [("llm-foundry", "amp-bf16", 4), ("llm-foundry", "bf16", 4),
+                                                        ("hf-trainer", "bf16", 4), ("hf-trainer", "amp-bf16", 8)])
+def test_mpt_layernorm_bytes_follow_where_it_computes(framework: str, dtype: str, per_norm: int) -> None:
+    # mpt-7b: h = 4096, 32 heads, MHA. Two norms of per_norm·h, attention q, k, v, out 2·h each + fp32 lse 4·a + 8
+    job = Job(model="mpt-7b", method="full", framework=framework, dtype=dtype)
+    expected = (2 * per_norm * 4096 + 8 * 4096 + 4 * 32 + 8) / 4096
+    assert act.attention_coef(job, get_architecture("mpt-7b")) == pytest.approx(expected)
+
+
 def test_quantised_lm_head_saves_weight_bytes_and_adds_a_dequantised_copy() -> None:
     head = 128256 * 4096
     arch, place = get_architecture(LLAMA), Placement(gpu_model=A100)

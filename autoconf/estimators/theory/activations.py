@@ -39,6 +39,8 @@ from autoconf.schema import Calibration, Job
 # autocast) the traced decoder layer saves 1.20× the bf16 figure (llama3.1-8b: 241,800 vs 200,840 B per
 # token; norms and the residual stream stay fp32). The autocast weight copies are counted as weights.
 PRECISION_FACTOR = {"bf16": 1.0, "fp16": 1.0, "fp32": 2.0, "amp-bf16": 1.2, "amp-fp16": 1.2}
+NORM_BYTES_PER_HIDDEN = 8  # RMSNorm with an fp32 input copy (traced llama: 16·h for its two norms)
+BF16_NORM_BYTES_PER_HIDDEN = 4  # a norm computed in bf16: its input and its output (traced gpt_bigcode: 8·h for two)
 LORA_DROPOUT_BYTES_PER_HIDDEN = 4  # fp32 dropout output kept per adapted module (traced)
 LORA_A_BYTES_PER_RANK = 4  # fp32 lora_A output kept per adapted module (traced)
 EAGER_BYTES_PER_SCORE = 6  # fp32 softmax output + bf16 copy for the PV matmul
@@ -48,6 +50,8 @@ CHUNKED_BYTES_PER_VOCAB = 4  # saved log-softmax of every chunk; upcasts one chu
 # FOAK's fused cross-entropy (a Triton kernel over the materialised bf16 logits) avoids the fp32 upcast
 # copies: the fms-acceleration A100 rows grow by 8·V bytes per token beyond the checkpoints (Mistral-7B,
 # V=32000: 8.1 GiB per 16k tokens; Llama-3-8B, V=128256: 19.9 GiB per 16k tokens).
+# That is the fp32 logits these HF models return (transformers 4.4x: logits.float() in the CausalLM forward) and
+# their fp32 gradient, 4 + 4; a stack whose model returns bf16 logits states its own (frameworks.Profile: llm-foundry).
 FUSED_CE_BYTES_PER_VOCAB = 8
 # Liger's fused linear cross-entropy never materialises the logits: the same rows grow by the same
 # 127·h bytes per token for V=32000 and V=128256, i.e. independent of V; beyond the 2·h·L checkpoints
@@ -86,7 +90,7 @@ def attention_coef(job: Job, arch: Architecture, calib: Calibration | None = Non
         return calib.attn_act_factor_flash
     h = arch.hidden_size
     # 8·h per RMSNorm (its fp32 input copy): llama's 2 norms give the traced 16·h; gemma2/3's 4 norms 32·h
-    norms = 8 * h if arch.model_type == "gpt_bigcode" else 8 * h * max(arch.norms_per_layer, 2)
+    norms = _norm_bytes(job, arch) * h * (2 if arch.model_type == "gpt_bigcode" else max(arch.norms_per_layer, 2))
     if kind == MAMBA and arch.mamba is not None:
         return (norms + layers.mamba_bytes(arch.mamba, images.text_tokens_per_sample(job, arch))) / h
     if kind == CROSS:
@@ -100,6 +104,20 @@ def attention_coef(job: Job, arch: Architecture, calib: Calibration | None = Non
     if job.attention == "eager" and arch.model_type != "gpt_bigcode":
         attn += 4 * arch.q_width - 4 * arch.kv_width - 4 * arch.num_heads  # GQA k, v expanded
     return (norms + attn) / h
+
+
+def _norm_bytes(job: Job, arch: Architecture) -> int:
+    """Bytes per hidden unit one norm keeps: 8 for an RMSNorm that upcasts (llama's traced 16·h for two), 4 for a
+    LayerNorm that runs in the activation dtype: its bf16 input (2·h, F.layer_norm's saved input) and its bf16
+    output, the next linear's saved input (2·h) — gpt_bigcode's traced 8·h for its two LayerNorms. MPT's LayerNorm
+    runs in bf16 under llm-foundry (LPLayerNorm casts input and weight to the autocast dtype and disables autocast,
+    llmfoundry/models/layers/norm.py; the benchmark sweep sets low_precision_layernorm) and in transformers without
+    autocast (torch LayerNorm keeps its input dtype); under HF amp, autocast runs layer_norm in fp32."""
+    if arch.model_type == "gpt_bigcode":
+        return BF16_NORM_BYTES_PER_HIDDEN
+    if arch.model_type == "mpt" and (job.framework == "llm-foundry" or not job.dtype.startswith("amp")):
+        return BF16_NORM_BYTES_PER_HIDDEN
+    return NORM_BYTES_PER_HIDDEN
 
 
 def precision_factor(job: Job, fsdp: bool = False) -> float:
@@ -222,8 +240,8 @@ def loss_bytes_per_token(job: Job, arch: Architecture, calib: Calibration | None
     kernel = job.effective_loss_kernel
     if kernel == "fused-linear-ce":
         return FUSED_LINEAR_CE_BYTES_PER_HIDDEN * arch.hidden_size
-    per_vocab = {"fused-ce": FUSED_CE_BYTES_PER_VOCAB, "chunked": CHUNKED_BYTES_PER_VOCAB}.get(
-        kernel, LOSS_BYTES_PER_VOCAB)
+    fused = resolve(job).profile.fused_ce_bytes_per_vocab or FUSED_CE_BYTES_PER_VOCAB
+    per_vocab = {"fused-ce": fused, "chunked": CHUNKED_BYTES_PER_VOCAB}.get(kernel, LOSS_BYTES_PER_VOCAB)
     if arch.final_logit_softcap:  # gemma2: cap·tanh(logits / cap) saves tanh's bf16 output for backward (2·V)
         per_vocab += SOFTCAP_BYTES_PER_VOCAB
     return per_vocab * arch.vocab_size

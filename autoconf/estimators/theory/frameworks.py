@@ -42,6 +42,9 @@ class Profile:
     expandable_segments: bool
     device_fit: DeviceFit | None = None
     kbit_upcast: bool = False  # QLoRA on one GPU: peft's prepare_model_for_kbit_training casts non-4-bit params to fp32
+    # loss_kernel fused-ce: bytes per token per vocabulary entry at the loss peak; None = the FOAK figure measured on
+    # HF models (activations.FUSED_CE_BYTES_PER_VOCAB)
+    fused_ce_bytes_per_vocab: int | None = None
     sources: dict[str, str] = field(default_factory=dict)
 
 
@@ -122,9 +125,13 @@ PROFILES: dict[str, Profile] = {
         sources={"load": "low_memory=True (default): rank 0 loads, other ranks build on meta"}),
     "llm-foundry": _hf_like(
         "llm-foundry", "llm-foundry 0.4–0.10 (Composer + PyTorch FSDP1), MPT and HF models", efficient_loading=True,
+        fused_ce_bytes_per_vocab=4,
         sources={"load": "MPT yamls set model.init_device: meta; Composer materialises each FSDP shard on its rank",
-                 "loss": "ComposerMPTCausalLM loss_fn defaults to 'fused_crossentropy' (flash_attn "
-                 "losses.cross_entropy.CrossEntropyLoss: fused softmax + loss, no fp32 copy of the logits)",
+                 "loss": "ComposerMPTCausalLM loss_fn defaults to 'fused_crossentropy' = flash_attn "
+                 "losses.cross_entropy.CrossEntropyLoss(ignore_index=-100) (inplace_backward left False): fused softmax + "
+                 "loss over the logits as MPTForCausalLM returns them (the bf16 unembedding output, never upcast); it saves "
+                 "them and an fp32 logsumexp per row, and backward writes a new gradient of the logits' dtype: 2·V + 2·V "
+                 "bytes per token (Composer's state.outputs holds the same logits through backward)",
                  "optimizer": "decoupled_adamw = Composer DecoupledAdamW, whose adamw() updates one parameter "
                  "at a time (for-loop)",
                  "strategy": "fsdp_config.sharding_strategy FULL_SHARD (ZeRO-3-like) in the MPT yamls; "
