@@ -126,7 +126,8 @@ def table_source(table: dict[str, tuple[float, int]], rows: int, sources: list[s
     lines = ['"""Theory\'s oom_risk spread per training method. Generated: do not edit; regenerate with',
              f"``{COMMAND}`` (autoconf/evaluation/risk.py says how).", "",
              "SIGMA[method] = 1.4826 · MAD of log(measured / predicted) peak over leave-one-source-out theory estimates of",
-             f"{rows} scored ok-row metrics (torch_allocated, nvidia_smi) of data/measurements.csv, sources: {', '.join(sources)};",
+             f"{rows} scored ok-row metrics (torch_allocated, nvidia_smi; peak batch length known) of data/measurements.csv, "
+             f"sources: {', '.join(sources)};",
              "``*`` = all methods; a method with fewer than 100 residuals uses ``*``.", '"""', "",
              "# method: (sigma of log residual, residual rows it was fitted on)",
              "SIGMA: dict[str, tuple[float, int]] = {"]
@@ -150,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     parts = ["## Theory's oom_risk: calibrated on held-out residuals",
              f"Regenerate (after any change to theory): `{COMMAND}`; it writes `autoconf/estimators/theory/risk_table.py`. "
              "risk = P(Normal(0, σ_method) > log(capacity / predicted device peak)); σ = 1.4826·MAD of leave-one-source-out "
-             "log(measured / predicted) peaks (torch_allocated and nvidia_smi). All figures below are cross-fitted: each "
+             "log(measured / predicted) peaks (torch_allocated and nvidia_smi) of runs whose peak batch length is known "
+             "(a variable-length row states the mean length: its residual measures that input, not theory). All figures below are cross-fitted: each "
              f"(source, model) group's risk uses σ fitted without it. Gate: risk ≤ {MAX_OOM_RISK}.",
              "### σ per method (shipped table)", markdown_table(fitted, 4),
              "### Trade-off: risk models at the gate (theory, leave-one-source-out)", markdown_table(variants(check, residuals)),

@@ -15,6 +15,7 @@ from autoconf.evaluation.risk import (
     cross_fit_risk,
     fit_sigmas,
     gate_confusion,
+    log_residuals,
     normal_risk,
     robust_sigma,
 )
@@ -109,3 +110,14 @@ def test_theory_risk_table_is_used_per_method() -> None:
         sigma = SIGMA[method][0]
         assert oom_probability(1.0 * GIB, GIB * math.exp(1.645 * sigma), method=method) == pytest.approx(0.05, abs=1e-3)
     assert oom_probability(GIB, GIB * math.exp(SIGMA["*"][0]), method="other") == pytest.approx(0.1587, abs=1e-3)
+
+
+@pytest.mark.parametrize(("variable", "expected_rows"), [([0, 0, 0], 3), ([0, 1, 0], 2), ([1, 1, 1], 0)])
+def test_log_residuals_only_where_the_peak_length_is_known(variable: list[int], expected_rows: int) -> None:
+    scored = pd.DataFrame({"error": [""] * 3, "metric": ["nvidia_smi", "torch_allocated", "nvidia_smi"],
+                           "measured": [2.0, 1.0, 4.0], "predicted": [1.0, 1.0, 4.0], "variable_length": variable,
+                           "method": ["full"] * 3})
+    out = log_residuals(scored)
+    assert len(out) == expected_rows
+    if expected_rows == 3:  # log(2/1), log(1/1), log(4/4)
+        assert out["residual"].tolist() == pytest.approx([math.log(2), 0.0, 0.0])
