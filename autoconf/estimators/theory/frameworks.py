@@ -42,6 +42,9 @@ class Profile:
     expandable_segments: bool
     device_fit: DeviceFit | None = None
     kbit_upcast: bool = False  # QLoRA on one GPU: peft's prepare_model_for_kbit_training casts non-4-bit params to fp32
+    # Jobs whose samples vary in length: bytes per token per vocabulary entry of cached loss-sized segments that
+    # torch reserves beyond the allocated peak (activations.loss_segment_bytes_per_token); 0 = not modelled
+    loss_segment_bytes_per_vocab: int = 0
     sources: dict[str, str] = field(default_factory=dict)
 
 
@@ -93,8 +96,11 @@ PROFILES: dict[str, Profile] = {
         "llama-factory", "LLaMA-Factory 0.8–0.9 (HF Trainer underneath)", double_quant=True,
         sources={"double_quant": "LLaMA-Factory ModelArguments.double_quantization defaults to True"}),
     "ms-swift": _hf_like(
-        "ms-swift", "ms-swift 2.x–3.x (HF Trainer underneath)", double_quant=True,
-        sources={"double_quant": "ms-swift bnb_4bit_use_double_quant defaults to True"}),
+        "ms-swift", "ms-swift 2.x–3.x (HF Trainer underneath)", double_quant=True, loss_segment_bytes_per_vocab=24,
+        sources={"double_quant": "ms-swift bnb_4bit_use_double_quant defaults to True",
+                 "loss_segments": "24 = the V-wide bytes per token one step of the HF loss allocates under the "
+                 "Trainer's bf16 autocast (activations.py, LOSS_SEGMENT_NOTE); checked on the swift benchmark's "
+                 "torch_reserved rows (unpacked cls-fudan-news-zh samples, docs/frameworks.md [11])"}),
     "deepspeed": _hf_like(
         "deepspeed", "DeepSpeed 0.14+ through HF Trainer / accelerate", efficient_loading=True,
         sources={"load": "ZeRO-3 zero.Init partitions parameters as the model is built"}),
