@@ -94,6 +94,12 @@ class Job(_Strict):
         "logits never materialised). Default: fused-linear-ce when fused_loss, else the framework's.",
     )
     packing: bool = Field(False, description="Pack samples to tokens_per_sample (no padding waste).")
+    samples_vary_in_length: bool = Field(
+        False,
+        description="Unpacked samples of different lengths, each batch padded to its longest: tokens_per_sample is "
+        "then the longest batch's length (e.g. max_length). The caching allocator keeps loss-sized segments of "
+        "shorter batches, so reserved and device peaks grow (framework profile; docs/frameworks.md).",
+    )
     # --- vision-language models (ignored for text models, which refuse images_per_sample > 0) -------
     images_per_sample: int = Field(
         0, ge=0, le=64, description="Images per training sample (0 = text-only, even for a vision-language model).")

@@ -4,8 +4,11 @@ What the source measures (shared/data/external/ms-swift/SOURCE.md):
 - ``ms_swift_v2_benchmark_A100_memory_speed.csv``: swift 1.x/2.x benchmark on A100 (80 GB implied, variant not
   stated), ``torch.cuda.max_memory_reserved()`` of the process in GiB, samples/s over a 1000-sample run.
   "a+b" = two GPUs with ``device_map='auto'`` (naive layer split): per-GPU values, the peak is the larger one.
-  Samples are truncated to max_length (lengths 91..19548, mean 3234), batches padded to the longest, so the
-  memory peak is at max_length x batch (variable_length 0: the peak batch's length is known); the samples/s are of variable-length samples (no tokens/s derived).
+  run_single.py sets no truncation_strategy, so swift's default 'delete' applies (swift/llm/utils/argument.py,
+  SftArguments.truncation_strategy = 'delete'; the template drops a sample longer than max_length): SOURCE.md's
+  "truncation_left" is not what the script ran. Of the lengths 91..19548 (mean 3234) only samples <= max_length are
+  kept, batches padded to the longest, so the memory peak is taken at max_length x batch (variable_length 0: the
+  peak batch's length is known); the samples/s are of variable-length samples (no tokens/s derived).
 - ``ms_swift_v2_tuner_experiments.csv``: same memory metric (swift's ``memory(GiB)`` log), qwen-7b-chat on
   ms-agent, max_length 2048: the actual sample lengths are not stated, so these rows are not scored.
 - ``ms_swift_v2_sequence_parallel_chatglm3.csv``: "27G*2" = GiB per GPU x GPUs; GPU type not stated.
@@ -27,8 +30,9 @@ MEGATRON_DOC = "github.com/modelscope/ms-swift@3602360a562313afbf2ef6065fdf61f27
 VERSION = "swift 1.x/2.x; torch 2.1.1; flash_attn 2.3.4; auto_gptq 0.5.1; bitsandbytes 0.41.3.post2"
 QUANT = {"bf16": ("none", ""), "bf16 (no quantization)": ("none", ""), "int4 (gptq)": ("gptq-int4", "qlora"),
          "int8 (gptq)": ("gptq-int8", "lora"), "int4 (bnb)": ("bnb-4bit", "qlora")}
-TRUNCATION_NOTE = ("tokens_per_sample = max_length (samples truncated to it; lengths 91..19548, batches padded "
-                   "to the longest): the longest batch, which sets the memory peak, is at max_length (variable_length 0)")
+TRUNCATION_NOTE = ("tokens_per_sample = max_length (swift's default truncation_strategy 'delete' drops samples longer "
+                   "than max_length from the lengths 91..19548; the kept ones are padded to the longest in the batch): "
+                   "the longest batch, which sets the memory peak, is at most max_length and taken at it (variable_length 0)")
 TARGETS = {"DEFAULT (c_attn)": "c_attn", "ALL (all linear)": "all-linear"}
 # swift's model_type -> (hub id, swift's DEFAULT LoRA targets) from its model registry at the benchmark's time
 # (swift/llm/utils/model.py, swift 1.x: register_model(ModelType.x, model_id, LoRATM.y); LoRATM.qwen = c_attn,

@@ -25,9 +25,9 @@ OUTPUT_COLUMNS = (
     "fits", "oom_risk", "tokens_per_second", "can_recommend", "gpus", "workers", "reason", "error",
     "peak_allocated_gib", "peak_reserved_gib", "vision_weights_gib", "vision_activations_gib",
 )
-_BOOL_FIELDS = {"gradient_checkpointing", "fused_loss", "packing", "fsdp_cpu_ram_efficient_loading", "double_quant",
-                "quantize_lm_head", "optimizer_in_backward", "activation_offloading", "torch_compile",
-                "expandable_segments", "dora"}
+_BOOL_FIELDS = {"gradient_checkpointing", "fused_loss", "packing", "samples_vary_in_length",
+                "fsdp_cpu_ram_efficient_loading", "double_quant", "quantize_lm_head", "optimizer_in_backward",
+                "activation_offloading", "torch_compile", "expandable_segments", "dora"}
 _INT_FIELDS = {"tokens_per_sample", "batch_size", "number_gpus", "gradient_accumulation_steps", "lora_r", "tp", "pp",
                "gpus_per_worker", "sequence_parallel"}
 

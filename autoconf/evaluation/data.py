@@ -68,6 +68,12 @@ FRAMEWORKS = {"fms-hf-tuning": "fms-hf-tuning", "hf-trainer": "hf-trainer", "ms-
               "fsdp-qlora": "fsdp-qlora", "axolotl": "axolotl", "torchtune": "torchtune", "unsloth": "unsloth",
               "litgpt": "litgpt", "llama-factory": "llama-factory", "peft": "peft", "deepspeed": "deepspeed",
               "llm-foundry": "llm-foundry"}
+# Campaigns whose samples vary in length although the peak batch's length is known (``variable_length = 0``):
+# Job.samples_vary_in_length for their rows, with the evidence. Rows with ``variable_length = 1`` vary too.
+VARYING_LENGTH_CAMPAIGNS = {
+    "ms-swift/ms_swift_v2_benchmark_A100_memory_speed.csv": "cls-fudan-news-zh, 91..19,548 tokens per sample, "
+    "unpacked, batches padded to the longest (shared/data/external/ms-swift/SOURCE.md §1)",
+}
 # Data column optimizer (sources' spellings) -> (Job.optimizer, Job.optimizer_impl or None = framework default).
 OPTIMIZERS = {"adamw": ("adamw", None), "adamw_torch": ("adamw", "foreach"), "adamw_torch_fused": ("adamw", "fused"),
               "adamw-8bit": ("adamw-8bit", None), "adamw_8bit": ("adamw-8bit", None),
@@ -174,6 +180,9 @@ def row_to_inputs(row: Mapping[str, object] | pd.Series) -> tuple[Job, Placement
     if isinstance(kernel, str) and kernel in LOSS_KERNELS and (kernel or fms_row):
         job["loss_kernel"] = LOSS_KERNELS[kernel]
     job.update(_stack_fields(row))
+    varies = row.get("variable_length")
+    if (_present(varies) and _int(varies) == 1) or row.get("campaign") in VARYING_LENGTH_CAMPAIGNS:
+        job["samples_vary_in_length"] = True
     placement: dict[str, object] = {
         "gpu_model": str(_required(row, "gpu_model")),
         "number_gpus": _int(_required(row, "number_gpus")),

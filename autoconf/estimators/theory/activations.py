@@ -24,6 +24,8 @@ these closed forms reproduce the trace to the byte on all 25 dense catalogue arc
 * QLoRA with bitsandbytes: ``MatMul4Bit`` keeps its input for backward whenever the input needs a
   gradient, frozen layers included, so the MLP input (2h), the o_proj input (2q) and the down_proj input
   (2I) are saved on top of what a bf16 LoRA layer saves (frameworks.Profile.quant_saves_input).
+* samples of varying length (``Job.samples_vary_in_length``): a reserved-only term, not a tensor
+  (``loss_segment_bytes_per_token``, LOSS_SEGMENT_NOTE below).
 """
 
 from __future__ import annotations
@@ -245,6 +247,32 @@ def loss_bytes_per_token(job: Job, arch: Architecture, calib: Calibration | None
     if arch.final_logit_softcap:  # gemma2: cap·tanh(logits / cap) saves tanh's bf16 output for backward (2·V)
         per_vocab += SOFTCAP_BYTES_PER_VOCAB
     return per_vocab * arch.vocab_size
+
+
+# LOSS_SEGMENT_NOTE. torch's caching allocator gives each large tensor a segment of its own (rounded to 2 MiB) and
+# serves a later request only from a cached block at least as large (c10/cuda/CUDACachingAllocator.cpp: get_free_block
+# takes the smallest cached block >= the request and splits it); cached segments go back to the driver only on
+# empty_cache() or when cudaMalloc fails. With unpacked samples of varying length, a batch longer than all before it
+# finds every cached loss-sized block (cut for a V-wide tensor of a shorter batch) too small: its V-wide tensors get
+# fresh segments and the old ones stay reserved. At the longest batch the reserved pool therefore holds loss segments
+# of earlier, shorter batches on top of the allocated peak. Their bytes per token are taken as the V-wide bytes one
+# step of the HF loss allocates, 24·V, in the path the ms-swift benchmark ran (transformers 4.3x, Trainer bf16=True:
+# forward under torch.autocast, which runs cross_entropy in fp32): forward, the bf16 logits (2), their shifted
+# contiguous copy (2), autocast's fp32 copy (4) and the fp32 log-softmax (4); backward, the nll gradient (4), the
+# log-softmax gradient (4), its bf16 cast (2) and the slice's zero-filled bf16 gradient of the logits (2). The traced
+# 12·V above is the subset alive at once. Not a bound: fewer bytes stay cached where later tensors reuse the old
+# blocks, more where several earlier batches each left a set (accelerate's fp32 output copy of the logits, when it
+# converts outputs, adds 4 more). On the swift benchmark's Qwen LoRA rows, reserved exceeds the component model by
+# 24–34·V bytes per token at 1,024–2,048 tokens (5–31 at 512, less past 2,048; docs/frameworks.md [11]). Profile
+# value: frameworks.py.
+
+
+def loss_segment_bytes_per_token(job: Job, arch: Architecture) -> float:
+    """Reserved bytes per token of cached loss-sized segments left by shorter batches (LOSS_SEGMENT_NOTE): only
+    for unpacked samples of varying length under HF's loss, and only for stacks whose profile models it."""
+    if not job.samples_vary_in_length or job.packing or job.effective_loss_kernel != "hf":
+        return 0.0
+    return float(resolve(job).profile.loss_segment_bytes_per_vocab * arch.vocab_size)
 
 
 def loss_fixed_bytes(job: Job, arch: Architecture) -> float:

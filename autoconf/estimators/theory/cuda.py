@@ -7,7 +7,8 @@ Three peaks per GPU (design §3; the accuracy report compares each measurement w
   allocator, so they are not in it.
 * **reserved** — ``max_memory_reserved``: allocated × (1 + fragmentation) + cuBLAS workspaces (allocated
   through the caching allocator by ``CublasHandlePool``, one per handle and stream), plus the free blocks torch
-  FSDP's side-stream pools keep cached while the compute stream peaks (memory.side_stream_bytes), up to capacity.
+  FSDP's side-stream pools keep cached while the compute stream peaks (memory.side_stream_bytes) and the loss-sized
+  segments shorter batches left when samples vary in length (memory.loss_segment_cache), up to capacity.
 * **device** — nvidia-smi: reserved + the CUDA context + NCCL communicator buffers + paged optimizer
   states. ``MemoryEstimate.peak_bytes`` and ``fits`` use this one.
 
@@ -75,12 +76,13 @@ def workspace_bytes(gpu: GPUSpec) -> float:
 
 
 def peaks(allocated: float, outside: float, job: Job, placement: Placement, gpu: GPUSpec, settings: Resolved,
-          calib: Calibration | None = None, side: float = 0.0) -> Peaks:
+          calib: Calibration | None = None, side: float = 0.0, cached: float = 0.0) -> Peaks:
     """Allocated, reserved and device peaks from the allocator peak ``allocated`` (all tensors counted by the
-    phases), ``outside`` (the part of it held outside torch's allocator: paged optimizer states) and ``side``
-    (free blocks other streams' pools keep cached at that peak: memory.side_stream_bytes).
+    phases), ``outside`` (the part of it held outside torch's allocator: paged optimizer states), ``side``
+    (free blocks other streams' pools keep cached at that peak: memory.side_stream_bytes) and ``cached`` (free
+    loss-sized segments of shorter batches: memory.loss_segment_cache; whole segments, so not fragmented further).
 
-    The side blocks are free: when cudaMalloc fails, the caching allocator releases cached free segments and
+    Both are free blocks: when cudaMalloc fails, the caching allocator releases cached free segments and
     retries (c10/cuda/CUDACachingAllocator.cpp, DeviceCachingAllocator::malloc: release_available_cached_blocks,
     then release_cached_blocks), so they fill the GPU up to its capacity and never make a run fail."""
     torch_alloc = allocated - outside
@@ -97,10 +99,12 @@ def peaks(allocated: float, outside: float, job: Job, placement: Placement, gpu:
         fitted = fit.fragmentation * allocated if frag_gib is None else frag_gib * GIB
         overhead = context + nccl + fitted
         device = allocated + overhead
-        return Peaks(torch_alloc, min(reserved + cached_side, device), device, overhead)
+        return Peaks(torch_alloc, min(reserved + cached_side + cached, device), device, overhead)
     context = CONTEXT_BYTES.get(gpu.architecture, DEFAULT_CONTEXT_BYTES)
     if calib is not None and calib.misc_overhead_gib is not None:
         context = calib.misc_overhead_gib * GIB
     device = reserved + context + communicators(placement, job) * NCCL_COMMUNICATOR_BYTES + outside
     kept = min(cached_side, max(0.0, gpu.memory_bytes - device))  # what of the side pools stays cached
+    if cached:  # and of the loss segments (an `if`: the sums stay bit-identical where there are none)
+        kept = kept + min(cached, max(0.0, gpu.memory_bytes - device - kept))
     return Peaks(torch_alloc, reserved + kept, device + kept, device + kept - allocated)

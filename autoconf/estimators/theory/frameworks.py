@@ -45,6 +45,9 @@ class Profile:
     # loss_kernel fused-ce: bytes per token per vocabulary entry at the loss peak; None = the FOAK figure measured on
     # HF models (activations.FUSED_CE_BYTES_PER_VOCAB)
     fused_ce_bytes_per_vocab: int | None = None
+    # Jobs whose samples vary in length: bytes per token per vocabulary entry of cached loss-sized segments that
+    # torch reserves beyond the allocated peak (activations.loss_segment_bytes_per_token); 0 = not modelled
+    loss_segment_bytes_per_vocab: int = 0
     sources: dict[str, str] = field(default_factory=dict)
 
 
@@ -96,8 +99,11 @@ PROFILES: dict[str, Profile] = {
         "llama-factory", "LLaMA-Factory 0.8–0.9 (HF Trainer underneath)", double_quant=True,
         sources={"double_quant": "LLaMA-Factory ModelArguments.double_quantization defaults to True"}),
     "ms-swift": _hf_like(
-        "ms-swift", "ms-swift 2.x–3.x (HF Trainer underneath)", double_quant=True,
-        sources={"double_quant": "ms-swift bnb_4bit_use_double_quant defaults to True"}),
+        "ms-swift", "ms-swift 2.x–3.x (HF Trainer underneath)", double_quant=True, loss_segment_bytes_per_vocab=24,
+        sources={"double_quant": "ms-swift bnb_4bit_use_double_quant defaults to True",
+                 "loss_segments": "24 = the V-wide bytes per token one step of the HF loss allocates under the "
+                 "Trainer's bf16 autocast (activations.py, LOSS_SEGMENT_NOTE); checked on the swift benchmark's "
+                 "torch_reserved rows (unpacked cls-fudan-news-zh samples, docs/frameworks.md [11])"}),
     "deepspeed": _hf_like(
         "deepspeed", "DeepSpeed 0.14+ through HF Trainer / accelerate", efficient_loading=True,
         sources={"load": "ZeRO-3 zero.Init partitions parameters as the model is built"}),

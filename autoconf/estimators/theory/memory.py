@@ -12,7 +12,8 @@ a sum of everything (the additive textbook formula over-predicts full FT by up t
 * load (only for stacks that move a full per-rank copy to the GPU before sharding): the unsharded replica
 
 The CUDA side (cuda.py) turns the allocator peak into the reserved and the device (nvidia-smi) peaks:
-fragmentation, cuBLAS workspaces, the CUDA context and NCCL communicators; ``peak_bytes`` is the device peak.
+fragmentation, cuBLAS workspaces, the CUDA context and NCCL communicators, and free blocks kept cached (FSDP's
+side streams; loss segments of shorter batches when samples vary in length); ``peak_bytes`` is the device peak.
 """
 
 from __future__ import annotations
@@ -158,6 +159,17 @@ def side_stream_bytes(phases: dict[Phase, dict[str, float]], st: States, placeme
     return max(0.0, compute + grads + gathered - peak)
 
 
+def loss_segment_cache(job: Job, arch: Architecture, placement: Placement) -> float:
+    """Reserved bytes of cached loss-sized segments that shorter batches left (samples of varying length;
+    activations.LOSS_SEGMENT_NOTE): per token × the tokens of one micro-batch on this GPU, as the loss phase counts
+    them. Free blocks: in torch reserved and the device peak, never in torch allocated (cuda.peaks)."""
+    per_token = act.loss_segment_bytes_per_token(job, arch)
+    if not per_token:
+        return 0.0
+    tokens = micro_batch(job, placement) * images.text_tokens_per_sample(job, arch) / job.sequence_parallel
+    return per_token * tokens / placement.tp
+
+
 def fsdp_like(placement: Placement) -> bool:
     """Weights sharded across data-parallel ranks (FSDP full/hybrid shard or ZeRO-3)."""
     return placement.dp > 1 and placement.effective_strategy in ("fsdp", "fsdp-hybrid", "zero3")
@@ -201,9 +213,13 @@ def estimate_memory(
     parts = phases[phase]
     allocated = sum(parts.values())
     side = side_stream_bytes(phases, st, placement)
-    peaks = cuda.peaks(allocated, st.outside, job, placement, gpu, resolve(job), calibration, side)
+    cached = loss_segment_cache(job, arch, placement)
+    peaks = cuda.peaks(allocated, st.outside, job, placement, gpu, resolve(job), calibration, side, cached)
     peak, overhead = peaks.device, peaks.overhead
     notes = [f"micro-batch {micro_batch(job, placement)} × {job.tokens_per_sample} tokens per GPU"]
+    if cached:
+        notes.append(f"samples vary in length: {cached / GIB:.1f} GiB of loss-sized segments of shorter batches stay "
+                     "cached (reserved and device peaks; released before an allocation fails)")
     if job.method == "qlora":
         notes.append("QLoRA: NF4 base (0.5 B + absmax per 64), adapters per the framework profile")
     if placement.offload != "none":

@@ -30,7 +30,9 @@ from autoconf.schema import Calibration, Job, Phase, Placement
 TEXT_PARTS = ("weights", "gradients", "optimizer", "activations", "logits")
 ALLOCATOR_PARTS = (*TEXT_PARTS, *mem.VISION_PARTS)  # the vision parts are 0.0 for text models
 _CACHE_LIMIT = 500_000  # memoised phase tables (~1 KB each); cleared when full
-_PHASES: dict[tuple[Any, ...], tuple[tuple[Phase, ...], np.ndarray, float, float] | str] = {}
+# (phase names, bytes[phase, part], bytes outside the allocator, side-stream bytes, cached loss-segment bytes)
+PhaseTable = tuple[tuple[Phase, ...], np.ndarray, float, float, float]
+_PHASES: dict[tuple[Any, ...], PhaseTable | str] = {}
 _STATES: dict[tuple[Any, ...], States] = {}
 
 
@@ -77,20 +79,21 @@ def _states(job: Job, arch: Architecture, placement: Placement, place_key: tuple
 
 
 def _compute(job: Job, placement: Placement, place_key: tuple[Any, ...],
-             calib: Calibration | None) -> tuple[tuple[Phase, ...], np.ndarray, float, float]:
+             calib: Calibration | None) -> PhaseTable:
     """estimate_memory's checks and phase table for one row (raises as the scalar path does)."""
     arch = get_architecture(job.model)
     st = _states(job, arch, placement, place_key)
     phases = mem._phases(job, arch, placement, st, calib)
     names = tuple(phases)
     table = np.array([[phases[p][c] for c in ALLOCATOR_PARTS] for p in names], dtype=float)
-    return names, table, st.outside, mem.side_stream_bytes(phases, st, placement)
+    return names, table, st.outside, mem.side_stream_bytes(phases, st, placement), mem.loss_segment_cache(
+        job, arch, placement)
 
 
 def phase_table(job: Job, placement: Placement,
-                calib: Calibration | None = None) -> tuple[tuple[Phase, ...], np.ndarray, float, float] | str:
-    """(phase names, bytes[phase, part], bytes outside the allocator, side-stream bytes) of one row, memoised;
-    the error text if the row is refused."""
+                calib: Calibration | None = None) -> PhaseTable | str:
+    """(phase names, bytes[phase, part], bytes outside the allocator, side-stream bytes, cached loss-segment bytes)
+    of one row, memoised; the error text if the row is refused."""
     place_key = tuple(v for k, v in placement.__dict__.items() if k != "gpu_model")
     key = (job, place_key, calib)
     found = _PHASES.get(key)
@@ -112,7 +115,7 @@ def _gpu_error(job: Job, gpu: GPUSpec) -> str | None:
 
 
 def _row(job: Job, placement: Placement,
-         calib: Calibration | None) -> tuple[tuple[tuple[Phase, ...], np.ndarray, float, float] | str, GPUSpec | None]:
+         calib: Calibration | None) -> tuple[PhaseTable | str, GPUSpec | None]:
     """The phase table (or error text) of a row, with the model/GPU errors in the scalar order."""
     try:
         arch = get_architecture(job.model)
@@ -131,7 +134,7 @@ def _row(job: Job, placement: Placement,
 def gpu_groups(jobs: Sequence[Job], placements: Sequence[Placement]) -> tuple[np.ndarray, np.ndarray] | None:
     """Rows that differ only in a (valid) GPU of the same generation and memory size share all of their memory
     (the CUDA side reads the generation: context and cuBLAS workspace; and the capacity: how much of FSDP's
-    cached side-stream pools stays on the GPU, cuda.py).
+    cached side-stream pools and loss segments stays on the GPU, cuda.py).
 
     Returns (first row of each group, group of each row), or None when no two rows share a group.
     A GPU that theory refuses for the row (unknown, or bf16 on Volta) keeps its own group.
@@ -161,12 +164,12 @@ def capacities(placements: Sequence[Placement]) -> np.ndarray:
     return np.array([np.nan if isinstance(g, str) else float(g.memory_bytes) for g in found])
 
 
-def _peaks(allocated: np.ndarray, outside: list[tuple[float, float]], jobs: Sequence[Job],
+def _peaks(allocated: np.ndarray, outside: list[tuple[float, float, float]], jobs: Sequence[Job],
            placements: Sequence[Placement], gpus: list[GPUSpec], calib: Calibration | None) -> np.ndarray:
-    """cuda.peaks per row (``outside``: bytes outside the allocator and side-stream bytes): columns allocated,
-    reserved, device, overhead."""
-    rows = [cuda.peaks(a, o, j, p, g, resolve(j), calib, side)
-            for a, (o, side), j, p, g in zip(allocated.tolist(), outside, jobs, placements, gpus, strict=True)]
+    """cuda.peaks per row (``outside``: bytes outside the allocator, side-stream bytes and cached loss-segment
+    bytes): columns allocated, reserved, device, overhead."""
+    rows = [cuda.peaks(a, o, j, p, g, resolve(j), calib, side, cached)
+            for a, (o, side, cached), j, p, g in zip(allocated.tolist(), outside, jobs, placements, gpus, strict=True)]
     return np.array([[r.allocated, r.reserved, r.device, r.overhead] for r in rows], dtype=float).reshape(-1, 4)
 
 
@@ -180,7 +183,7 @@ def theory_batch(jobs: Sequence[Job], placements: Sequence[Placement], calibrati
     errors: list[str | None] = [None] * n
     tables: list[np.ndarray] = []
     names: list[tuple[Phase, ...]] = []
-    outside: list[tuple[float, float]] = []
+    outside: list[tuple[float, float, float]] = []
     gpus: list[GPUSpec] = []
     good: list[int] = []
     capacity = np.full(n, np.nan)
@@ -192,7 +195,7 @@ def theory_batch(jobs: Sequence[Job], placements: Sequence[Placement], calibrati
         assert gpu is not None  # a phase table comes with its GPU
         names.append(found[0])
         tables.append(found[1])
-        outside.append((found[2], found[3]))
+        outside.append((found[2], found[3], found[4]))
         gpus.append(gpu)
         capacity[i] = float(gpu.memory_bytes)
         good.append(i)

@@ -33,6 +33,8 @@ def add_stack_arguments(p: argparse.ArgumentParser) -> None:
         group.add_argument(f"--{flag}", action=argparse.BooleanOptionalAction, default=None, help=text)
     group.add_argument("--dora", action="store_true", help="DoRA adapters (a magnitude vector per module)")
     group.add_argument("--sequence-parallel", type=int, default=1, help="sequence/context-parallel degree")
+    group.add_argument("--samples-vary-in-length", action="store_true",
+                       help="unpacked samples of different lengths, each batch padded to its longest (length given = the longest)")
     vlm = p.add_argument_group("vision-language models")
     vlm.add_argument("--images-per-sample", type=int, default=0, help="images per sample (default 0: text only)")
     vlm.add_argument("--image-resolution", type=int, help="longer image side in pixels (default: the model's)")
@@ -44,7 +46,8 @@ def add_stack_arguments(p: argparse.ArgumentParser) -> None:
 
 def stack_fields(args: argparse.Namespace) -> dict[str, Any]:
     """Job fields from the stack flags (None = not given: the profile decides)."""
-    out: dict[str, Any] = {"framework": args.framework, "dora": args.dora, "sequence_parallel": args.sequence_parallel}
+    out: dict[str, Any] = {"framework": args.framework, "dora": args.dora, "sequence_parallel": args.sequence_parallel,
+                           "samples_vary_in_length": args.samples_vary_in_length}
     out |= {"images_per_sample": args.images_per_sample, "image_resolution": args.image_resolution,
             "freeze_vision": args.freeze_vision, "freeze_projector": args.freeze_projector}
     if args.loss_kernel is not None:
