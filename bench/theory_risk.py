@@ -152,8 +152,9 @@ def main(argv: list[str] | None = None) -> int:
              f"Regenerate (after any change to theory): `{COMMAND}`; it writes `autoconf/estimators/theory/risk_table.py`. "
              "risk = P(Normal(0, σ_method) > log(capacity / predicted device peak)); σ = 1.4826·MAD of leave-one-source-out "
              "log(measured / predicted) peaks (torch_allocated and nvidia_smi) of runs whose peak batch length is known "
-             "(a variable-length row states the mean length: its residual measures that input, not theory). All figures below are cross-fitted: each "
-             f"(source, model) group's risk uses σ fitted without it. Gate: risk ≤ {MAX_OOM_RISK}.",
+             "(a variable-length row states the mean length: its residual measures that input, not theory). "
+             "All figures below are cross-fitted: each (source, model) group's risk uses σ fitted without it. "
+             f"Gate: risk ≤ {MAX_OOM_RISK}.",
              "### σ per method (shipped table)", markdown_table(fitted, 4),
              "### Trade-off: risk models at the gate (theory, leave-one-source-out)", markdown_table(variants(check, residuals)),
              "### The shipped risk at other gates (held out)", markdown_table(gate_scan(check, risk), 2),
