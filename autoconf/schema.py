@@ -238,10 +238,15 @@ class MemoryEstimate(_Strict):
         None, ge=0, description="Peak of torch.cuda.max_memory_allocated (tensors only).")
     peak_reserved_bytes: float | None = Field(
         None, ge=0, description="Peak of torch.cuda.max_memory_reserved (allocator segments incl. fragmentation).")
+    releasable_bytes: float = Field(
+        0.0, ge=0, description="Of the reserved and device peaks: free blocks torch keeps cached (FSDP side-stream "
+        "pools, loss segments of shorter batches), released before an allocation fails; oom_risk is on the "
+        "device peak minus these.")
     peak_phase: Phase = Field(description="Phase of the training step at which the peak happens.")
     capacity_bytes: float = Field(ge=0, description="Usable memory of one GPU.")
     fits: bool = Field(description="peak_bytes (device peak) <= capacity_bytes (see oom_risk for the risk).")
-    oom_risk: float = Field(ge=0, le=1, description="Probability of out-of-memory, 0-1.")
+    oom_risk: float = Field(ge=0, le=1, description="Probability of out-of-memory, 0-1 (of the device peak less "
+                            "releasable_bytes exceeding capacity_bytes).")
     estimator: EstimatorName = Field(description="Which estimator produced this.")
     notes: tuple[str, ...] = Field((), description="Assumptions and fall-backs worth knowing.")
 

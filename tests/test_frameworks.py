@@ -13,7 +13,7 @@ from autoconf.catalog import get_architecture, get_gpu
 from autoconf.errors import InvalidInputError
 from autoconf.estimators.theory import activations as act
 from autoconf.estimators.theory.cuda import communicators
-from autoconf.estimators.theory.memory import estimate_memory, side_stream_bytes
+from autoconf.estimators.theory.memory import estimate_memory, oom_probability, side_stream_bytes
 from autoconf.estimators.theory.states import NF4_BYTES, NF4_DQ_BYTES, States, model_states
 from autoconf.estimators.theory.vector import theory_batch
 from autoconf.evaluation.accuracy import score_memory
@@ -287,6 +287,10 @@ def test_fsdp_full_ft_reserves_its_gradient_shard_beside_a_loss_peak() -> None:
     assert m.peak_phase == "loss"
     shard = 8_030_261_248 * 2 / 2
     assert m.reserved_bytes == pytest.approx(1.08 * (m.allocated_bytes + shard) + 2 * 4 * MIB, rel=1e-9)
+    # that cached shard (× 1.08, fragmented like the compute pool) is free: released before an allocation fails,
+    # so it is releasable and the risk is that of the device peak without it
+    assert m.releasable_bytes == pytest.approx(1.08 * shard, rel=1e-9)
+    assert m.oom_risk == pytest.approx(oom_probability(m.peak_bytes - 1.08 * shard, m.capacity_bytes, method="full"))
 
 
 def test_fsdp_lora_side_pool_is_only_the_adapter_gradients() -> None:

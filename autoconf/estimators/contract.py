@@ -91,7 +91,7 @@ def _batch_of(rows: list[MemoryEstimate | str]) -> MemoryBatch:
                        peak=col("peak_bytes"),
                        phase=["" if isinstance(m, str) else m.peak_phase for m in rows], capacity=col("capacity_bytes"),
                        oom_risk=col("oom_risk"), micro_batch=np.zeros(len(rows), dtype=np.int64),
-                       errors=[m if isinstance(m, str) else None for m in rows])
+                       errors=[m if isinstance(m, str) else None for m in rows], releasable=col("releasable_bytes"))
 
 
 @lru_cache(maxsize=16)

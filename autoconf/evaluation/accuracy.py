@@ -191,6 +191,9 @@ def oom_check(estimator_name: str, frame: pd.DataFrame, model_version: str | Non
     answers = estimate_rows(estimator_name, rows, model_version)
     out = rows[[c for c in CONTEXT_COLUMNS if c in rows] + ["status", "nvidia_smi_bytes"]].copy()
     out["predicted_peak"] = [np.nan if isinstance(a, str) else a.memory.peak_bytes for a in answers]
+    # what must fit: the device peak less the free cached blocks the allocator releases before it fails
+    out["predicted_need"] = [np.nan if isinstance(a, str) else a.memory.peak_bytes - a.memory.releasable_bytes
+                             for a in answers]
     out["capacity"] = [np.nan if isinstance(a, str) else a.memory.capacity_bytes for a in answers]
     out["predicted_fits"] = [None if isinstance(a, str) else a.memory.fits for a in answers]
     out["oom_risk"] = [np.nan if isinstance(a, str) else a.memory.oom_risk for a in answers]

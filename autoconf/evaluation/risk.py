@@ -72,9 +72,11 @@ def normal_risk(headroom: np.ndarray | float, sigma: float) -> np.ndarray:
 
 
 def headroom(check: pd.DataFrame) -> pd.Series:
-    """log(capacity / predicted device peak) of ``accuracy.oom_check`` rows (NaN where refused)."""
+    """log(capacity / predicted need) of ``accuracy.oom_check`` rows (NaN where refused): the need is the device
+    peak less its releasable cached blocks (``predicted_need``, as theory states its risk), else the device peak."""
+    need = check["predicted_need"] if "predicted_need" in check else check["predicted_peak"]
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.log(check["capacity"].astype(float) / check["predicted_peak"].astype(float))
+        return np.log(check["capacity"].astype(float) / need.astype(float))
 
 
 def risk_from(table: dict[str, tuple[float, int]], methods: pd.Series, room: pd.Series) -> pd.Series:

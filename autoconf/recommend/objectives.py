@@ -141,11 +141,12 @@ def _across_gpus(estimator: Estimator, jobs: list[Job], places: list[Placement])
     ok = one.ok
     capacity = np.where(ok, capacities(places), np.nan)
     risk = np.full(len(jobs), np.nan)
+    need = one.peak - one.releasable_or_zero()  # the risk of theory/memory.py: free cached blocks are released
     risk[ok] = [mem.oom_probability(p, c, method=jobs[i].method) for p, c, i in
-                zip(one.peak[ok].tolist(), capacity[ok].tolist(), np.flatnonzero(ok).tolist(), strict=True)]
+                zip(need[ok].tolist(), capacity[ok].tolist(), np.flatnonzero(ok).tolist(), strict=True)]
     return MemoryBatch(parts=one.parts, allocated=one.allocated, reserved=one.reserved, peak=one.peak,
                        phase=one.phase, capacity=capacity, oom_risk=risk, micro_batch=one.micro_batch,
-                       errors=one.errors)
+                       errors=one.errors, releasable=one.releasable)
 
 
 def take(batch: MemoryBatch, index: np.ndarray) -> MemoryBatch:
@@ -155,7 +156,8 @@ def take(batch: MemoryBatch, index: np.ndarray) -> MemoryBatch:
                        reserved=batch.reserved[index], peak=batch.peak[index], phase=[batch.phase[i] for i in idx],
                        capacity=batch.capacity[index],
                        oom_risk=batch.oom_risk[index], micro_batch=batch.micro_batch[index],
-                       errors=[batch.errors[i] for i in idx])
+                       errors=[batch.errors[i] for i in idx],
+                       releasable=None if batch.releasable is None else batch.releasable[index])
 
 
 def _first_per_owner(owner: np.ndarray, mask: np.ndarray, jobs: int) -> np.ndarray:

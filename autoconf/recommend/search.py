@@ -64,7 +64,7 @@ class BatchSearch:
 
 
 def new_search(n: int) -> BatchSearch:
-    keys = (*ALLOCATOR_PARTS, "overhead", "allocated", "reserved", "peak", "capacity", "oom_risk")
+    keys = (*ALLOCATOR_PARTS, "overhead", "allocated", "reserved", "peak", "releasable", "capacity", "oom_risk")
     return BatchSearch(number_gpus=np.zeros(n, dtype=np.int64), reasons=[""] * n, errors=[None] * n,
                        placements=[None] * n, memory={k: np.full(n, np.nan) for k in keys}, phase=[""] * n,
                        notes=[()] * n, throughput=[None] * n)
@@ -75,7 +75,7 @@ def _store(search: BatchSearch, rows: np.ndarray, batch: MemoryBatch, sel: np.nd
         search.memory[key][rows] = batch.parts[key][sel]
     search.memory["peak"][rows], search.memory["capacity"][rows] = batch.peak[sel], batch.capacity[sel]
     search.memory["allocated"][rows], search.memory["reserved"][rows] = batch.allocated[sel], batch.reserved[sel]
-    search.memory["oom_risk"][rows] = batch.oom_risk[sel]
+    search.memory["oom_risk"][rows], search.memory["releasable"][rows] = batch.oom_risk[sel], batch.releasable_or_zero()[sel]
     for r, s in zip(rows.tolist(), sel.tolist(), strict=True):
         search.phase[r] = batch.phase[s]
 
@@ -186,7 +186,8 @@ def _memory_estimate(search: BatchSearch, i: int, estimator: Estimator) -> Memor
     return MemoryEstimate(
         **{f"{p}_bytes": float(m[p][i]) for p in (*ALLOCATOR_PARTS, "overhead")}, peak_bytes=float(m["peak"][i]),
         peak_allocated_bytes=float(m["allocated"][i]), peak_reserved_bytes=float(m["reserved"][i]),
-        peak_phase=search.phase[i], capacity_bytes=float(m["capacity"][i]), fits=bool(m["peak"][i] <= m["capacity"][i]),
+        releasable_bytes=float(np.nan_to_num(m["releasable"][i])), peak_phase=search.phase[i],
+        capacity_bytes=float(m["capacity"][i]), fits=bool(m["peak"][i] <= m["capacity"][i]),
         oom_risk=float(np.clip(m["oom_risk"][i], 0.0, 1.0)), estimator=estimator.name, notes=search.notes[i],
     )
 

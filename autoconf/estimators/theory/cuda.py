@@ -53,12 +53,15 @@ FRAGMENTATION_EXPANDABLE = 0.02
 
 @dataclass(frozen=True)
 class Peaks:
-    """The three per-GPU peaks, in bytes; ``overhead``: what the device peak adds to the phases' tensors."""
+    """The three per-GPU peaks, in bytes; ``overhead``: what the device peak adds to the phases' tensors;
+    ``releasable``: the free cached blocks (side-stream pools, loss segments) counted in reserved and device,
+    which the allocator releases before an allocation fails (so the OOM risk is on device − releasable)."""
 
     allocated: float
     reserved: float
     device: float
     overhead: float
+    releasable: float = 0.0
 
 
 def communicators(placement: Placement, job: Job) -> int:
@@ -107,4 +110,4 @@ def peaks(allocated: float, outside: float, job: Job, placement: Placement, gpu:
     kept = min(cached_side, max(0.0, gpu.memory_bytes - device))  # what of the side pools stays cached
     if cached:  # and of the loss segments (an `if`: the sums stay bit-identical where there are none)
         kept = kept + min(cached, max(0.0, gpu.memory_bytes - device - kept))
-    return Peaks(torch_alloc, reserved + kept, device + kept, device + kept - allocated)
+    return Peaks(torch_alloc, reserved + kept, device + kept, device + kept - allocated, kept)

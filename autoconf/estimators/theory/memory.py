@@ -232,6 +232,7 @@ def estimate_memory(
         vision_weights_bytes=parts["vision_weights"], vision_gradients_bytes=parts["vision_gradients"],
         vision_optimizer_bytes=parts["vision_optimizer"], vision_activations_bytes=parts["vision_activations"],
         peak_bytes=peak, peak_allocated_bytes=peaks.allocated, peak_reserved_bytes=peaks.reserved, peak_phase=phase,
-        capacity_bytes=gpu.memory_bytes, fits=peak <= gpu.memory_bytes,
-        oom_risk=oom_probability(peak, gpu.memory_bytes, method=job.method), estimator="theory", notes=tuple(notes),
+        releasable_bytes=peaks.releasable, capacity_bytes=gpu.memory_bytes, fits=peak <= gpu.memory_bytes,
+        oom_risk=oom_probability(peak - peaks.releasable, gpu.memory_bytes, method=job.method), estimator="theory",
+        notes=tuple(notes),
     )

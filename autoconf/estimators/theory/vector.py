@@ -49,6 +49,12 @@ class MemoryBatch:
     oom_risk: np.ndarray
     micro_batch: np.ndarray  # samples per GPU per forward pass (0 on error rows)
     errors: list[str | None]
+    # of reserved and peak: free cached blocks released before an allocation fails (cuda.Peaks.releasable); theory
+    # states oom_risk on peak − releasable. None (estimators that state their own risk on the device peak) = 0.
+    releasable: np.ndarray | None = None
+
+    def releasable_or_zero(self) -> np.ndarray:
+        return np.zeros(len(self.errors)) if self.releasable is None else self.releasable
 
     def __len__(self) -> int:
         return len(self.errors)
@@ -167,10 +173,11 @@ def capacities(placements: Sequence[Placement]) -> np.ndarray:
 def _peaks(allocated: np.ndarray, outside: list[tuple[float, float, float]], jobs: Sequence[Job],
            placements: Sequence[Placement], gpus: list[GPUSpec], calib: Calibration | None) -> np.ndarray:
     """cuda.peaks per row (``outside``: bytes outside the allocator, side-stream bytes and cached loss-segment
-    bytes): columns allocated, reserved, device, overhead."""
+    bytes): columns allocated, reserved, device, overhead, releasable."""
     rows = [cuda.peaks(a, o, j, p, g, resolve(j), calib, side, cached)
             for a, (o, side, cached), j, p, g in zip(allocated.tolist(), outside, jobs, placements, gpus, strict=True)]
-    return np.array([[r.allocated, r.reserved, r.device, r.overhead] for r in rows], dtype=float).reshape(-1, 4)
+    return np.array([[r.allocated, r.reserved, r.device, r.overhead, r.releasable] for r in rows],
+                    dtype=float).reshape(-1, 5)
 
 
 def theory_batch(jobs: Sequence[Job], placements: Sequence[Placement], calibration: Calibration | None = None,
@@ -199,7 +206,8 @@ def theory_batch(jobs: Sequence[Job], placements: Sequence[Placement], calibrati
         gpus.append(gpu)
         capacity[i] = float(gpu.memory_bytes)
         good.append(i)
-    out = {k: np.full(n, np.nan) for k in (*ALLOCATOR_PARTS, "overhead", "allocated", "reserved", "peak", "oom_risk")}
+    keys = (*ALLOCATOR_PARTS, "overhead", "allocated", "reserved", "peak", "releasable", "oom_risk")
+    out = {k: np.full(n, np.nan) for k in keys}
     phase = [""] * n
     micro = np.zeros(n, dtype=np.int64)
     if good:
@@ -217,10 +225,11 @@ def theory_batch(jobs: Sequence[Job], placements: Sequence[Placement], calibrati
         peaks = _peaks(totals[rows, best], outside, [jobs[i] for i in good], [placements[i] for i in good], gpus,
                        calibration)
         out["allocated"][sel], out["reserved"][sel] = peaks[:, 0], peaks[:, 1]
-        out["peak"][sel], out["overhead"][sel] = peaks[:, 2], peaks[:, 3]
+        out["peak"][sel], out["overhead"][sel], out["releasable"][sel] = peaks[:, 2], peaks[:, 3], peaks[:, 4]
         if risk:
+            need = (out["peak"][sel] - out["releasable"][sel]).tolist()
             out["oom_risk"][sel] = [mem.oom_probability(p, c, method=jobs[i].method) for p, c, i in
-                                    zip(out["peak"][sel].tolist(), capacity[sel].tolist(), good, strict=True)]
+                                    zip(need, capacity[sel].tolist(), good, strict=True)]
         for k, i in enumerate(good):
             phase[i] = names[k][best[k]]
             micro[i] = mem.micro_batch(jobs[i], placements[i])
@@ -228,4 +237,5 @@ def theory_batch(jobs: Sequence[Job], placements: Sequence[Placement], calibrati
         parts={k: out[k] for k in (*ALLOCATOR_PARTS, "overhead")}, allocated=out["allocated"],
         reserved=out["reserved"], peak=out["peak"],
         phase=phase, capacity=capacity, oom_risk=out["oom_risk"], micro_batch=micro, errors=errors,
+        releasable=out["releasable"],
     )
