@@ -48,7 +48,8 @@ def fms_rows(external: Path) -> pd.DataFrame:
     reasons = reasons.mask(table.status == "failed", reasons.str.cat(
         ["no result and below 90 % memory (cause unknown)"] * len(table), sep="; "))
     for col in EXTRA_COLUMNS:
-        table[col] = ""
+        if col not in table:  # convert_fms.py fills double_quant (its bnb plugin's loader setting)
+            table[col] = ""
     table["label_strength"] = "measured"
     table["unscored_reason"] = reasons.str.strip("; ")
     table["scored"] = (table.unscored_reason == "").astype(int)

@@ -158,6 +158,19 @@ def loss_kernel(configs: pd.Series) -> pd.Series:
     return pd.Series(np.select([liger, foak], ["liger-flce", "foak-fast-loss"], ""), index=configs.index)
 
 
+def double_quant(configs: pd.Series) -> pd.Series:
+    """1 where the 4-bit model was loaded by the accelerated-peft bitsandbytes plugin, else empty (not stated).
+
+    ``accelerated-peft-bnb*`` and ``baseline-peft-bnb`` (whose sample configuration also loads through the plugin,
+    with ``no_peft_model: True``; sample-configurations/CONTENTS.yaml) get their model from
+    ``BNBAccelerationPlugin.model_loader``, which builds ``BitsAndBytesConfig(..., bnb_4bit_use_double_quant=True)``
+    (plugins/accelerated-peft/src/fms_acceleration_peft/framework_plugin_bnb.py). GPTQ checkpoints
+    (``accelerated-peft-autogptq*``) have no such setting.
+    """
+    bnb = configs.str.contains("peft-bnb")
+    return pd.Series(np.where(bnb, 1, np.nan), index=configs.index)
+
+
 def stack(configs: pd.Series) -> pd.Series:
     """The training stack whose behaviour a row measures (frameworks.PROFILES).
 
@@ -226,6 +239,7 @@ def convert(source_dir: Path = DEFAULT_SOURCE) -> pd.DataFrame:
         "lora_r": df.r,
         "lora_alpha": df.lora_alpha,
         "lora_target_modules": df.target_modules.where(df.method != "full").fillna("").str.replace(" ", ","),
+        "double_quant": double_quant(configs),
     })
     out = out.join(memory_columns(df, capacity_mib))
     out["tokens_per_second"] = df.train_tokens_per_second * ngpu
@@ -240,7 +254,7 @@ def convert(source_dir: Path = DEFAULT_SOURCE) -> pd.DataFrame:
 def _typed(out: pd.DataFrame) -> pd.DataFrame:
     ints = ["number_gpus", "tokens_per_sample", "batch_size", "per_device_batch_size",
             "gradient_accumulation_steps", "lora_r", "peak_memory_bytes", "torch_allocated_bytes",
-            "torch_allocated_static_bytes", "nvidia_smi_bytes"]
+            "torch_allocated_static_bytes", "nvidia_smi_bytes", "double_quant"]
     for col in ints:
         out[col] = out[col].round().astype("Int64")
     out["lora_alpha"] = out["lora_alpha"].astype("Float64")
