@@ -34,7 +34,7 @@ TRUST_ENV = "AUTOCONF_TRUSTED_MANIFESTS"  # comma-separated SHA-256s of manifest
 # Update it in the same commit as a rebuilt version; tests/test_versions_trust.py checks it matches.
 PINNED_MANIFESTS: dict[str, str] = {
     "1.0.0": "8b9ea533c1b5321c48ca73541aac1d36c5e7ff5129db5e902ac3a78cef9f9b1f",
-    "2.0.0": "da2092a610f47196e198bbb316a7e55f8d5d7ad0e24c6fc3da09c96343d5ce80",
+    "2.0.0": "736496ca5ff28353b6556a9406e6a0cc3f328cd88574beeeb4be2f6d5db147a1",
 }
 
 
