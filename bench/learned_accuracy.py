@@ -32,10 +32,21 @@ ESTIMATORS = ("theory", "learned", "hybrid")
 METRICS = {"torch_allocated": "torch max_memory_allocated (allocator peak)",
            "torch_reserved": "torch max_memory_reserved", "nvidia_smi": "nvidia-smi peak (what decides an OOM)",
            "tokens_per_second": "tokens/s (whole job)"}
+CONFORMAL = "conformal, the hybrid's held-out residuals of runs in the same band (near/far from capacity)"
+SIGMA = "theory's log-normal σ per method, of the larger of the hybrid's and theory's peak"
 RISKS = {"theory": "theory: log-normal, σ per method fitted on held-out residuals", "learned": "learned: the OOM classifier",
-         "hybrid": "hybrid as shipped: conformal, residuals of runs in the same band (near/far from capacity)",
-         "hybrid:all": "variant: one pool for every row", "hybrid:method": "variant: pools per method",
-         "hybrid:loso": "hybrid held out by source (pools from the other sources only)"}
+         "hybrid": "hybrid as shipped", "hybrid:band": f"variant: {CONFORMAL}",
+         "hybrid:theory-sigma": f"variant: {SIGMA}",
+         "hybrid:all": "variant: conformal, one pool for every row", "hybrid:method": "variant: conformal, pools per method",
+         "hybrid:lognormal": "variant: log-normal, σ = 1.4826·MAD of the same band pools",
+         "hybrid:loso": "hybrid held out by source (peaks of predictors trained on the other sources)"}
+
+
+def _risk_label(card: dict[str, Any], name: str) -> str:
+    if name != "hybrid":
+        return RISKS[name]
+    sigma = card.get("hybrid", {}).get("risk_model", "conformal") == "theory-sigma"
+    return f"hybrid as shipped: {SIGMA if sigma else CONFORMAL}"
 STATS = ("median", "p90", "bias")
 
 
@@ -116,7 +127,7 @@ def oom_section(card: dict[str, Any], command: str) -> str:
     rows = [{"oom_risk": label, "OOM runs": r["oom_rows"], "dangerous (risk ≤ gate, OOM)": r["dangerous"],
              "completed runs": r["ok_rows"], "refused (risk > gate, ok)": r["refused"], "refused %": r["refused_pct"],
              "said fits but OOM": r["fits_but_oom"]}
-            for name, label in RISKS.items() if (r := oom["risks"].get(name))]
+            for name in RISKS if (r := oom["risks"].get(name)) for label in [_risk_label(card, name)]]
     by_source = [{"oom_risk": name, "source": s, **counts} for name in ("hybrid", "hybrid:loso")
                  for s, counts in oom["risks"].get(name, {}).get("by_source", {}).items() if counts["oom_rows"]
                  or counts["ok_rows"]]
@@ -128,10 +139,15 @@ def oom_section(card: dict[str, Any], command: str) -> str:
         f"The learned OOM classifier, trained without the scored model: accuracy **{cls['accuracy']:.3f}** at 0.5, "
         f"ROC AUC **{cls['auc']:.3f}** (n = {cls['n']}).",
         markdown_table(pd.DataFrame(rows)),
-        "The band stratum (near: predicted device peak ≥ 50 % of the GPU) was chosen among the variants in this table "
-        "on these same cross-fitted rows: disclosed, not validated on other rows. Near capacity PyTorch's caching "
-        "allocator frees its cached blocks and retries before it raises an OOM, so the device residuals of runs far "
-        "below capacity (cache kept) overstate the risk of runs close to it.",
+        ("The shipped risk model (card hybrid.risk_model = theory-sigma) was chosen among the variants in this table on "
+         "these same cross-fitted rows — the fewest completed runs refused at the fewest dangerous calls: disclosed, "
+         "not validated on other rows. It takes theory's peak where the correction lowers it, so a correction never "
+         "lowers the risk; theory's σ was fitted on leave-one-source-out residuals (section theory-risk)."
+         if card.get("hybrid", {}).get("risk_model") == "theory-sigma" else
+         "The band stratum (near: predicted device peak ≥ 50 % of the GPU) was chosen among the variants in this table "
+         "on these same cross-fitted rows: disclosed, not validated on other rows. Near capacity PyTorch's caching "
+         "allocator frees its cached blocks and retries before it raises an OOM, so the device residuals of runs far "
+         "below capacity (cache kept) overstate the risk of runs close to it."),
         "hybrid:loso takes each row's residuals from the *other* sources only: with one source in the version's "
         "training rows there are none, so every row's risk is 1 and the gate refuses all (nothing measured "
         "calibrates a stack never seen; the number becomes informative as sources are added)."
@@ -148,9 +164,10 @@ def calibration_section(card: dict[str, Any], command: str) -> str:
     parts = ["## Calibration of `oom_risk`, held out", _header(card, command),
              "Rows binned by the stated risk (cross-fitted as above); a calibrated risk has an observed OOM rate "
              "close to the mean risk of its bin, and none above the gate among the rows it accepts."]
-    for name, label in RISKS.items():
+    for name in RISKS:
         if name in oom["risks"]:
-            parts += [f"### {label}", markdown_table(pd.DataFrame(oom["risks"][name]["calibration"]), digits=4)]
+            parts += [f"### {_risk_label(card, name)}",
+                      markdown_table(pd.DataFrame(oom["risks"][name]["calibration"]), digits=4)]
     return "\n\n".join(parts) + "\n"
 
 

@@ -8,12 +8,13 @@ resolved architecture, and every answer about an approximate one must say so.
 
 from __future__ import annotations
 
-import numpy as np
+import math
+
 import pytest
 
 from autoconf.catalog import approximation_note, get_architecture, resolve_model
 from autoconf.estimators.contract import get_estimator
-from autoconf.estimators.learned.model import band
+from autoconf.estimators.theory.risk_table import SIGMA
 from autoconf.evaluation.space import space_frame
 from autoconf.recommend.frame import recommend_frame
 from autoconf.recommend.search import recommend
@@ -76,13 +77,14 @@ def test_hybrid_answers_an_approximate_model_with_theory_and_the_wider_margin(mo
     memory = hybrid.estimate(job, place).memory
     assert memory.peak_bytes == pytest.approx(theory.peak_bytes, rel=1e-12)  # no learned correction
     assert any("outside the learned correction domain" in n for n in memory.notes)
-    # split-conformal risk over theory's residuals widened by the card's out-of-domain scale, counted by hand
+    # 2.x: theory's log-normal risk (σ of the method, risk_table.py) widened by the card's out-of-domain scale, of
+    # the device peak less the FSDP side-stream blocks the allocator releases before an allocation fails
     model_ = hybrid.model_  # type: ignore[attr-defined]
-    label = band(np.array([memory.peak_bytes]), np.array([memory.capacity_bytes]))[0]  # near/far from capacity
-    residuals, scale = model_.pool("theory_device", label), model_.out_of_domain_scale
-    headroom = np.log(memory.capacity_bytes / memory.peak_bytes)
-    expected = (np.sum(residuals * scale > headroom) + 1) / (len(residuals) + 1)
-    assert memory.oom_risk == pytest.approx(expected)
+    assert model_.risk_model == "theory-sigma"
+    sigma = SIGMA[job.method][0] * model_.out_of_domain_scale
+    headroom = math.log(memory.capacity_bytes / (theory.peak_bytes - theory.releasable_bytes))
+    assert memory.oom_risk == pytest.approx(0.5 * math.erfc(headroom / (sigma * math.sqrt(2))), rel=1e-9, abs=1e-300)
+    assert memory.oom_risk >= theory.oom_risk  # the wider margin
 
 
 @pytest.mark.parametrize("estimator", ["theory", "hybrid"])

@@ -1,6 +1,8 @@
-"""The hybrid estimator: correction inside its domain, theory outside, a stated split-conformal risk."""
+"""The hybrid estimator: correction inside its domain, theory outside, a stated risk (2.x theory's σ, 1.x conformal)."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
@@ -11,6 +13,7 @@ from autoconf.estimators.learned.estimator import CorrectedBatch
 from autoconf.estimators.learned.model import band, conformal_risk
 from autoconf.estimators.learned.versions import read_card
 from autoconf.estimators.theory.memory import estimate_memory
+from autoconf.estimators.theory.risk_table import SIGMA
 from autoconf.schema import Job, Placement
 
 A100 = "NVIDIA-A100-SXM4-80GB"
@@ -69,20 +72,31 @@ def test_inside_the_domain_the_correction_moves_towards_measurements(hybrid: Hyb
     assert "learned correction" in est.memory.notes[1] and est.model_version == hybrid.model_version
 
 
-def test_outside_the_domain_it_is_theory_with_a_wider_margin(hybrid: HybridEstimator) -> None:
+@pytest.mark.parametrize("version", ["1.0.0", "2.0.0"])
+def test_outside_the_domain_it_is_theory_with_a_wider_margin(version: str) -> None:
+    hybrid = get_estimator("hybrid", version)
+    assert isinstance(hybrid, HybridEstimator)
     job, place = OUTSIDE
     est, theory = hybrid.estimate(job, place), estimate_memory(job, place)
     assert est.memory.peak_bytes == pytest.approx(theory.peak_bytes, rel=1e-12)
     assert "outside the learned correction domain" in est.memory.notes[1]
     model = hybrid.model_
+    scale, headroom = model.out_of_domain_scale, np.log(est.memory.capacity_bytes / est.memory.peak_bytes)
+    if version == "2.0.0":  # theory's risk: log-normal with σ of the method (risk_table.py) × the out-of-domain scale
+        assert model.risk_model == "theory-sigma"
+
+        def normal(h: float, sigma: float) -> float:  # P(Normal(0, σ) > h), by the error function
+            return 0.5 * math.erfc(h / (sigma * math.sqrt(2)))
+        sigma = SIGMA[job.method][0]
+        assert est.memory.oom_risk == pytest.approx(normal(float(headroom), sigma * scale), rel=1e-9, abs=1e-300)
+        assert normal(math.log(1.02), sigma * scale) > normal(math.log(1.02), sigma)  # the wider margin
+        return
     label = band(np.array([est.memory.peak_bytes]), np.array([est.memory.capacity_bytes]))[0]
-    pool = model.pool("theory_device", label)  # theory's held-out residuals of runs as near to capacity
-    headroom = np.log(est.memory.capacity_bytes / est.memory.peak_bytes)
-    assert est.memory.oom_risk == pytest.approx(conformal_risk(pool, np.array([headroom]),
-                                                               model.out_of_domain_scale)[0])
+    pool = model.pool("theory_device", label)  # 1.x: theory's held-out residuals of runs as near to capacity
+    assert est.memory.oom_risk == pytest.approx(conformal_risk(pool, np.array([headroom]), scale)[0])
     # the wider margin: the same headroom with theory's unscaled residuals is a smaller risk
     tight = conformal_risk(pool, np.array([np.log(1.02)]))[0]
-    wide = conformal_risk(pool, np.array([np.log(1.02)]), model.out_of_domain_scale)[0]
+    wide = conformal_risk(pool, np.array([np.log(1.02)]), scale)[0]
     assert wide > tight
 
 
@@ -180,3 +194,14 @@ def test_version_1_still_loads_and_corrects_every_stack() -> None:
     theory = estimate_memory(job, Placement(gpu_model=A100, number_gpus=2))
     assert est.model_version == "1.0.0" and "learned correction" in est.memory.notes[1]
     assert est.memory.peak_bytes != pytest.approx(theory.peak_bytes, rel=1e-3)
+
+
+def test_a_correction_never_lowers_the_risk_below_theory(hybrid: HybridEstimator) -> None:
+    """2.x inside the domain: theory's σ of the method over the larger of the corrected and theory's peak."""
+    job, place = INSIDE
+    est, theory = hybrid.estimate(job, place), estimate_memory(job, place)
+    need = max(est.memory.peak_bytes, theory.peak_bytes) - theory.releasable_bytes
+    sigma = SIGMA[job.method][0]
+    expected = 0.5 * math.erfc(math.log(est.memory.capacity_bytes / need) / (sigma * math.sqrt(2)))
+    assert est.memory.oom_risk == pytest.approx(expected, rel=1e-9, abs=1e-300)
+    assert est.memory.oom_risk >= theory.oom_risk * (1 - 1e-9)

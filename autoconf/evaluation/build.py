@@ -59,9 +59,14 @@ class TrainingRule:
     sources: tuple[str, ...] | None  # None: every source
     scored_only: bool
     targets: dict[str, T.Target]
+    risk_model: str = "conformal"  # the hybrid's oom_risk (card hybrid.risk_model; estimators/hybrid.py)
 
 
-RULES = {1: TrainingRule(("fms-acceleration",), False, T.TARGETS_V1), 2: TrainingRule(None, True, T.TARGETS_V2)}
+# 2.x states the hybrid's risk with theory's model ("theory-sigma"): among the risk models compared on the same
+# cross-fitted rows (docs/accuracy.md, section oom-classifier) it refused the fewest completed runs with the fewest
+# dangerous calls (the conformal band pools refused about twice as many at the same dangerous count).
+RULES = {1: TrainingRule(("fms-acceleration",), False, T.TARGETS_V1),
+         2: TrainingRule(None, True, T.TARGETS_V2, "theory-sigma")}
 TRAINING_SOURCES = RULES[1].sources  # kept for the 1.x documentation
 FASTPATH_TOLERANCE = 1e-6  # LightGBM's JSON dump rounds leaf values; 400 trees stay far below this
 
@@ -150,6 +155,7 @@ def _card(version: str, data: Path, frame_rows: int, table: T.Table, checks: dic
         "answerable_domain": answerable_domain(), "training_domain": train_dom.to_json(),
         "correction_domain": CorrectionDomain.from_features(cols).to_json(),
         "hybrid": {"corrections": corrections, "out_of_domain_residual_scale": E.OUT_OF_DOMAIN_SCALE,
+                   "risk_model": rule_for(version).risk_model,
                    "residual_rows": {k: int(np.isfinite(v).sum()) for k, v in pools.items()}},
         "held_out": report,
         "environment": {"python": platform.python_version(), "autogluon.tabular": package_version("autogluon.tabular"),
@@ -217,15 +223,22 @@ def _build_into(folder: Path, version: str, data: Path | None, command: str | No
     peak, peak_loso = preds["hybrid"]["peak"], preds_loso["hybrid"]["peak"]
     shipped = E.strata("band", table, peak)
     pools = E.residual_pools(table, preds, applied, shipped)
-    risks = {"theory": table.theory.oom_risk, "learned": lomo.oof["oom"],
-             "hybrid": E.hybrid_risk(table, peak, pools, lomo.inside, applied, table.groups, shipped)}
-    for kind in ("all", "method"):  # the variants it was compared with (docs/accuracy.md)
+    sigma_shipped = rule.risk_model == "theory-sigma"
+    conformal = E.hybrid_risk(table, peak, pools, lomo.inside, applied, table.groups, shipped)
+    sigma = E.theory_sigma_risk(table, peak, lomo.inside)
+    risks = {"theory": table.theory.oom_risk, "learned": lomo.oof["oom"], "hybrid": sigma if sigma_shipped else conformal}
+    # the variants it was compared with (docs/accuracy.md): the other rule, and conformal / log-normal pools
+    risks["hybrid:band" if sigma_shipped else "hybrid:theory-sigma"] = conformal if sigma_shipped else sigma
+    for kind in ("all", "method"):
         labels = E.strata(kind, table, peak)
         risks[f"hybrid:{kind}"] = E.hybrid_risk(table, peak, E.residual_pools(table, preds, applied, labels),
                                                 lomo.inside, applied, table.groups, labels)
+    risks["hybrid:lognormal"] = E.hybrid_risk(table, peak, pools, lomo.inside, applied, table.groups, shipped,
+                                              "lognormal")
     labels = E.strata("band", table, peak_loso)
-    risks["hybrid:loso"] = E.hybrid_risk(table, peak_loso, E.residual_pools(table, preds_loso, applied_loso, labels),
-                                         loso.inside, applied_loso, table.sources, labels)
+    risks["hybrid:loso"] = (E.theory_sigma_risk(table, peak_loso, loso.inside) if sigma_shipped else E.hybrid_risk(
+        table, peak_loso, E.residual_pools(table, preds_loso, applied_loso, labels), loso.inside, applied_loso,
+        table.sources, labels))
     report: dict[str, Any] = {
         "split": "leave one model out (grouped by model_name): each model's rows are predicted by predictors trained "
                  "on the other models only", "models": sorted(set(table.groups)),

@@ -26,7 +26,7 @@ import pandas as pd
 from autoconf.estimators.learned import train as T
 from autoconf.estimators.learned.domain import CorrectionDomain
 from autoconf.estimators.learned.estimator import MEMORY_TARGETS, corrected_peaks
-from autoconf.estimators.learned.model import MIN_STRATUM_ROWS, band, conformal_risk
+from autoconf.estimators.learned.model import MIN_STRATUM_ROWS, band, conformal_risk, lognormal_risk, sigma_risk
 from autoconf.evaluation.accuracy import error_stats
 
 log = logging.getLogger(__name__)
@@ -161,7 +161,7 @@ def _pool(pools: dict[str, np.ndarray], name: str, label: str, keep: np.ndarray)
 
 
 def hybrid_risk(table: T.Table, peak: np.ndarray, pools: dict[str, np.ndarray], inside: np.ndarray,
-                applied: np.ndarray, groups: np.ndarray, stratum: np.ndarray) -> np.ndarray:
+                applied: np.ndarray, groups: np.ndarray, stratum: np.ndarray, model: str = "conformal") -> np.ndarray:
     """Cross-fitted conformal risk: each row's from the residuals of the *other* groups only (as hybrid._risk),
     of the row's stratum where the other groups have enough of them."""
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -173,8 +173,18 @@ def hybrid_risk(table: T.Table, peak: np.ndarray, pools: dict[str, np.ndarray], 
                                   (~inside, "theory_device", OUT_OF_DOMAIN_SCALE)):
             for label in set(stratum[g & mask].tolist()):
                 rows = g & mask & (stratum == label)
-                risk[rows] = conformal_risk(_pool(pools, name, label, other), headroom[rows], widen)
+                pool = _pool(pools, name, label, other)
+                risk[rows] = (lognormal_risk if model == "lognormal" else conformal_risk)(pool, headroom[rows], widen)
     return risk
+
+
+def theory_sigma_risk(table: T.Table, peak: np.ndarray, inside: np.ndarray) -> np.ndarray:
+    """The hybrid's risk as 2.x states it (hybrid.py, risk_model "theory-sigma"): theory's log-normal σ per method
+    (risk_table.py, fitted on leave-one-source-out residuals) over the larger of the hybrid's and theory's peak, less
+    theory's releasable cached blocks; σ widened outside the correction domain."""
+    need = np.fmax(peak, table.theory.peak) - table.theory.releasable_or_zero()
+    return sigma_risk(need, table.theory.capacity, table.rows["method"].to_numpy(dtype=object), inside,
+                      OUT_OF_DOMAIN_SCALE)
 
 
 def calibration_table(risk: np.ndarray, oom: np.ndarray) -> list[dict[str, Any]]:

@@ -102,7 +102,7 @@ class LearnedEstimator(Estimator):
         """Rows whose architecture the correction may be applied to: learned applies it everywhere."""
         return np.ones(len(approximate), dtype=bool)
 
-    def _risk(self, cols: FeatureTable, peak: np.ndarray, capacity: np.ndarray, inside: np.ndarray,
+    def _risk(self, cols: FeatureTable, peak: np.ndarray, th: MemoryBatch, inside: np.ndarray,
               applied: np.ndarray, jobs: Sequence[Job]) -> np.ndarray:
         risk = np.full(len(peak), np.nan)
         ok = np.isfinite(peak)
@@ -140,7 +140,8 @@ class LearnedEstimator(Estimator):
         th = MemoryBatch(parts={k: v[inverse] for k, v in one.parts.items()}, allocated=one.allocated[inverse],
                          reserved=one.reserved[inverse], peak=one.peak[inverse], phase=[one.phase[g] for g in inverse],
                          capacity=capacity, oom_risk=np.full(len(jobs), np.nan), micro_batch=one.micro_batch[inverse],
-                         errors=[one.errors[g] for g in inverse])
+                         errors=[one.errors[g] for g in inverse],
+                         releasable=None if one.releasable is None else one.releasable[inverse])
         cols = FeatureTable(one_cols.x[inverse])
         with_gpus(cols, placements, th.peak, capacity)
         return self._correct(jobs, th, cols)
@@ -158,7 +159,7 @@ class LearnedEstimator(Estimator):
             applied |= w > 0
         parts = {p: th.parts[p] * np.where(th.allocated > 0, allocated / th.allocated, 1.0) for p in ALLOCATOR_PARTS}
         parts["overhead"] = peak - allocated
-        risk = self._risk(cols, peak, th.capacity, inside, applied, jobs)
+        risk = self._risk(cols, peak, th, inside, applied, jobs)
         with np.errstate(invalid="ignore", divide="ignore"):
             ratio_peak = peak / th.peak
         return CorrectedBatch(parts=parts, allocated=allocated, reserved=reserved, peak=peak, phase=th.phase,

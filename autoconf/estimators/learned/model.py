@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
@@ -24,6 +25,8 @@ from autoconf.estimators.learned import versions as V
 from autoconf.estimators.learned.domain import CorrectionDomain, TrainingDomain
 from autoconf.estimators.learned.fastpath import Forest
 from autoconf.estimators.learned.features import ALL_FEATURES, FeatureTable
+from autoconf.estimators.theory.memory import oom_probability
+from autoconf.estimators.theory.risk_table import SIGMA
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +64,36 @@ def conformal_risk(residuals: np.ndarray, threshold: np.ndarray, scale: float = 
     n = len(residuals)
     exceed = n - np.searchsorted(residuals * scale, threshold, side="right")
     return (exceed + 1.0) / (n + 1.0)
+
+
+def sigma_risk(need: np.ndarray, capacity: np.ndarray, methods: np.ndarray, inside: np.ndarray,
+               scale: float) -> np.ndarray:
+    """Theory's oom_risk (theory/memory.py oom_probability: log-normal, σ per method of risk_table.py) of ``need``
+    bytes on ``capacity``; σ × ``scale`` for rows outside the correction domain. NaN where either is unknown."""
+    risk = np.full(len(need), np.nan)
+    for i, (n, c, m, ins) in enumerate(zip(need.tolist(), capacity.tolist(), methods.tolist(), inside.tolist(),
+                                           strict=True)):
+        if math.isfinite(n) and math.isfinite(c):
+            sigma = SIGMA.get(str(m), SIGMA["*"])[0] * (1.0 if ins else scale)
+            risk[i] = oom_probability(n, c, rel_sigma=sigma)
+    return risk
+
+
+# 1 / Φ⁻¹(0.75): the median absolute deviation of a normal sample × this is its standard deviation
+MAD_TO_SIGMA = 1.4826
+
+
+def lognormal_risk(residuals: np.ndarray, threshold: np.ndarray, scale: float = 1.0) -> np.ndarray:
+    """P(Normal(0, σ · scale) > threshold), σ = 1.4826 · MAD of the held-out log residuals: theory's risk model
+    (theory/memory.py oom_probability) on the hybrid's own residuals; 1 where there are none."""
+    r = residuals[np.isfinite(residuals)]
+    if not len(r):
+        return np.ones(len(threshold))
+    sigma = MAD_TO_SIGMA * float(np.median(np.abs(r - np.median(r)))) * scale
+    if not sigma > 0:
+        return np.where(threshold > 0, 0.0, 1.0)
+    z = np.asarray(threshold, dtype=float) / (sigma * math.sqrt(2.0))
+    return np.array([0.5 * math.erfc(x) for x in z.tolist()], dtype=float).reshape(z.shape)
 
 
 @dataclass
@@ -105,6 +138,11 @@ class VersionModel:
         """Held-out residuals ``name`` (e.g. hybrid_device) of stratum ``label`` if there are enough, else all."""
         stratum = self.residuals.get(f"{name}__{label}")
         return stratum if stratum is not None and len(stratum) >= MIN_STRATUM_ROWS else self.residuals[name]
+
+    @cached_property
+    def risk_model(self) -> str:
+        """How the hybrid states oom_risk: "conformal" (1.x: held-out residual pools) or "theory-sigma" (2.x)."""
+        return str(self.card["hybrid"].get("risk_model", "conformal"))
 
     @cached_property
     def out_of_domain_scale(self) -> float:

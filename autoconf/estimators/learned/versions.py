@@ -34,7 +34,7 @@ TRUST_ENV = "AUTOCONF_TRUSTED_MANIFESTS"  # comma-separated SHA-256s of manifest
 # Update it in the same commit as a rebuilt version; tests/test_versions_trust.py checks it matches.
 PINNED_MANIFESTS: dict[str, str] = {
     "1.0.0": "8b9ea533c1b5321c48ca73541aac1d36c5e7ff5129db5e902ac3a78cef9f9b1f",
-    "2.0.0": "736496ca5ff28353b6556a9406e6a0cc3f328cd88574beeeb4be2f6d5db147a1",
+    "2.0.0": "054178f1643c8992d4bccc484027a7516c4c17bfb7b26c1b6b5466fef0322a3f",
 }
 
 
