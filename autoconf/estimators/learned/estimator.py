@@ -164,7 +164,7 @@ class LearnedEstimator(Estimator):
             ratio_peak = peak / th.peak
         return CorrectedBatch(parts=parts, allocated=allocated, reserved=reserved, peak=peak, phase=th.phase,
                               capacity=th.capacity, oom_risk=risk, micro_batch=th.micro_batch, errors=th.errors,
-                              inside=inside, applied=applied, ratio_peak=ratio_peak, cols=cols,
+                              releasable=th.releasable, inside=inside, applied=applied, ratio_peak=ratio_peak, cols=cols,
                               theory_peak=th.peak, approximate=approximate, frameworks=frameworks)
 
     def tokens_per_second(self, jobs: Sequence[Job], placements: Sequence[Placement], batch: CorrectedBatch,
@@ -196,6 +196,7 @@ class LearnedEstimator(Estimator):
             **{f"{p}_bytes": float(batch.parts[p][i]) for p in (*ALLOCATOR_PARTS, "overhead")},
             peak_bytes=float(batch.peak[i]), peak_allocated_bytes=float(batch.allocated[i]),
             peak_reserved_bytes=float(batch.reserved[i]), peak_phase=batch.phase[i],
+            releasable_bytes=float(np.nan_to_num(batch.releasable_or_zero()[i])),
             capacity_bytes=float(batch.capacity[i]),
             fits=bool(batch.peak[i] <= batch.capacity[i]), oom_risk=float(np.clip(batch.oom_risk[i], 0.0, 1.0)),
             estimator=self.name, notes=self.row_notes(batch, i),

@@ -154,7 +154,9 @@ def format_table(est: Estimate) -> str:
     lines += [f"{'total (peak)':<14}{mem.peak_gib:>10.2f}   at phase: {mem.peak_phase} (device; torch allocated "
               f"{mem.allocated_bytes / GIB:.2f}, reserved {mem.reserved_bytes / GIB:.2f}; {est.job.framework})",
               f"{'capacity':<14}{mem.capacity_gib:>10.2f}",
-              f"fits: {'yes' if mem.fits else 'NO'}   oom_risk: {mem.oom_risk:.3f}"]
+              f"fits: {'yes' if mem.fits else 'NO'}   oom_risk: {mem.oom_risk:.3f}"
+              + (f" (of the peak less {mem.releasable_bytes / GIB:.2f} GiB of free cached blocks, released before an "
+                 "allocation fails)" if mem.releasable_bytes >= 0.005 * GIB else "")]
     if est.throughput:
         lines.append(f"tokens/s: {est.throughput.tokens_per_second:,.0f}   MFU: {est.throughput.mfu:.2f}")
     lines += [f"note: {n}" for n in mem.notes]
