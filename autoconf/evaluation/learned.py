@@ -26,8 +26,9 @@ import pandas as pd
 from autoconf.estimators.learned import train as T
 from autoconf.estimators.learned.domain import CorrectionDomain
 from autoconf.estimators.learned.estimator import MEMORY_TARGETS, corrected_peaks
-from autoconf.estimators.learned.model import MIN_STRATUM_ROWS, band, conformal_risk, lognormal_risk, sigma_risk
+from autoconf.estimators.learned.model import MIN_STRATUM_ROWS, band, conformal_risk, sigma_risk
 from autoconf.evaluation.accuracy import error_stats
+from autoconf.evaluation.risk import normal_risk, robust_sigma
 
 log = logging.getLogger(__name__)
 
@@ -176,6 +177,15 @@ def hybrid_risk(table: T.Table, peak: np.ndarray, pools: dict[str, np.ndarray], 
                 pool = _pool(pools, name, label, other)
                 risk[rows] = (lognormal_risk if model == "lognormal" else conformal_risk)(pool, headroom[rows], widen)
     return risk
+
+
+def lognormal_risk(residuals: np.ndarray, threshold: np.ndarray, scale: float = 1.0) -> np.ndarray:
+    """A variant reported beside the shipped risk: theory's model (log-normal, σ = 1.4826 · MAD:
+    evaluation/risk.py) fitted on the hybrid's own held-out residuals (finite, as ``_pool`` gives them), σ × ``scale``;
+    1 where there are none."""
+    if not len(residuals):
+        return np.ones(len(threshold))
+    return normal_risk(threshold, robust_sigma(residuals) * scale)
 
 
 def theory_sigma_risk(table: T.Table, peak: np.ndarray, inside: np.ndarray) -> np.ndarray:

@@ -79,22 +79,6 @@ def sigma_risk(need: np.ndarray, capacity: np.ndarray, methods: np.ndarray, insi
     return risk
 
 
-# 1 / Φ⁻¹(0.75): the median absolute deviation of a normal sample × this is its standard deviation
-MAD_TO_SIGMA = 1.4826
-
-
-def lognormal_risk(residuals: np.ndarray, threshold: np.ndarray, scale: float = 1.0) -> np.ndarray:
-    """P(Normal(0, σ · scale) > threshold), σ = 1.4826 · MAD of the held-out log residuals: theory's risk model
-    (theory/memory.py oom_probability) on the hybrid's own residuals; 1 where there are none."""
-    r = residuals[np.isfinite(residuals)]
-    if not len(r):
-        return np.ones(len(threshold))
-    sigma = MAD_TO_SIGMA * float(np.median(np.abs(r - np.median(r)))) * scale
-    if not sigma > 0:
-        return np.where(threshold > 0, 0.0, 1.0)
-    z = np.asarray(threshold, dtype=float) / (sigma * math.sqrt(2.0))
-    return np.array([0.5 * math.erfc(x) for x in z.tolist()], dtype=float).reshape(z.shape)
-
 
 @dataclass
 class VersionModel:
