@@ -134,8 +134,11 @@ def oom_section(card: dict[str, Any], command: str) -> str:
     return "\n\n".join([
         "## Out-of-memory at the recommender's gate, held out", _header(card, command),
         f"Rows: {oom['rows']} runs that completed (`ok`) or ran out of memory (`oom`, {oom['oom_rows']} rows); gate "
-        f"oom_risk ≤ {oom['gate']} (defaults.MAX_OOM_RISK). Every risk is cross-fitted: a row's risk comes from "
-        "residuals of the other models (leave one model out) or the other sources (hybrid:loso) only. "
+        f"oom_risk ≤ {oom['gate']} (defaults.MAX_OOM_RISK). Every peak is held out (predictors trained without the "
+        "row's model, or without its source for hybrid:loso), and every risk drawn from residual pools uses the pools "
+        "of the other models (or sources) only; theory's σ per method (theory and the theory-sigma rows) is the "
+        "shipped table, fitted on leave-one-source-out residuals of all sources (cross-fitted by source and model in "
+        "section theory-risk). "
         f"The learned OOM classifier, trained without the scored model: accuracy **{cls['accuracy']:.3f}** at 0.5, "
         f"ROC AUC **{cls['auc']:.3f}** (n = {cls['n']}).",
         markdown_table(pd.DataFrame(rows)),
