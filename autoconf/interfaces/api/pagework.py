@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from autoconf.errors import InvalidInputError
 from autoconf.interfaces.api.answers import pick_estimator, results_for
+from autoconf.interfaces.api.guard import BodyError, parse_json
 from autoconf.interfaces.api.inputs import parse_body
 from autoconf.interfaces.api.uploads import MAX_CONFIG_BYTES, store_config
 from autoconf.recommend.frame import recommend_frame
@@ -78,10 +79,15 @@ def sweep_for(body: Any) -> dict[str, Any]:
             "notes": notes}
 
 
-def upload_for(raw: bytes, config: Any) -> dict[str, Any]:
-    """Check an uploaded config.json (already parsed within guard.py's bounds), then keep it; the answer
-    names the ``model`` string that later requests send. A refused upload writes nothing."""
+def upload_for(raw: bytes) -> dict[str, Any]:
+    """Check an uploaded config.json (size, then guard.py's JSON bounds, then the config itself), then keep it;
+    the answer names the ``model`` string that later requests send. A refused upload writes nothing."""
     if len(raw) > MAX_CONFIG_BYTES:
         raise InvalidInputError("config", f"must be at most {MAX_CONFIG_BYTES // 1024} KB; got {len(raw) // 1024} KB")
+    try:
+        config = parse_json(raw)
+    except BodyError as exc:  # located inside the upload: config.<key>
+        exc.field = "config" if exc.field == "body" else f"config.{exc.field}"
+        raise
     path, arch = store_config(config, "config")
     return {"model": str(path), "model_type": arch.model_type, "total_params": arch.total_params}

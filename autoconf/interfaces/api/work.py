@@ -67,9 +67,9 @@ def _compute(route: str) -> Callable[[list[Any]], dict[str, Any]]:
 
 
 def _answer(route: str, raw: bytes) -> bytes:
-    body = parse_json(raw)
     if route == "config":  # the body is the config.json itself: checked in full, then stored
-        return render(upload_for(raw, body))
+        return render(upload_for(raw))
+    body = parse_json(raw)
     named = confine_paths(body)
     try:
         result = sweep_for(body) if route == "sweep" else _compute(route)(parse_body(body))
