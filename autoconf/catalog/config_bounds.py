@@ -8,6 +8,7 @@ parsed JSON once, iteratively, and refuses:
 - an integer of more than ``MAX_INT_DIGITS`` digits (every size key of a real model is below 10**12);
 - a layer or expert count above ``MAX_LAYERS`` (the deepest published LLMs have a few hundred layers;
   Llama-3.1-405B has 126, DeepSeek-V3 61, and MoE models at most a few hundred routed experts);
+- NaN and Infinity (Python's json reads them; JSON has neither);
 - a ``model_type`` that is not a string, an ``_autoconf`` block that is not an object, and strings that
   hold lone surrogates (they cannot be written as UTF-8).
 
@@ -16,6 +17,7 @@ Errors are ConfigError (a 422 / exit 2 naming the key), never quoting a value re
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from autoconf.catalog.config_view import ConfigError
@@ -40,6 +42,8 @@ def _check_leaf(item: Any, path: list[Any], origin: str) -> None:
         key = path[-1] if path else ""
         if key in COUNT_KEYS and not 0 <= item <= MAX_LAYERS:
             raise ConfigError(origin, f"{_where(path)} must be from 0 to {MAX_LAYERS}; got {item}")
+    elif isinstance(item, float) and not math.isfinite(item):
+        raise ConfigError(origin, f"{_where(path)} must be a finite number (JSON has no NaN or Infinity)")
     elif isinstance(item, str):
         try:
             item.encode("utf-8")
