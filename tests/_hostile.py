@@ -16,6 +16,7 @@ import threading
 import time
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, ClassVar
 
 LLAMA_1B = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
@@ -60,11 +61,12 @@ class _Handler(BaseHTTPRequestHandler):
             self.stop.wait(120)
             return
         if mode == "slowheaders":
-            for byte in b"HTTP/1.1 200 OK\r\n":
-                if self.stop.wait(self.drip_s):
-                    return
-                self.wfile.write(bytes([byte]))
-                self.wfile.flush()
+            with contextlib.suppress(OSError):
+                for byte in b"HTTP/1.1 200 OK\r\n":
+                    if self.stop.wait(self.drip_s):
+                        return
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
             return
         if mode == "loop":
             self._head(302, {"Location": self.path, "Content-Length": "0"})
@@ -128,3 +130,15 @@ class HostileHub:
         self.server.server_close()
         self.thread.join(timeout=5)
         time.sleep(0)
+
+
+def tree_rss_kib(pid: int) -> int:
+    """Resident memory of ``pid`` and all its descendants (the traced pool and its tracing worker), KiB."""
+    from autoconf.interfaces.api.pool import descendants
+
+    total = 0
+    for one in (pid, *descendants(pid)):
+        with contextlib.suppress(OSError, ValueError, StopIteration):
+            text = Path(f"/proc/{one}/status").read_text(encoding="utf-8")
+            total += int(next(line for line in text.splitlines() if line.startswith("VmRSS:")).split()[1])
+    return total

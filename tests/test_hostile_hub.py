@@ -71,6 +71,26 @@ def test_a_good_config_is_cached_and_downloaded_once_under_concurrency(endpoint:
     assert hub.cached_config("evil/good") == paths[0]
 
 
+def test_concurrent_askers_of_a_failing_id_share_one_download(endpoint: HostileHub) -> None:
+    reasons: list[str] = []
+
+    def ask() -> None:
+        try:
+            hub.download_config("evil/drip")
+        except hub.HubUnavailable as why:
+            reasons.append(str(why))
+
+    start = time.monotonic()
+    threads = [threading.Thread(target=ask) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(reasons) == 4 and len(set(reasons)) == 1
+    assert endpoint.seen["/evil/drip/resolve/main/config.json"] == 1
+    assert time.monotonic() - start < TOTAL_S + SLACK_S
+
+
 def test_redirects_are_bounded(endpoint: HostileHub) -> None:
     with pytest.raises(hub.HubUnavailable):
         hub.download_config("evil/loop")

@@ -10,7 +10,8 @@ connecting and each read wait at most ``CONNECT_TIMEOUT_S`` / ``READ_TIMEOUT_S``
 (redirects included) is cut at ``TOTAL_TIMEOUT_S`` by closing the socket, the body is refused past
 ``MAX_CONFIG_BYTES``, at most ``MAX_REDIRECTS`` redirects are followed, and the content must be a JSON
 object before it is written (atomically) into the cache. One download per id at a time: a lock file in
-the cache serialises threads and processes, and the second waiter finds the first one's file. Every
+the cache serialises threads and processes, and a waiter finds the first one's file (or, if it failed
+meanwhile, its reason). Every
 failure is ``HubUnavailable`` with one short reason, never a response body. HF_ENDPOINT, HF_HUB_OFFLINE,
 HF_TOKEN (sent to the endpoint's host only), HTTPS_PROXY/HTTP_PROXY and the three timeouts
 (``AUTOCONF_HUB_TIMEOUT_S``, total; connect and read are capped by it) are read at call time.
@@ -92,13 +93,25 @@ def cached_config(repo_id: str, revision: str | None = None) -> Path | None:
 
 @contextlib.contextmanager
 def _one_at_a_time(repo_id: str) -> Iterator[None]:
-    """An exclusive lock per id (flock: threads and processes alike); released when the block ends."""
+    """An exclusive lock per id (flock: threads and processes alike). The holder's failure is written into
+    the lock file, so that those who waited for it get the same reason at once instead of a second download."""
     locks = cache_dir() / ".autoconf-locks"
     locks.mkdir(parents=True, exist_ok=True)
+    asked = time.time()
     with open(locks / f"{repo_id.replace('/', '--')}.lock", "a+b") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
-            yield
+            handle.seek(0)
+            stamp, _, reason = handle.read(4096).decode("utf-8", "replace").partition(" ")
+            if reason and stamp.replace(".", "", 1).isdigit() and float(stamp) >= asked:
+                raise HubUnavailable(reason)  # failed while we waited: the same answer, no new download
+            try:
+                yield
+            except HubUnavailable as why:
+                handle.truncate(0)
+                handle.write(f"{time.time():.6f} {why}".encode())
+                handle.flush()
+                raise
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
 

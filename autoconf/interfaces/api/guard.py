@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from autoconf.catalog import canonical_name, get_architecture, hub, parse_param_count
+from autoconf.catalog.catalogue import alias_index
 from autoconf.errors import AutoconfError, InvalidInputError
 from autoconf.interfaces.api.inputs import check_one_shape
 from autoconf.interfaces.api.paths import allow_hub, allowed_path, data_dir, looks_like_path
@@ -121,11 +122,8 @@ def _config_path(path: Path | str, field: str) -> str:
 
 
 def _is_catalogued(text: str) -> bool:
-    try:
-        canonical_name(text)
+    if text.lower() in alias_index():  # a plain lookup: canonical_name's miss ranks suggestions (slow)
         return True
-    except AutoconfError:
-        pass
     try:
         return parse_param_count(text) is not None
     except (AutoconfError, OverflowError, ValueError):

@@ -88,6 +88,8 @@ def upload_for(raw: bytes) -> dict[str, Any]:
         config = parse_json(raw)
     except BodyError as exc:  # located inside the upload: config.<key>
         exc.field = "config" if exc.field == "body" else f"config.{exc.field}"
+        if exc.message.startswith("must be JSON"):
+            exc.message = "must be a JSON object (a config.json); got " + exc.message.removeprefix("must be JSON: ")
         raise
     path, arch = store_config(config, "config")
     return {"model": str(path), "model_type": arch.model_type, "total_params": arch.total_params}

@@ -5,7 +5,7 @@ server is unsafe) to keep the event loop and the GIL free. The pool holds ``work
 single-process executor running one request at a time; at most ``queue`` more requests wait for a slot.
 A request beyond that, or one that waited longer than its timeout, is answered 503 with ``Retry-After``
 (seconds: the recent mean service time × the requests ahead, per worker). A request over its timeout
-ends its own slot's process only (the other slots' requests go on) and is answered 422 ``timeout``; a
+ends its own slot's process and that process's descendants only (the other slots' requests go on) and is answered 422 ``timeout``; a
 process that dies under a request (killed, out of memory) is replaced and the request retried once on the
 fresh one, then answered 422. Memory is bounded by the number of processes and each process's address
 space limit (``WORKER_MEMORY_ENV``, applied in the child before any work), and each process is replaced
@@ -23,6 +23,7 @@ import resource
 from collections.abc import Callable
 from concurrent.futures import BrokenExecutor, ProcessPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 WORKERS_ENV = "AUTOCONF_API_TRACED_WORKERS"  # `serve --traced-workers`
@@ -59,6 +60,22 @@ def _limit_memory(megabytes: int) -> None:
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid``, deepest first (Linux /proc; elsewhere none)."""
+    children: dict[int, list[int]] = {}
+    for stat_file in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat_file.read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat_file.parent.name))
+    out: list[int] = []
+    stack = list(children.get(pid, []))
+    while stack:
+        child = stack.pop()
+        out.append(child)
+        stack.extend(children.get(child, []))
+    return out[::-1]
+
+
 @dataclass
 class _Slot:
     executor: ProcessPoolExecutor | None = None
@@ -72,15 +89,16 @@ class _Slot:
         return self.executor
 
     def stop(self) -> None:
-        """End this slot's process now (the executor has no public way to kill a running task)."""
+        """End this slot's process and its descendants (the traced estimator's tracing worker) now; the
+        executor has no public way to kill a running task."""
         if self.executor is None:
             return
         processes = list(getattr(self.executor, "_processes", {}).values())
+        pids = [pid for process in processes if process.pid for pid in (*descendants(process.pid), process.pid)]
         self.executor.shutdown(wait=False, cancel_futures=True)
-        for process in processes:
+        for pid in pids:
             with contextlib.suppress(OSError):
-                if process.is_alive():
-                    os.kill(process.pid, 9)
+                os.kill(pid, 9)
         self.executor = None
 
 
