@@ -142,7 +142,8 @@ def report_hostile(counts: Counter[str], seconds: float) -> str:
     if metrics:
         lines += ["", f"/healthz p90 {metrics['healthz_p90_ms']:.0f} ms (worst {metrics['healthz_max_ms']:.0f} ms; "
                   f"{metrics['healthz_n']} probes, one every 50 ms throughout); resident memory of the server and its "
-                  f"children peaked at {metrics['rss_peak_mib']:.0f} MiB; the 20 parallel traced requests were "
+                  f"descendants (traced pool, tracing worker) peaked at {metrics['rss_peak_mib']:.0f} MiB; "
+                  "the 20 parallel traced requests were "
                   f"answered {', '.join(f'{n} × HTTP {k}' for k, n in sorted(metrics['traced'].items()))}.",
                   "", "Seconds from request to 422 per hostile hub (2 askers each, at once; one download per id): "
                   + ", ".join(f"{mode} {max(times):.1f}" for mode, times in sorted(metrics.get('hub_s', {}).items()))
