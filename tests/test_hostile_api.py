@@ -36,6 +36,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     (data / "config.json").write_text(json.dumps(LLAMA))
     (data / "odd.json").write_text(json.dumps({"model_type": SECRET}))
     (data / "link.json").symlink_to(outside / "plain.json")
+    (data / "big.json").write_bytes(json.dumps(LLAMA).encode() + b" " * 2 * 2**20)  # 2 MiB: no config is
     with open(data / "huge.json", "wb") as handle:  # sparse: 512 MiB that takes no disk
         handle.truncate(512 * 2**20)
     return {"data": data, "outside": outside, "uploads": tmp_path_factory.mktemp("uploads"),
@@ -87,7 +88,7 @@ def test_outside_paths_are_refused_alike_whether_they_exist_or_not(opened: httpx
 
 
 @pytest.mark.parametrize("route", ROUTES)
-@pytest.mark.parametrize("name", ["link.json", "huge.json", "odd.json"])
+@pytest.mark.parametrize("name", ["link.json", "huge.json", "big.json", "odd.json"])
 def test_links_out_huge_and_odd_files_are_refused(opened: httpx.Client, route: str, name: str) -> None:
     assert _post(opened, route, _body(route, name)).status_code == 422
 

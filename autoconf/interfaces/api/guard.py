@@ -171,7 +171,10 @@ def confine_model(value: Any, field: str) -> Any:
         return _config_path(stored, field)
     root = data_dir()
     if looks_like_path(text, (".json",)) or (root is not None and _under(root, text)):
-        return _config_path(allowed_path(text, field), field)
+        path = allowed_path(text, field)
+        if path.stat().st_size > hub.MAX_CONFIG_BYTES:  # a config.json is kilobytes; a dataset may be 64 MiB
+            raise InvalidInputError(field, f"a config.json must be at most {hub.MAX_CONFIG_BYTES} bytes")
+        return _config_path(path, field)
     if hub.HUB_ID.match(text):
         return _hub_model(text, field)
     raise _unknown(text, field)
