@@ -173,7 +173,7 @@ def run(_inputs: int) -> Counter[str]:
     with HostileHub(drip_s=2.0) as hub:
         env = {"HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(cache), "AUTOCONF_API_UPLOAD_DIR": str(store),
                "HF_HUB_OFFLINE": "", "AUTOCONF_CACHE": str(root / "cold")}  # traced: a cold trace, no disk cache
-        with serve("--data-dir", str(data), "--allow-hub", "--traced-queue", "32", "--timeout-s", "120",
+        with serve("--data-dir", str(data), "--allow-hub", "--timeout-s", "120",
                    env=env) as http:
             watch = _Watch(http, http.server_pid)  # type: ignore[attr-defined]
             watch.thread.start()

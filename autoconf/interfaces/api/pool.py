@@ -30,7 +30,7 @@ WORKERS_ENV = "AUTOCONF_API_TRACED_WORKERS"  # `serve --traced-workers`
 QUEUE_ENV = "AUTOCONF_API_TRACED_QUEUE"  # `serve --traced-queue`
 WORKER_MEMORY_ENV = "AUTOCONF_API_WORKER_MEMORY_MB"  # `serve --worker-memory-mb`
 WORKERS = 1  # one traced estimate saturates a core; more only on a machine with cores to spare
-QUEUE = 8  # requests that may wait: 8 × a few seconds stays within the default 30 s timeout
+QUEUE = 32  # requests that may wait (each holds only its body, <= 1 MB); one that waits past its timeout gets 503
 WORKER_MEMORY_MB = 8192  # address space of one traced process: torch's import maps ~3 GB, a trace ~1-2 GB more
 TASKS_PER_CHILD = 200  # a process is replaced after this many requests (bounds cached traces)
 

@@ -31,7 +31,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--allow-hub", action="store_true", help="let clients name Hugging Face hub ids (org/name): "
                    "the server downloads their config.json, bounded in size and time (default: refused)")
     p.add_argument("--traced-workers", type=int, default=1, help="processes for traced estimates (default %(default)s)")
-    p.add_argument("--traced-queue", type=int, default=8,
+    p.add_argument("--traced-queue", type=int, default=32,
                    help="traced requests that may wait for a process; more are answered 503 (default %(default)s)")
     p.add_argument("--worker-memory-mb", type=int, default=8192,
                    help="address-space limit of each traced process, MiB (default %(default)s; 0: none)")
