@@ -20,7 +20,6 @@ HF_TOKEN (sent to the endpoint's host only), HTTPS_PROXY/HTTP_PROXY and the thre
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import http.client
 import json
@@ -34,6 +33,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote, urljoin, urlsplit
 
+try:
+    import fcntl
+except ImportError:  # not POSIX: the lock below serialises this process's threads only
+    fcntl = None  # type: ignore[assignment]
+
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 REVISION = re.compile(r"^[\w.-]{1,128}$")  # a branch, tag or commit: no slashes, no URL syntax
@@ -45,6 +49,7 @@ TIMEOUT_ENV = "AUTOCONF_HUB_TIMEOUT_S"
 MAX_CONFIG_BYTES = 1 * 2**20  # the largest configs (long id2label maps) are tens of KB
 MAX_REDIRECTS = 5  # the hub redirects a renamed repository once; 5 leaves room for a proxy or mirror
 CHUNK = 16 * 1024
+_THREADS = contextlib.nullcontext() if os.name == "posix" else threading.Lock()  # flock covers threads on POSIX
 
 
 class HubUnavailable(Exception):  # a reason, turned into ModelNotAvailableError by resolve
@@ -98,8 +103,9 @@ def _one_at_a_time(repo_id: str) -> Iterator[None]:
     locks = cache_dir() / ".autoconf-locks"
     locks.mkdir(parents=True, exist_ok=True)
     asked = time.time()
-    with open(locks / f"{repo_id.replace('/', '--')}.lock", "a+b") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    with _THREADS, open(locks / f"{repo_id.replace('/', '--')}.lock", "a+b") as handle:
+        if fcntl is not None:
+            fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             handle.seek(0)
             stamp, _, reason = handle.read(4096).decode("utf-8", "replace").partition(" ")
@@ -113,7 +119,8 @@ def _one_at_a_time(repo_id: str) -> Iterator[None]:
                 handle.flush()
                 raise
         finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            if fcntl is not None:
+                fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def download_config(repo_id: str, revision: str | None = None) -> Path:
