@@ -129,7 +129,8 @@ def report_hostile(counts: Counter[str], seconds: float) -> str:
     lines = ["## Hostile input (issue 27)", "",
              "`python bench/fuzz.py --surfaces hostile` (bench/hostile.py): one real server (`serve --data-dir D "
              "--allow-hub`, HF_ENDPOINT at a hostile loopback hub with a 2 s drip and the shipped 10 s deadline) "
-             "takes every POST route with files outside D that exist and that do not, a symlink out, a sparse "
+             "takes GET paths that try to leave /static, every POST route with files outside D that exist and that "
+             "do not, a symlink out, a sparse "
              "512 MiB .json; hostile uploads via /api/config and inline; hub ids served giant, giant-length, "
              "dripping, silent, redirect-looping, invalid, a list, slow headers (2 askers each); 20 parallel traced "
              "requests; then the CLI verbs with the issue's hostile flags and configs.", "",

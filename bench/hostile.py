@@ -4,6 +4,7 @@ One real server (``serve --data-dir D --allow-hub``, HF_ENDPOINT at tests/_hosti
 2 s drip, the shipped 10 s download deadline) takes, while a poller times /healthz every 50 ms and a sampler
 reads the resident memory of the server and its children:
 
+- GET paths that try to leave /static and /docs-assets;
 - every POST route (memory, time, tokens, cost, estimate, recommend, sweep) with ``model`` / ``dataset_path``
   naming files outside D that exist and that do not (an answer that differs between the two leaks existence),
   a symlink out of D, a sparse 512 MiB .json, and D's own config (answered);
@@ -30,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from tests._hostile import HUB_MODES, LLAMA, HostileHub, hostile_configs, tree_rss_kib
+from tests._hostile import GET_PATHS, HUB_MODES, LLAMA, SOURCE_MARKS, HostileHub, hostile_configs, tree_rss_kib
 from tests._server import serve
 
 SECRET = "H0ST1LE-27-SECRET"
@@ -97,6 +98,9 @@ def _paths(http: httpx.Client, outside: Path, counts: Counter[str]) -> None:
             counts[_outcome(a) if same else "leak"] += 1
         for name in ("link.json", "huge.json", "config.json"):
             counts[_outcome(http.post(f"/api/{route}", json=_body(route, model=name)))] += 1
+    for path in GET_PATHS:
+        res = http.get(path)
+        counts["echo" if any(m in res.text for m in SOURCE_MARKS) else _outcome(res, (200, 404, 405, 422))] += 1
 
 
 def _uploads(http: httpx.Client, store: Path, counts: Counter[str]) -> None:

@@ -5,7 +5,8 @@ broken or malicious hub would, chosen by the repository name: ``giant`` (an endl
 ``giant-length`` (announces 5 GB), ``drip`` (one byte every ``drip_s``), ``silent`` (accepts, never answers),
 ``loop`` (redirects to itself), ``invalid`` (not JSON), ``list`` (a JSON list), ``slowheaders`` (drips the
 status line), and ``good`` (a real config, Llama-3.2-1B's). It counts the requests per path.
-``HOSTILE_CONFIGS`` are config.json objects that once made HTTP 500s or out-of-memory.
+``hostile_configs()`` are config.json bodies that once made HTTP 500s or out-of-memory; ``GET_PATHS`` try to
+leave the GET routes' folders.
 """
 
 from __future__ import annotations
@@ -25,6 +26,12 @@ LLAMA_1B = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 819
 HUB_MODES = ("giant", "giant-length", "drip", "silent", "loop", "invalid", "list", "slowheaders")
 LLAMA = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
          "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256}  # Llama-3.1-8B config.json
+
+
+GET_PATHS = ["/static/../../../../etc/passwd", "/static/..%2f..%2f..%2fapp.py", "/static/%2e%2e/%2e%2e/paths.py",
+             "/docs-assets/..%2f..%2f..%2fetc%2fpasswd", "/api/models?x=" + "%00" * 100, "/healthz/../api/gpus",
+             "/static/" + "a" * 5000]
+SOURCE_MARKS = ("root:", "def allowed_path", "from __future__")  # /etc/passwd or server source in an answer
 
 
 def hostile_configs() -> dict[str, bytes]:

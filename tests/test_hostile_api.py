@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests._hostile import LLAMA, HostileHub, hostile_configs, tree_rss_kib
+from tests._hostile import GET_PATHS, LLAMA, SOURCE_MARKS, HostileHub, hostile_configs, tree_rss_kib
 from tests._server import serve
 
 SECRET = "S3CRET-27-e4a1"
@@ -235,3 +235,9 @@ def test_full_pool_is_503_and_a_timeout_ends_its_whole_process_tree(tmp_path: Pa
         assert left == [], left
         again = http.post("/api/memory", json={**body, "estimator": "theory"})
         assert again.status_code == 200
+
+
+@pytest.mark.parametrize("path", GET_PATHS)
+def test_get_routes_serve_nothing_outside_their_folders(closed: httpx.Client, path: str) -> None:
+    res = closed.get(path)
+    assert res.status_code < 500 and not any(m in res.text for m in SOURCE_MARKS), res.text[:200]
