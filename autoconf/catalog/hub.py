@@ -21,17 +21,18 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import http.client
 import json
 import os
 import re
-import socket
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import quote, urljoin, urlsplit
+
+if TYPE_CHECKING:  # imported where used: resolving a catalogue name never pays for http.client and ssl
+    import http.client
 
 try:
     import fcntl
@@ -165,6 +166,9 @@ def _store(repo_id: str, revision: str, data: bytes, commit: str | None) -> Path
 
 def _connection(url: str, timeout: float) -> tuple[http.client.HTTPConnection, str]:
     """A connection for ``url`` (through HTTP(S)_PROXY when set) and the request target to send."""
+    import http.client
+    import urllib.request
+
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise HubUnavailable(f"HF_ENDPOINT must be an http(s) URL; got scheme '{parts.scheme}'")
@@ -214,6 +218,9 @@ def fetch(url: str, token: str | None = None) -> tuple[bytes, str | None]:
 
 def _get_once(url: str, headers: dict[str, str], deadline: float, total: float) -> tuple[int, str, str | None, bytes]:
     """One request: (status, Location, X-Repo-Commit or X-Error-Code, body of a 200)."""
+    import http.client
+    import socket
+
     left = deadline - time.monotonic()
     if left <= 0:
         raise HubUnavailable(f"the hub did not answer within {total:g} s")
@@ -259,6 +266,8 @@ def _get_once(url: str, headers: dict[str, str], deadline: float, total: float) 
 
 def _cut(conn: http.client.HTTPConnection) -> None:
     """End a download at its deadline: shutting the socket wakes a read blocked in another thread."""
+    import socket
+
     sock = conn.sock
     if sock is not None:
         with contextlib.suppress(OSError):
