@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import subprocess
 import sys
@@ -22,13 +23,15 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve(*options: str, timeout: float = 60) -> Iterator[httpx.Client]:
-    """Start the server with ``options`` (e.g. --data-dir DIR), wait for /healthz, yield a client, stop it."""
+def serve(*options: str, timeout: float = 60, env: dict[str, str] | None = None) -> Iterator[httpx.Client]:
+    """Start the server with ``options`` (e.g. --data-dir DIR) and extra ``env``, wait for /healthz, yield a
+    client, stop it."""
     port = free_port()
     cmd = [sys.executable, "-m", "autoconf.interfaces.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
            *options]
     log = tempfile.NamedTemporaryFile(prefix="autoconf-serve-", suffix=".log", delete=False)  # noqa: SIM115
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)  # a file: a full pipe would stall the server
+    # stderr to a file: a full pipe would stall the server
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, env={**os.environ, **(env or {})})
     deadline = time.monotonic() + timeout
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=timeout) as http:
@@ -41,6 +44,7 @@ def serve(*options: str, timeout: float = 60) -> Iterator[httpx.Client]:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"server did not start: {Path(log.name).read_text(encoding='utf-8')}")
                 time.sleep(0.2)
+            http.server_pid = proc.pid  # type: ignore[attr-defined]  # for RSS checks
             yield http
     finally:
         proc.terminate()

@@ -262,8 +262,8 @@ def test_bad_config_upload_is_422(base: str, content: bytes, words: str) -> None
     assert detail["loc"] == ["config"] and words in detail["msg"]
 
 
-@pytest.mark.parametrize("change, loc", [({"tokens_per_sample": list(range(1, 12))}, ["body", "tokens_per_sample"]),
-                                         ({"batch_size": []}, ["body", "batch_size"]),
+@pytest.mark.parametrize("change, loc", [({"tokens_per_sample": list(range(1, 12))}, ["tokens_per_sample"]),
+                                         ({"batch_size": []}, ["batch_size"]),
                                          ({"model": "llama3.1-8bx"}, ["model"]),
                                          ({"gpu_model": "H900"}, ["gpu_model"])])
 def test_sweep_route_rejects_with_the_field(base: str, change: dict[str, Any], loc: list[str]) -> None:

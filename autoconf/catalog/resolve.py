@@ -20,9 +20,11 @@ from typing import Any
 from autoconf.catalog import hub
 from autoconf.catalog.architecture import Architecture
 from autoconf.catalog.catalogue import Entry, alias_index, entries, suggest
+from autoconf.catalog.config_bounds import check_config
 from autoconf.catalog.config_parse import parse_config
 from autoconf.catalog.config_view import (
     CatalogueModelError,
+    ConfigError,
     ModelNotAvailableError,
     read_json,
 )
@@ -98,7 +100,13 @@ def _local_config(text: str) -> Path | None:
 
 def _read(path: Path, name: str, how: str) -> Resolution:
     source = {"local": "local config", "cache": "Hugging Face cache", "download": "downloaded config"}[how]
-    data = read_json(path)
+    try:
+        data = read_json(path)
+    except ConfigError:
+        raise
+    except ValueError:  # an integer over the interpreter's digit limit (json.loads refuses it)
+        raise ConfigError(str(path), "holds a number too long to be a config value") from None
+    check_config(data, str(path))  # hostile shapes (huge layer counts, odd types) before the parser
     arch = parse_config(data, str(path), name=name, source=f"{source} {path}")
     config = {k: v for k, v in data.items() if k != "_autoconf"} if isinstance(data, dict) else {}
     return Resolution(arch, how, str(path), config)

@@ -9,7 +9,9 @@ aggregate. Input problems are 422 with the field (413 for a body over the size l
 
 Bounded work per request (issue 16): bodies are read up to ``serve --max-body-bytes`` and checked by
 guard.py (nesting, finite numbers, digits, string lengths); server files only under ``serve --data-dir``
-(paths.py); the work runs off the event loop (work.py) and is cut at ``serve --timeout-s``.
+(paths.py), hub ids only under ``serve --allow-hub``; the work runs off the event loop (work.py; traced in
+pool.py's bounded process pool, 503 + Retry-After when full) and is cut at ``serve --timeout-s``. The page's
+``/api/sweep`` and ``/api/config`` take the same path (issue 27).
 
     autoconf-gpu serve --host 127.0.0.1 --port 8000     # OpenAPI at /docs
 """
@@ -20,7 +22,6 @@ import asyncio
 import logging
 import os
 from collections.abc import Awaitable, Callable
-from concurrent.futures import BrokenExecutor
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -35,10 +36,12 @@ from autoconf import __version__
 from autoconf.catalog import get_architecture, get_gpu, list_gpus, list_models
 from autoconf.catalog.prices import list_prices
 from autoconf.errors import AutoconfError, NotBuiltError, UnknownNameError
+from autoconf.interfaces.api import pool as P
 from autoconf.interfaces.api import work as W
 from autoconf.interfaces.api.guard import BodyError, max_body_bytes
 from autoconf.interfaces.api.inputs import EstimateInput, FlatBody, seed_example
 from autoconf.interfaces.api.page import install
+from autoconf.interfaces.api.pagework import SweepBody
 
 log = logging.getLogger(__name__)
 
@@ -121,23 +124,26 @@ async def _read_capped(request: Request) -> bytes:
 
 
 async def _run(request: Request, route: str) -> Response:
-    """The route's work in a worker thread (a process for traced), cut at the timeout; never 5xx."""
+    """The route's work in a worker thread (the traced pool's process for traced), cut at the timeout; never 5xx
+    but the pool's 503 + Retry-After when it is full."""
     raw = await _read_capped(request)
-    heavy = W.is_heavy(raw)
+    headers: dict[str, str] = {}
     try:
-        job: Awaitable[tuple[int, bytes]] = (
-            asyncio.get_running_loop().run_in_executor(W.pool(), W.answer, route, raw) if heavy
-            else run_in_threadpool(W.answer, route, raw))
-        status, content = await asyncio.wait_for(job, timeout_s())
+        if W.is_heavy(raw):
+            status, content = await P.pool().run(W.answer, (route, raw), timeout_s())
+        else:
+            status, content = await asyncio.wait_for(run_in_threadpool(W.answer, route, raw), timeout_s())
     except TimeoutError:
-        if heavy:
-            W.stop_pool()
         status, content = W.error_bytes(["body"], f"needed more than {timeout_s():g} s of computation; ask for fewer "
                                         "configs or a faster estimator (theory)", "timeout")
-    except BrokenExecutor:
-        W.stop_pool()
-        status, content = W.error_bytes(["body"], "the traced estimator's process stopped; try again", "unavailable")
-    return Response(content, status_code=status, media_type="application/json")
+    except P.Busy as busy:
+        headers["Retry-After"] = str(busy.retry_after)
+        status, content = W.error_bytes(["body"], f"the traced estimator is busy; retry in {busy.retry_after} s",
+                                        "busy", status=503)
+    except P.Failed as failed:
+        status, content = W.error_bytes(["body"], f"{failed}; the request may need more memory than the server "
+                                        "allows (serve --worker-memory-mb)", "worker_failed")
+    return Response(content, status_code=status, media_type="application/json", headers=headers)
 
 
 async def _answer(request: Request, route: str) -> Response:
@@ -188,6 +194,29 @@ async def recommend(request: Request) -> Response:
     return await _run(request, "recommend")
 
 
+_SWEEP_DOC = {"requestBody": {"required": True, "content": {"application/json": {
+    "schema": {"$ref": "#/components/schemas/SweepBody"},
+    "example": {"model": "llama3.1-8b", "gpu_model": "A100", "tokens_per_sample": [1024, 4096], "batch_size": [8, 64]},
+}}}}
+_CONFIG_DOC = {"requestBody": {"required": True, "content": {"application/json": {
+    "schema": {"type": "object", "description": "A Hugging Face config.json (at most 256 KB)"},
+    "example": {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+                "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256},
+}}}}
+
+
+@app.post("/api/sweep", openapi_extra=_SWEEP_DOC,
+          summary="Fewest GPUs over tokens_per_sample × batch_size for one model and GPU")
+async def sweep(request: Request) -> Response:
+    return await _run(request, "sweep")
+
+
+@app.post("/api/config", openapi_extra=_CONFIG_DOC,
+          summary="Keep an uploaded Hugging Face config.json (checked first); answers the `model` to send")
+async def upload_config(request: Request) -> Response:
+    return await _run(request, "config")
+
+
 @app.get("/api/models", summary="Catalogued models that can be answered")
 async def models() -> JSONResponse:
     rows = []
@@ -224,7 +253,8 @@ def _openapi() -> dict[str, Any]:
         return app.openapi_schema
     schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
     _, defs = models_json_schema(
-        [(FlatBody, "validation"), (EstimateInput, "validation")], ref_template="#/components/schemas/{model}"
+        [(FlatBody, "validation"), (EstimateInput, "validation"), (SweepBody, "validation")],
+        ref_template="#/components/schemas/{model}",
     )
     schema.setdefault("components", {}).setdefault("schemas", {}).update(defs.get("$defs", {}))
     app.openapi_schema = schema
@@ -232,4 +262,4 @@ def _openapi() -> dict[str, Any]:
 
 
 app.openapi = _openapi  # type: ignore[method-assign]  # FastAPI's documented way to extend the schema
-install(app)  # the web page at /, /static, /api/sweep, /api/config and the offline /docs
+install(app)  # the web page at /, /static and the offline /docs

@@ -16,10 +16,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from autoconf.catalog import canonical_name, get_architecture, parse_param_count
+from autoconf.catalog import canonical_name, get_architecture, hub, parse_param_count
+from autoconf.catalog.catalogue import alias_index
 from autoconf.errors import AutoconfError, InvalidInputError
 from autoconf.interfaces.api.inputs import check_one_shape
-from autoconf.interfaces.api.paths import allowed_path, data_dir, looks_like_path, store_config, uploaded_config
+from autoconf.interfaces.api.paths import allow_hub, allowed_path, data_dir, looks_like_path
+from autoconf.interfaces.api.uploads import CONFIG_HINT, store_config, uploaded_config
 
 MAX_BODY_ENV = "AUTOCONF_API_MAX_BODY_BYTES"
 MAX_BODY_BYTES = 1_000_000  # 1 MB: the largest legitimate body (64 configs, 10,000 short texts) is far smaller
@@ -32,8 +34,6 @@ STRING_LIMITS = {k: NAME_CHARS for k in ("model", "gpu_model", "gpuModel", "meth
                                          "model_version", "provider", "text_field", "dataset_text_field", "strategy",
                                          "attention", "optimizer", "torch_dtype")}
 FREE_TEXT = ("texts",)  # uploaded dataset texts: bounded by the body size only
-CONFIG_HINT = ("must be a Hugging Face config.json object with a supported model_type and its size keys "
-               "(hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, vocab_size)")
 
 
 class BodyError(InvalidInputError):
@@ -112,7 +112,7 @@ def check_tree(value: Any) -> None:
             stack.extend((child, [*where, i]) for i, child in enumerate(item))
 
 
-def _config_path(path: Path, field: str) -> str:
+def _config_path(path: Path | str, field: str) -> str:
     """Read a config once here, so that any problem with it is one message that quotes nothing from it."""
     try:
         get_architecture(str(path))
@@ -122,40 +122,71 @@ def _config_path(path: Path, field: str) -> str:
 
 
 def _is_catalogued(text: str) -> bool:
-    try:
-        canonical_name(text)
+    if text.lower() in alias_index():  # a plain lookup: canonical_name's miss ranks suggestions (slow)
         return True
-    except AutoconfError:
-        pass
     try:
         return parse_param_count(text) is not None
     except (AutoconfError, OverflowError, ValueError):
         return True  # a (bad) count: the estimators answer it with the field's message, without files
 
 
+def _unknown(text: str, field: str, hint: str = "") -> AutoconfError:
+    """The catalogue's unknown-model error (closest names), named by ``field``, with ``hint`` appended."""
+    try:
+        canonical_name(text)
+        exc: AutoconfError = InvalidInputError(field, f"'{text}' is not a known model")
+    except AutoconfError as found:
+        exc = found
+    exc.field = field
+    exc.message += hint
+    return exc
+
+
+def _hub_model(text: str, field: str) -> str:
+    """A hub id the operator allows (``serve --allow-hub``): its config.json fetched (bounded, one download
+    per id at a time; this runs in a worker thread, never on the event loop) and checked; else refused."""
+    if not allow_hub():
+        raise _unknown(text, field, "; hub ids are downloaded only when the server runs with `serve --allow-hub`")
+    try:
+        hub.cached_config(text) or hub.download_config(text)
+    except hub.HubUnavailable as why:
+        raise InvalidInputError(field, f"'{text}' could not be fetched from the hub: {why}") from None
+    except OSError as exc:
+        raise InvalidInputError(field, f"'{text}' could not be cached ({exc.strerror or type(exc).__name__})") from None
+    return _config_path(text, field)
+
+
 def confine_model(value: Any, field: str) -> Any:
-    """A model value the server may use: catalogue names as they are, a config object stored privately,
-    a path only under --data-dir; an unknown name with a slash is an unknown model, never a file probe."""
+    """The one policy for a client's ``model`` (every route, /api/sweep included): catalogue names as they
+    are; a config object checked, then stored (uploads.py); a path only under --data-dir (paths.py); a hub id
+    only under ``serve --allow-hub``; anything else an unknown model. Nothing here stats a path outside
+    --data-dir, so no answer tells whether such a path exists."""
     if isinstance(value, dict):
-        return _config_path(store_config(value), field)
+        return str(store_config(value, field, detailed=False)[0])
     if not isinstance(value, str) or _is_catalogued(value.strip()):
         return value
     text = value.strip()
     stored = uploaded_config(text)
     if stored is not None:
         return _config_path(stored, field)
-    if looks_like_path(text, (".json",)):
-        return _config_path(allowed_path(text, field), field)
-    if "/" in text or "\\" in text:
-        root = data_dir()
-        if root is not None and (root / text).resolve().is_relative_to(root) and (root / text).is_file():
-            return _config_path(allowed_path(text, field), field)
-        try:
-            canonical_name(text)  # raises UnknownModelError with the closest catalogue names
-        except AutoconfError as exc:
-            exc.field = field
-            raise
-    return value
+    root = data_dir()
+    if looks_like_path(text, (".json",)) or (root is not None and _under(root, text)):
+        path = allowed_path(text, field)
+        if path.stat().st_size > hub.MAX_CONFIG_BYTES:  # a config.json is kilobytes; a dataset may be 64 MiB
+            raise InvalidInputError(field, f"a config.json must be at most {hub.MAX_CONFIG_BYTES} bytes")
+        return _config_path(path, field)
+    if hub.HUB_ID.match(text):
+        return _hub_model(text, field)
+    raise _unknown(text, field)
+
+
+def _under(root: Path, text: str) -> bool:
+    """Whether ``text`` names a file or folder under ``root`` (only ever asked inside the data directory)."""
+    try:
+        path = (root / text).resolve()
+        return path.is_relative_to(root) and path.exists()
+    except (OSError, RuntimeError, ValueError):
+        return False
 
 
 def _confine_file(section: dict[str, Any], key: str, field: str, always: bool) -> None:
@@ -178,7 +209,7 @@ def confine_paths(body: Any) -> set[str]:
             if isinstance(fm, dict) and "base_model_path" in fm:
                 fm["base_model_path"] = confine_model(fm["base_model_path"], f"configs.{i}.fm.base_model_path")
             if isinstance(data, dict) and data.get("dataset"):
-                _confine_file(data, "dataset", f"configs.{i}.data.dataset", always=False)
+                _confine_file(data, "dataset", f"configs.{i}.data.dataset", always=True)
                 named.add("dataset")
         return named
     if "model" in body:

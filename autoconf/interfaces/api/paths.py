@@ -6,24 +6,23 @@ path is resolved first (``..`` and every symlink), then must lie under the resol
 be a regular file (not a folder, FIFO, device or socket) and be at most ``MAX_FILE_BYTES``. Messages
 name the client's path and the rule broken, never anything read from a file.
 
+Hub ids (``org/name``) are downloaded only under ``serve --allow-hub`` (guard.py, through the bounded
+client of autoconf/catalog/hub.py); otherwise they are unknown models like any other name.
+
 The serve command passes its options to the server process (and to each uvicorn worker) through
 environment variables, read on every call so that the policy is the one the operator started with.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import stat
-import tempfile
-from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
 from autoconf.errors import InvalidInputError
 
 DATA_DIR_ENV = "AUTOCONF_API_DATA_DIR"  # set by `autoconf-gpu serve --data-dir DIR`
+ALLOW_HUB_ENV = "AUTOCONF_API_ALLOW_HUB"  # "1" under `autoconf-gpu serve --allow-hub`
 MAX_FILE_ENV = "AUTOCONF_API_MAX_FILE_BYTES"
 MAX_FILE_BYTES = 64 * 2**20  # a dataset or config larger than this is refused (bounded work per request)
 MAX_PATH_CHARS = 4096  # PATH_MAX on Linux
@@ -40,6 +39,11 @@ def data_dir() -> Path | None:
     """The resolved data directory the operator allowed, or None (every path refused)."""
     raw = os.environ.get(DATA_DIR_ENV, "")
     return Path(raw).resolve() if raw else None
+
+
+def allow_hub() -> bool:
+    """Whether the operator lets clients name hub ids that the server downloads (``serve --allow-hub``)."""
+    return os.environ.get(ALLOW_HUB_ENV, "") == "1"
 
 
 def max_file_bytes() -> int:
@@ -84,46 +88,3 @@ def looks_like_path(value: str, suffixes: tuple[str, ...] = DATASET_SUFFIXES) ->
     """A value a server would read as a file: absolute, relative with ./ ../ ~, or ending in a file suffix."""
     text = value.strip()
     return text.startswith(("/", ".", "~", "\\")) or text.lower().endswith(suffixes)
-
-
-@lru_cache(maxsize=1)
-def _upload_dir() -> Path:
-    """A private folder (0700, ours) for uploaded configs: one fixed name per user, so that the same
-    upload gets the same name in every worker and run; a fresh random one if that name is not safe."""
-    fixed = Path(tempfile.gettempdir()) / f"autoconf-api-uploads-{os.getuid()}"
-    try:
-        fixed.mkdir(mode=0o700, exist_ok=True)
-        info = fixed.lstat()
-        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o077:
-            return fixed
-    except OSError:
-        pass
-    return Path(tempfile.mkdtemp(prefix="autoconf-api-uploads-"))
-
-
-def uploaded_config(raw: str) -> Path | None:
-    """The stored upload ``raw`` names (a path ``store_config`` or ``POST /api/config`` answered), else None.
-
-    Only this server's private upload folder qualifies, and only regular files in it, resolved first: a client
-    can name a config it (or the page) uploaded, never any other file.
-    """
-    try:
-        path = Path(raw).expanduser().resolve()
-    except (OSError, RuntimeError, ValueError):
-        return None
-    folder = _upload_dir().resolve()
-    inside = path.parent == folder and path.name.startswith("config-") and path.suffix == ".json"
-    return path if inside and path.is_file() and not path.is_symlink() else None
-
-
-def store_config(config: dict[str, Any]) -> Path:
-    """An uploaded config.json object written (content-addressed) to this process's private folder."""
-    text = json.dumps(config, sort_keys=True, ensure_ascii=True)
-    if len(text) > max_file_bytes():
-        raise InvalidInputError("model", f"an uploaded config must be at most {max_file_bytes()} bytes")
-    path = _upload_dir() / f"config-{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
-    if not path.is_file() or path.read_text(encoding="utf-8") != text:  # another worker may be writing it
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    return path

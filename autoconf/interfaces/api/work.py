@@ -2,19 +2,16 @@
 
 ``answer(route, raw)`` never raises: every outcome is ``(status, JSON bytes)``, so it can run in a worker
 thread or in a child process (exceptions with custom constructors do not cross a process boundary).
-Requests for the traced estimator (seconds of Python-heavy CPU) run in a one-process pool so that the
-server's event loop never waits for the GIL they hold, and a request over its timeout is stopped by
-ending that process; everything else runs in the thread pool. No FastAPI here.
+Every POST route comes through here (``/api/sweep`` and ``/api/config`` included), so the body bounds, the
+file and hub policy (guard.py, paths.py) and the error mapping are the same everywhere. Requests for the
+traced estimator run in pool.py's bounded process pool; everything else in the thread pool. No FastAPI here.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import multiprocessing
-import os
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from pydantic import ValidationError
@@ -23,6 +20,7 @@ from autoconf.errors import AutoconfError, InvalidInputError, NotBuiltError, Unk
 from autoconf.interfaces.api.answers import recommend_for, results_for
 from autoconf.interfaces.api.guard import BodyError, confine_paths, parse_json
 from autoconf.interfaces.api.inputs import parse_body
+from autoconf.interfaces.api.pagework import sweep_for, upload_for
 
 log = logging.getLogger(__name__)
 PARTS = {
@@ -34,7 +32,6 @@ PARTS = {
 }
 FILE_FIELDS = {"path", "dataset", "text_field", "tokenizer", "dataset_path", "tokenizer_path"}
 HEAVY_MARK = b'"traced"'  # a body naming the traced estimator anywhere goes to the process pool
-_POOL: ProcessPoolExecutor | None = None
 
 
 def error_bytes(loc: list[Any], msg: str, kind: str, status: int = 422, **extra: Any) -> tuple[int, bytes]:
@@ -70,10 +67,12 @@ def _compute(route: str) -> Callable[[list[Any]], dict[str, Any]]:
 
 
 def _answer(route: str, raw: bytes) -> bytes:
+    if route == "config":  # the body is the config.json itself: checked in full, then stored
+        return render(upload_for(raw))
     body = parse_json(raw)
     named = confine_paths(body)
     try:
-        result = _compute(route)(parse_body(body))
+        result = sweep_for(body) if route == "sweep" else _compute(route)(parse_body(body))
     except AutoconfError as exc:
         raise _quiet(exc, named) from None
     try:
@@ -96,6 +95,8 @@ def answer(route: str, raw: bytes) -> tuple[int, bytes]:
         return 422, render({"detail": detail})
     except NotBuiltError as exc:
         return error_bytes(["estimator"], str(exc), "not_built")
+    except MemoryError:  # the traced process's memory limit (pool.py), or an extreme size
+        return error_bytes(["body"], "could not be estimated within the server's memory limit", "memory_error")
     except (ArithmeticError, RecursionError) as exc:  # extreme but valid-looking numbers
         return error_bytes(["body"], f"could not be estimated ({type(exc).__name__})", "arithmetic_error")
     except OSError as exc:  # a name the file system refuses (too long, bad characters)
@@ -109,24 +110,3 @@ def answer(route: str, raw: bytes) -> tuple[int, bytes]:
 
 def is_heavy(raw: bytes) -> bool:
     return HEAVY_MARK in raw
-
-
-def pool() -> ProcessPoolExecutor:
-    """The one-process pool for heavy requests (spawned: a fork of a threaded server is unsafe)."""
-    global _POOL
-    if _POOL is None:
-        _POOL = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
-    return _POOL
-
-
-def stop_pool() -> None:
-    """End the heavy pool's process (a request ran past its timeout); the next heavy request starts a new one."""
-    global _POOL
-    if _POOL is None:
-        return
-    processes = list(getattr(_POOL, "_processes", {}).values())  # the executor has no public way to kill
-    _POOL.shutdown(wait=False, cancel_futures=True)
-    for process in processes:
-        if process.is_alive():
-            os.kill(process.pid, 9)
-    _POOL = None

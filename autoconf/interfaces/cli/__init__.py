@@ -14,6 +14,7 @@ import errno
 import importlib
 import json
 import logging
+import math
 import sys
 import traceback
 
@@ -82,6 +83,18 @@ def check_bounds(args: argparse.Namespace) -> None:
             raise InvalidInputError(flag, f"must be an integer from {low} to {high}; got {value}")
 
 
+def check_values(argv: list[str], args: argparse.Namespace) -> None:
+    """Refuse what argparse lets through: ``--flag=--`` (argparse turns it into an empty list) and non-finite
+    numbers (``float`` accepts nan, inf and 1e999) in any flag of any verb."""
+    for token in argv:
+        if token.startswith("--") and token.endswith("=--"):
+            raise InvalidInputError(token.split("=", 1)[0], "needs a value; got '--'")
+    for name, value in vars(args).items():
+        values = value if isinstance(value, list) else [value]
+        if any(isinstance(v, float) and not math.isfinite(v) for v in values):
+            raise InvalidInputError(f"--{name.replace('_', '-')}", f"must be a finite number; got {value}")
+
+
 def check_config(args: argparse.Namespace) -> None:
     """Read a ``--model``/``--config`` that names a local config.json once, here, so that an odd file
     (a list, missing or mistyped keys) is one line naming the flag rather than an error deep inside."""
@@ -146,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser(verb if verb in COMMANDS else None).parse_args(argv)
         logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
+        check_values(argv, args)
         check_bounds(args)
         check_config(args)
         module = importlib.import_module(f"autoconf.interfaces.cli.{COMMANDS[args.command]}")

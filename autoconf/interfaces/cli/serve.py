@@ -2,7 +2,8 @@
 
 Options reach the app (and each of ``--workers`` processes) as environment variables read by
 autoconf/interfaces/api/paths.py, guard.py and app.py: which folder clients may name files in, the
-largest body and the longest computation of one request.
+largest body and the longest computation of one request, whether hub ids may be downloaded, and the
+traced estimator's pool (processes, queue, memory per process).
 """
 
 from __future__ import annotations
@@ -27,10 +28,17 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--max-body-bytes", type=int, default=1_000_000, help="largest request body (default %(default)s)")
     p.add_argument("--timeout-s", type=float, default=30.0,
                    help="longest computation of one request (default %(default)s)")
+    p.add_argument("--allow-hub", action="store_true", help="let clients name Hugging Face hub ids (org/name): "
+                   "the server downloads their config.json, bounded in size and time (default: refused)")
+    p.add_argument("--traced-workers", type=int, default=1, help="processes for traced estimates (default %(default)s)")
+    p.add_argument("--traced-queue", type=int, default=32,
+                   help="traced requests that may wait for a process; more are answered 503 (default %(default)s)")
+    p.add_argument("--worker-memory-mb", type=int, default=8192,
+                   help="address-space limit of each traced process, MiB (default %(default)s; 0: none)")
 
 
 def _environment(args: argparse.Namespace) -> dict[str, str]:
-    from autoconf.interfaces.api import guard, paths
+    from autoconf.interfaces.api import guard, paths, pool
 
     if not 0 < args.port < 65536:
         raise InvalidInputError("--port", f"must be from 1 to 65535; got {args.port}")
@@ -38,8 +46,15 @@ def _environment(args: argparse.Namespace) -> dict[str, str]:
         raise InvalidInputError("--workers", f"must be from 1 to {MAX_WORKERS}; got {args.workers}")
     if args.max_body_bytes < 1 or not 0 < args.timeout_s <= 86_400:
         raise InvalidInputError("--max-body-bytes/--timeout-s", "must be positive (timeout at most a day)")
+    if not 1 <= args.traced_workers <= MAX_WORKERS or not 0 <= args.traced_queue <= 4096:
+        raise InvalidInputError("--traced-workers/--traced-queue", f"must be 1 to {MAX_WORKERS} and 0 to 4096; "
+                                f"got {args.traced_workers} and {args.traced_queue}")
+    if not 0 <= args.worker_memory_mb <= 2**20:
+        raise InvalidInputError("--worker-memory-mb", f"must be from 0 to {2**20}; got {args.worker_memory_mb}")
     env = {guard.MAX_BODY_ENV: str(args.max_body_bytes), "AUTOCONF_API_TIMEOUT_S": str(args.timeout_s),
-           paths.DATA_DIR_ENV: ""}
+           paths.DATA_DIR_ENV: "", paths.ALLOW_HUB_ENV: "1" if args.allow_hub else "",
+           pool.WORKERS_ENV: str(args.traced_workers), pool.QUEUE_ENV: str(args.traced_queue),
+           pool.WORKER_MEMORY_ENV: str(args.worker_memory_mb)}
     if args.data_dir is not None:
         if not args.data_dir.is_dir():
             raise InvalidInputError("--data-dir", f"must be an existing folder; got {str(args.data_dir)!r}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -25,6 +26,7 @@ from autoconf.estimators.frame import OUTPUT_COLUMNS
 from autoconf.interfaces.cli.recommend import add_search_arguments
 
 HEADER_BYTES = 1 << 16  # how much of an existing file is read to recognise a sweep header
+RAY_ADDRESS = re.compile(r"^(auto|local|(ray://)?[A-Za-z0-9.\-\[\]:]+:[0-9]{1,5})$")
 WRITE_CHUNK = 10_000  # rows per to_csv chunk (bounds the memory of the text being written)
 
 
@@ -98,9 +100,16 @@ def _mode(path: Path) -> int:
     return 0o666 & ~umask
 
 
+def check_ray_address(address: str | None) -> None:
+    """A Ray address as ``ray.init`` takes it: auto, local, host:port or ray://host:port (else exit 2)."""
+    if address is not None and not RAY_ADDRESS.match(address.strip()):
+        raise InvalidInputError("--ray-address", f"must be auto, local, HOST:PORT or ray://HOST:PORT; got {address!r}")
+
+
 def run(args: argparse.Namespace) -> int:
     from autoconf.recommend.frame import recommend_frame
 
+    check_ray_address(args.ray_address)
     output = Path(args.output)
     check_output(output, args.force)
     frame = pd.read_csv(args.input, encoding="utf-8")
