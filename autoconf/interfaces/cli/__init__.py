@@ -145,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in argv
     try:
         args = build_parser(verb if verb in COMMANDS else None).parse_args(argv)
+        args.argv = list(argv)  # which flags were typed (--from: a typed flag beats the file)
         logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
         check_bounds(args)
         check_config(args)
