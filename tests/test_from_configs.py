@@ -1,0 +1,152 @@
+"""``--from FILE``: 37 training configurations of 7 stacks, each read into the fields that decide memory.
+
+The table's expected values were written by reading each fixture (tests/fixtures/configs/, see its README),
+not by running the readers: the model the file names, method, sequence length, micro-batch per GPU,
+gradient accumulation, precision, activation checkpointing and the sharding on the file's own GPU count.
+Where a file leaves a field out, the expectation is the stack's documented default (named in the reader's
+docstring) or ours (4096 tokens; checkpointing on), and the answer lists that field as defaulted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autoconf.catalog.catalogue import alias_index
+from autoconf.estimators.theory.estimator import TheoryEstimator
+from autoconf.interfaces.configs import build_inputs, read_configs
+from autoconf.interfaces.configs.detect import read_text
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures" / "configs"
+GPU = "NVIDIA-A100-80GB-PCIe"
+
+# files -> (model named in the file, method, seq_len, micro_batch, grad_accum, dtype, checkpointing, strategy, GPUs)
+TABLE: dict[str, tuple[str, str, int, int, int, str, bool, str, int]] = {
+    "axolotl/lora-1b.yml": ("NousResearch/Llama-3.2-1B", "lora", 2048, 2, 2, "bf16", True, "ddp", 1),
+    "axolotl/qlora-fsdp-70b.yaml": ("meta-llama/Meta-Llama-3-70B", "qlora", 1024, 1, 4, "bf16", True, "fsdp", 1),
+    "axolotl/fft-8b-zero3.yaml": ("meta-llama/Llama-3.1-8B", "full", 4096, 1, 8, "bf16", True, "zero3", 1),
+    "axolotl/qwen-lora-8bit.yml": ("Qwen/Qwen2.5-7B", "lora", 2048, 2, 4, "bf16", False, "ddp", 1),
+    "axolotl/mistral-qlora-liger.yml": ("mistralai/Mistral-7B-v0.1", "qlora", 8192, 1, 4, "bf16", True, "ddp", 1),
+    "torchtune/8B_lora_single_device.yaml": ("meta-llama/Llama-3.1-8B", "lora", 2048, 2, 8, "bf16", True, "ddp", 1),
+    "torchtune/70B_full.yaml": ("meta-llama/Llama-3.1-70B", "full", 4096, 2, 1, "bf16", True, "ddp", 1),
+    "torchtune/1B_full_single_device.yaml": ("meta-llama/Llama-3.2-1B", "full", 4096, 4, 1, "bf16", False, "ddp", 1),
+    "torchtune/8B_qlora_single_device.yaml": ("meta-llama/Llama-3.1-8B", "qlora", 8192, 2, 16, "bf16", True, "ddp", 1),
+    "torchtune/qwen2_5_7B_lora.yaml": ("Qwen/Qwen2.5-7B-Instruct", "lora", 1024, 4, 4, "bf16", False, "ddp", 1),
+    "llama-factory/llama3_lora_sft.yaml": ("meta-llama/Meta-Llama-3-8B-Instruct", "lora", 2048, 1, 8, "bf16", True,
+                                           "ddp", 1),
+    "llama-factory/llama3_lora_sft_ds3.yaml": ("meta-llama/Meta-Llama-3-8B-Instruct", "lora", 4096, 2, 2, "bf16", True,
+                                               "zero3", 1),
+    "llama-factory/qwen2_5_full_sft.yaml": ("Qwen/Qwen2.5-7B-Instruct", "full", 8192, 1, 2, "amp-bf16", True, "zero2", 1),
+    "llama-factory/llama3_qlora_sft.yaml": ("meta-llama/Meta-Llama-3-8B-Instruct", "qlora", 1024, 4, 4, "bf16", True,
+                                            "ddp", 1),
+    "llama-factory/mistral_lora_liger.yaml": ("mistralai/Mistral-7B-v0.3", "lora", 2048, 8, 1, "bf16", False, "ddp", 1),
+    "llama-factory/qwen3_full_pure_bf16.yaml": ("Qwen/Qwen3-4B", "full", 2048, 2, 4, "bf16", True, "ddp", 1),
+    "trl/sft_qwen_lora.yaml+trl/deepspeed_zero3.yaml": ("Qwen/Qwen2.5-1.5B", "lora", 2048, 4, 4, "bf16", True, "zero3", 8),
+    "trl/training_args_full.json": ("meta-llama/Llama-3.2-3B", "full", 4096, 2, 16, "amp-bf16", True, "fsdp", 1),
+    "trl/sft_gemma_qlora.yaml": ("google/gemma-2-9b", "qlora", 1024, 2, 8, "bf16", True, "ddp", 1),
+    "trl/sft_smollm_fsdp2.yaml+trl/fsdp2.yaml": ("HuggingFaceTB/SmolLM2-1.7B", "full", 8192, 1, 4, "amp-bf16", True,
+                                                 "fsdp", 4),
+    "trl/sft_phi_zero2.json": ("microsoft/phi-2", "full", 512, 16, 1, "amp-fp16", True, "zero2", 1),
+    "trl/sft_mistral_ddp.yaml+trl/multi_gpu.yaml": ("mistralai/Mistral-7B-v0.1", "lora", 1024, 4, 2, "amp-bf16", True,
+                                                    "ddp", 16),
+    "fms-hf-tuning/granite_lora.json": ("ibm-granite/granite-3.1-8b-instruct", "lora", 4096, 4, 4, "bf16", True, "ddp", 1),
+    "fms-hf-tuning/llama_full_fsdp.json": ("meta-llama/Llama-3.1-8B", "full", 8192, 2, 1, "bf16", True, "fsdp", 1),
+    "fms-hf-tuning/mistral_qlora.json": ("mistralai/Mistral-7B-v0.1", "qlora", 2048, 8, 2, "bf16", True, "ddp", 1),
+    "fms-hf-tuning/granite_full_packing.json": ("ibm-granite/granite-3.1-2b-base", "full", 1024, 16, 1, "bf16", False,
+                                                "ddp", 1),
+    "fms-hf-tuning/qwen_lora_eager.json": ("Qwen/Qwen2.5-3B", "lora", 16384, 1, 8, "amp-bf16", True, "ddp", 1),
+    "litgpt/llama-3.1-8b-qlora.yaml": ("meta-llama/Meta-Llama-3.1-8B", "qlora", 512, 2, 4, "bf16", False, "ddp", 1),
+    "litgpt/llama-2-7b-lora.yaml": ("meta-llama/Llama-2-7b-hf", "lora", 512, 2, 4, "bf16", False, "ddp", 1),
+    "litgpt/phi-2-full.yaml": ("microsoft/phi-2", "full", 512, 4, 1, "bf16", False, "fsdp", 2),
+    "litgpt/tiny-llama-lora-mixed.yaml": ("TinyLlama/TinyLlama-1.1B-Chat-v1.0", "lora", 1024, 4, 4, "amp-bf16", False,
+                                          "fsdp", 4),
+    "litgpt/llama-3.2-1b-full.yaml": ("meta-llama/Llama-3.2-1B", "full", 2048, 16, 4, "fp32", False, "ddp", 1),
+    "ms-swift/qwen2_5_lora.sh": ("Qwen/Qwen2.5-7B-Instruct", "lora", 2048, 1, 16, "bf16", True, "ddp", 1),
+    "ms-swift/qwen3_full_zero3.sh": ("Qwen/Qwen3-8B", "full", 8192, 2, 4, "bf16", True, "zero3", 8),
+    "ms-swift/llama_qlora.sh": ("meta-llama/Llama-3.1-8B-Instruct", "qlora", 4096, 2, 8, "bf16", True, "ddp", 1),
+    "ms-swift/atom_style_v2.sh": ("mistralai/Mistral-7B-v0.1", "lora", 2048, 1, 16, "bf16", True, "ddp", 1),
+    "ms-swift/gemma_lora_ddp.sh": ("google/gemma-2-2b", "lora", 1024, 4, 2, "bf16", False, "zero2", 4),
+}
+FRAMEWORK = {"axolotl": "axolotl", "torchtune": "torchtune", "llama-factory": "llama-factory", "trl": "hf-trainer",
+             "fms-hf-tuning": "fms-hf-tuning", "litgpt": "litgpt", "ms-swift": "ms-swift"}
+
+
+def _same_model(named: str, read: str) -> bool:
+    index = alias_index()
+    bare = named.lower().rsplit("/", 1)[-1]
+    return index.get(read.lower(), read) in (index.get(named.lower()), index.get(bare))
+
+
+def test_the_table_covers_30_files_of_7_stacks() -> None:
+    assert len(TABLE) >= 30 and len({files.split("/")[0] for files in TABLE}) >= 7
+
+
+@pytest.mark.parametrize("files", sorted(TABLE))
+def test_each_file_is_read_and_answered(files: str) -> None:
+    model, method, seq_len, micro, accum, dtype, checkpoint, strategy, gpus = TABLE[files]
+    found = read_configs([FIXTURES / f for f in files.split("+")])
+    job, placement = build_inputs(found, {}, GPU)
+    assert _same_model(model, job.model), (model, job.model)
+    assert (job.method, job.tokens_per_sample, job.gradient_accumulation_steps, job.dtype) == (method, seq_len, accum,
+                                                                                                dtype)
+    assert job.batch_size == micro * accum * placement.dp and placement.number_gpus == gpus
+    assert (job.gradient_checkpointing, placement.effective_strategy) == (checkpoint, strategy)
+    assert job.framework == FRAMEWORK[files.split("/")[0]]
+    estimate = TheoryEstimator().estimate(job, placement)
+    assert estimate.memory.peak_bytes > 0
+    report = found.report()
+    assert set(report["read"]) | set(report["defaulted"]) >= {"model", "method", "seq_len", "micro_batch"}
+
+
+def test_what_the_file_leaves_out_is_listed_as_defaulted() -> None:
+    report = read_configs([FIXTURES / "torchtune/70B_full.yaml"]).report()
+    assert "seq_len" in report["defaulted"]  # tokenizer.max_seq_len: null
+    assert "learning_rate" not in report["no_effect"]  # nested under optimizer, which was read
+    assert {"epochs", "checkpointer", "metric_logger"} <= set(report["no_effect"])
+
+
+def _cli(*argv: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-m", "autoconf.interfaces.cli", *argv], capture_output=True, text=True,
+                          env=env, timeout=120, check=False)
+
+
+def test_flags_beside_from_override_the_file() -> None:
+    done = _cli("estimate", "--from", str(FIXTURES / "axolotl/lora-1b.yml"), "--seq-len", "4096",
+                "--per-device-batch", "1", "--json")
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["job"]["tokens_per_sample"] == 4096 and answer["job"]["batch_size"] == 1 * 2
+    assert answer["job"]["framework"] == "axolotl" and answer["job"]["method"] == "lora"
+    assert answer["from"]["overridden_by_flags"] == ["micro_batch", "seq_len"]
+    assert "learning_rate" in answer["from"]["no_effect"]
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("base_model: meta-llama/Llama-3.1-8B\nmicro_batch_size: two\n", "axolotl key 'micro_batch_size' must be an integer"),
+    ("model_name_or_path: x/y\nfinetuning_type: prefix\n", "llama-factory key 'finetuning_type' must be lora, full"),
+    ('{"model_name_or_path": "m", "peft_method": "pt"}', "fms-hf-tuning key 'peft_method'"),
+    ("checkpoint_dir: checkpoints/a/b\nprecision: bf17\ntrain: {}\n", "litgpt key 'precision' must be one of"),
+    ("model:\n  _component_: torchtune.models.foo.bar_7b\n", "torchtune key 'model._component_'"),
+    ("swift sft --model Qwen/Qwen3-8B --max_length long\n", "ms-swift key 'max_length' must be an integer"),
+    ("learning_rate: 1e-4\nwarmup: 3\n", "not a training config of a known stack"),
+    ("a: [1, 2\n", "neither JSON nor YAML could read it at line"),
+])
+def test_a_file_that_cannot_be_read_is_one_line_naming_key_and_format(tmp_path: Path, text: str,
+                                                                     expected: str) -> None:
+    path = tmp_path / "train.yaml"
+    path.write_text(text, encoding="utf-8")
+    done = _cli("estimate", "--from", str(path))
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert expected in done.stderr
+
+
+def test_content_reads_the_same_as_the_file() -> None:
+    path = FIXTURES / "ms-swift/qwen3_full_zero3.sh"
+    assert read_text(path.read_text(encoding="utf-8")).values == read_configs([path]).values
