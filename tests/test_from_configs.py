@@ -150,3 +150,21 @@ def test_a_file_that_cannot_be_read_is_one_line_naming_key_and_format(tmp_path: 
 def test_content_reads_the_same_as_the_file() -> None:
     path = FIXTURES / "ms-swift/qwen3_full_zero3.sh"
     assert read_text(path.read_text(encoding="utf-8")).values == read_configs([path]).values
+
+
+def test_recommend_takes_from_and_the_same_job_flags_as_estimate() -> None:
+    config = str(FIXTURES / "litgpt/phi-2-full.yaml")  # phi-2 full, 2 devices, micro 4, global 8
+    done = _cli("recommend", "--from", config, "--gpu", "A100-80GB", "--estimator", "theory", "--seq-len", "1024",
+                "--json")
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["from"]["format"] == "litgpt" and answer["from"]["overridden_by_flags"] == ["seq_len"]
+    assert answer["estimate"]["job"]["tokens_per_sample"] == 1024 and answer["estimate"]["job"]["batch_size"] == 8
+    assert answer["estimate"]["job"]["framework"] == "litgpt"
+    both = ("--method", "lora", "--seq-len", "2048", "--grad-accum", "2", "--lora-rank", "16", "--dtype", "bf16")
+    estimate = _cli("estimate", "--model", "phi-2", *both, "--json")
+    recommend = _cli("recommend", "--model", "phi-2", "--gpu", "A100-80GB", "--estimator", "theory", *both, "--json")
+    assert estimate.returncode == 0 and recommend.returncode == 0, estimate.stderr + recommend.stderr
+    fields = ("method", "tokens_per_sample", "gradient_accumulation_steps", "lora_r", "dtype")
+    job = json.loads(estimate.stdout)["job"]
+    assert {f: job[f] for f in fields} == {f: json.loads(recommend.stdout)["estimate"]["job"][f] for f in fields}
