@@ -168,3 +168,25 @@ def test_recommend_takes_from_and_the_same_job_flags_as_estimate() -> None:
     fields = ("method", "tokens_per_sample", "gradient_accumulation_steps", "lora_r", "dtype")
     job = json.loads(estimate.stdout)["job"]
     assert {f: job[f] for f in fields} == {f: json.loads(recommend.stdout)["estimate"]["job"][f] for f in fields}
+
+
+def test_sweep_reads_a_from_column_once_per_distinct_file(tmp_path: Path) -> None:
+    rows = ["from,gpu_model,number_gpus,tokens_per_sample",
+            f"{FIXTURES / 'axolotl/lora-1b.yml'},NVIDIA-A100-80GB-PCIe,,",
+            f"{FIXTURES / 'axolotl/lora-1b.yml'},NVIDIA-A100-80GB-PCIe,,4096",
+            "../trl/sft_qwen_lora.yaml+../trl/deepspeed_zero3.yaml,NVIDIA-H100-80GB-HBM3,,"]
+    (tmp_path / "trl").mkdir()
+    for name in ("sft_qwen_lora.yaml", "deepspeed_zero3.yaml"):  # the third row's paths are relative to the CSV
+        (tmp_path / "trl" / name).write_bytes((FIXTURES / "trl" / name).read_bytes())
+    (tmp_path / "sweeps").mkdir()
+    (tmp_path / "sweeps" / "in.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    done = _cli("sweep", "--input", str(tmp_path / "sweeps" / "in.csv"), "--output", str(tmp_path / "out.csv"),
+                "--estimator", "theory")
+    assert done.returncode == 0, done.stderr
+    import pandas as pd
+
+    out = pd.read_csv(tmp_path / "out.csv")
+    assert out["error"].isna().all(), out["error"].tolist()
+    assert out["tokens_per_sample"].tolist() == [2048, 4096, 2048]  # the row's own cell wins
+    assert out["framework"].tolist() == ["axolotl", "axolotl", "hf-trainer"]
+    assert out["number_gpus"].tolist()[2] == 8 and out["strategy"].tolist()[2] == "zero3"
