@@ -34,7 +34,7 @@ COMMANDS: dict[str, str] = {
     "tokens": "tokens",
     "probe": "probe", "measure": "measure",
     "recommend": "recommend", "models": "models",
-    "data": "data", "check": "check",
+    "data": "data", "check": "check", "mcp": "mcp",
 }
 PROG = "autoconf-gpu"
 USAGE_EXIT = 2  # argparse's convention: a problem with the input

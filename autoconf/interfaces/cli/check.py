@@ -111,24 +111,29 @@ def largest_micro_batch(estimator: Estimator, job: Job, placement: Placement, ga
     return high if ok(high) else low
 
 
+def answer(estimator: Estimator, job: Job, placement: Placement, gate: float, max_gpus: int) -> dict[str, Any]:
+    """The guard's answer (the --json object, less ``from``); the MCP tool ``check`` returns the same."""
+    fits, risk, peak = passes(estimator, job, placement, gate)
+    out: dict[str, Any] = {
+        "fits": fits, "oom_risk": round(risk, 4), "gate": gate, "peak_gib": round(peak, 2),
+        "gpu": placement.gpu_model, "number_gpus": placement.number_gpus, "nodes": placement.workers,
+        "micro_batch": job.batch_size // (placement.dp * job.gradient_accumulation_steps),
+        "estimator": estimator.name, "job": job.model_dump(mode="json"), "placement": placement.model_dump(mode="json"),
+    }
+    if not fits:
+        out["fewest_gpus"] = fewest_gpus(estimator, job, placement, gate, max_gpus)
+        out["largest_micro_batch"] = largest_micro_batch(estimator, job, placement, gate)
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     found, overridden, job, placement = inputs(args)
     estimator = get_estimator(args.estimator, args.model_version)
-    fits, risk, peak = passes(estimator, job, placement, args.max_oom_risk)
-    micro = job.batch_size // (placement.dp * job.gradient_accumulation_steps)
-    answer: dict[str, Any] = {
-        "fits": fits, "oom_risk": round(risk, 4), "gate": args.max_oom_risk, "peak_gib": round(peak, 2),
-        "gpu": placement.gpu_model, "number_gpus": placement.number_gpus, "nodes": placement.workers,
-        "micro_batch": micro, "estimator": estimator.name, "job": job.model_dump(mode="json"),
-        "placement": placement.model_dump(mode="json"),
-    }
-    if not fits:
-        answer["fewest_gpus"] = fewest_gpus(estimator, job, placement, args.max_oom_risk, args.max_gpus)
-        answer["largest_micro_batch"] = largest_micro_batch(estimator, job, placement, args.max_oom_risk)
+    result = answer(estimator, job, placement, args.max_oom_risk, args.max_gpus)
     if found is not None:
-        answer["from"] = found.report(overridden)
-    print(json.dumps(answer, indent=2) if args.json else _text(answer))
-    return 0 if fits else NOT_FIT_EXIT
+        result["from"] = found.report(overridden)
+    print(json.dumps(result, indent=2) if args.json else _text(result))
+    return 0 if result["fits"] else NOT_FIT_EXIT
 
 
 def _text(a: dict[str, Any]) -> str:
