@@ -85,6 +85,14 @@ def catalogue_name(text: str) -> str:
     return index[bare] if "/" in low and bare in index else text.strip()
 
 
+def take(rest: dict[str, Any], *keys: str) -> tuple[str, Any]:
+    """The first of ``keys`` present in ``rest`` (removed from it), and its value; ('', None) if none is."""
+    for key in keys:
+        if key in rest:
+            return key, rest.pop(key)
+    return "", None
+
+
 def as_int(found: FromFile, key: str, value: object, low: int = 1) -> int | None:
     if value is None or value == "":
         return None

@@ -19,7 +19,8 @@ import yaml
 
 from autoconf.errors import InvalidInputError
 from autoconf.interfaces.configs.common import FromFile
-from autoconf.interfaces.configs.hf import precision, read_accelerate, read_deepspeed, read_fms, read_trl
+from autoconf.interfaces.configs.hf import precision, read_fms, read_trl
+from autoconf.interfaces.configs.launch import read_accelerate, read_deepspeed
 from autoconf.interfaces.configs.stacks import read_axolotl, read_litgpt, read_llama_factory
 from autoconf.interfaces.configs.swift import is_swift, read_swift
 from autoconf.interfaces.configs.torchtune import read_torchtune

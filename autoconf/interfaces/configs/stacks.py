@@ -20,8 +20,10 @@ from autoconf.interfaces.configs.common import (
     as_int,
     catalogue_name,
     set_optimizer,
+    take,
 )
-from autoconf.interfaces.configs.hf import read_deepspeed_ref, read_fsdp_config, read_lora, read_training_args, take
+from autoconf.interfaces.configs.hf import read_lora, read_training_args
+from autoconf.interfaces.configs.launch import read_deepspeed_ref, read_fsdp_config
 
 LF_CUTOFF = 2048  # LLaMA-Factory DataArguments.cutoff_len default
 LITGPT_PRECISION = {"bf16-true": "bf16", "bf16-mixed": "amp-bf16", "16-true": "fp16", "16-mixed": "amp-fp16",

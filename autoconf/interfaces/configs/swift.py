@@ -11,8 +11,9 @@ import re
 import shlex
 from typing import Any
 
-from autoconf.interfaces.configs.common import ConfigKeyError, FromFile, as_int, catalogue_name
-from autoconf.interfaces.configs.hf import read_deepspeed_ref, read_lora, read_training_args, take, weights_dtype
+from autoconf.interfaces.configs.common import ConfigKeyError, FromFile, as_int, catalogue_name, take
+from autoconf.interfaces.configs.hf import read_lora, read_training_args, weights_dtype
+from autoconf.interfaces.configs.launch import read_deepspeed_ref
 
 COMMAND = re.compile(r"\bswift\s+(sft|pt|rlhf)\b")
 ENV = re.compile(r"^([A-Z_][A-Z0-9_]*)=(\S*)$")

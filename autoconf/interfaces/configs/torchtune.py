@@ -16,8 +16,8 @@ from autoconf.interfaces.configs.common import (
     as_int,
     catalogue_name,
     set_optimizer,
+    take,
 )
-from autoconf.interfaces.configs.hf import take
 
 SIZE = re.compile(r"^(?P<size>\d+(?:_\d+)?[bm])(?:_\w+)?$")  # 8b, 0_5b, 7b_instruct (the tail is the variant)
 # torchtune builder family (before the size) -> the catalogue's hub id pattern (size in upper case, '_' as '.')
