@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from autoconf.catalog import hub
@@ -46,10 +47,29 @@ def test_unknown_name_without_network_is_one_quick_line(env: dict[str, str], tmp
 
 
 def _startup_seconds() -> float:
+    """The same process without the hub: start-up, imports and the parser (``estimate --help``)."""
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "import autoconf.interfaces.cli"], env={**os.environ, "PYTHONPATH": str(ROOT)},
-                   check=True)
+    subprocess.run([sys.executable, "-m", "autoconf.interfaces.cli", "estimate", "--help"], capture_output=True,
+                   env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True)
     return time.perf_counter() - started
+
+
+def test_a_sweep_of_unknown_names_asks_each_once(tmp_path: Path) -> None:
+    rows = ["model,gpu_model,number_gpus", *["someorg/unknown-a,NVIDIA-A100-80GB-PCIe,1"] * 20,
+            *["someorg/unknown-b,NVIDIA-A100-80GB-PCIe,1"] * 20, "llama3.2-1b,NVIDIA-A100-80GB-PCIe,1"]
+    (tmp_path / "in.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    done, seconds = _cli("sweep", "--input", str(tmp_path / "in.csv"), "--output", str(tmp_path / "out.csv"),
+                         "--estimator", "theory", HF_ENDPOINT=UNRESOLVABLE, HF_HOME=str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    errors = pd.read_csv(tmp_path / "out.csv")["error"].fillna("")
+    assert errors.str.contains("cannot resolve the hub's host").sum() == 40 and errors.iloc[-1] == ""
+    assert "Retrying" not in done.stderr
+    known = tmp_path / "known.csv"  # the same sweep with catalogued names: no hub at all
+    known.write_text("\n".join(r.replace("someorg/unknown-a", "llama3.2-1b").replace("someorg/unknown-b", "phi-2")
+                               for r in rows) + "\n", encoding="utf-8")
+    _, baseline = _cli("sweep", "--input", str(known), "--output", str(tmp_path / "known-out.csv"), "--estimator",
+                       "theory", HF_ENDPOINT=UNRESOLVABLE, HF_HOME=str(tmp_path))
+    assert seconds <= baseline + 2.0  # one failed lookup (≤ 1 s) for the two names, not 40
 
 
 def test_each_unknown_name_is_asked_for_once(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -64,7 +64,7 @@ def read_text(text: str, name: str = "<content>") -> FromFile:
         found = FromFile("ms-swift", name, "ms-swift")
         found.put("framework", "ms-swift", "ms-swift format")
         read_swift(found, text)
-        return found
+        return settle(found)
     try:
         data = json.loads(text) if text.lstrip().startswith("{") else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
@@ -85,6 +85,15 @@ def read_text(text: str, name: str = "<content>") -> FromFile:
         reader(found, data)
     except (AttributeError, TypeError):  # a section of the wrong shape (a list where a mapping belongs, ...)
         raise InvalidInputError("--from", f"{name}: a {fmt} section has the wrong shape (a mapping was expected)") from None
+    return settle(found)
+
+
+def settle(found: FromFile) -> FromFile:
+    """QLoRA computes in the 16-bit dtype over NF4 weights: autocast over fp32 (LitGPT's bf16-mixed) means that
+    16-bit dtype here."""
+    dtype = str(found.values.get("dtype", ""))
+    if found.values.get("method") == "qlora" and dtype.startswith("amp-"):
+        found.put("dtype", dtype.removeprefix("amp-"), f"{found.sources['dtype']} (QLoRA: 16-bit compute over NF4)")
     return found
 
 
@@ -122,7 +131,7 @@ def merge(parts: Sequence[FromFile]) -> FromFile:
     main.sources.pop("autocast", None)
     if autocast and "dtype" not in main.values:
         main.put("dtype", precision(None, autocast == "bf16", autocast == "fp16"), "mixed_precision")
-    return main
+    return settle(main)
 
 
 def read_configs(paths: Sequence[str | Path]) -> FromFile:
