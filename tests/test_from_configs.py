@@ -16,8 +16,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from autoconf.catalog.catalogue import alias_index
+from autoconf.errors import InvalidInputError
 from autoconf.estimators.theory.estimator import TheoryEstimator
 from autoconf.interfaces.configs import build_inputs, read_configs
 from autoconf.interfaces.configs.detect import read_text
@@ -137,6 +141,7 @@ def test_flags_beside_from_override_the_file() -> None:
     ("swift sft --model Qwen/Qwen3-8B --max_length long\n", "ms-swift key 'max_length' must be an integer"),
     ("learning_rate: 1e-4\nwarmup: 3\n", "not a training config of a known stack"),
     ("a: [1, 2\n", "neither JSON nor YAML could read it at line"),
+    ("base_model: m\n1: 2\nmicro_batch_size: 1e400\n", "axolotl key 'micro_batch_size' must be an integer"),
 ])
 def test_a_file_that_cannot_be_read_is_one_line_naming_key_and_format(tmp_path: Path, text: str,
                                                                      expected: str) -> None:
@@ -190,3 +195,25 @@ def test_sweep_reads_a_from_column_once_per_distinct_file(tmp_path: Path) -> Non
     assert out["tokens_per_sample"].tolist() == [2048, 4096, 2048]  # the row's own cell wins
     assert out["framework"].tolist() == ["axolotl", "axolotl", "hf-trainer"]
     assert out["number_gpus"].tolist()[2] == 8 and out["strategy"].tolist()[2] == "zero3"
+
+
+KEYS = ("base_model", "sequence_len", "micro_batch_size", "adapter", "lora_target_modules", "model",
+        "finetuning_type", "cutoff_len", "checkpoint_dir", "train", "devices", "precision", "peft_method",
+        "training_data_path", "per_device_train_batch_size", "fsdp", "fsdp_config", "deepspeed", "distributed_type",
+        "num_processes", "zero_optimization", "bf16", "torch_dtype", "optimizer", "gradient_checkpointing")
+VALUES = st.recursive(st.none() | st.booleans() | st.integers(-10**30, 10**30) | st.floats() | st.text(max_size=12),
+                      lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(KEYS), inner,
+                                                                                   max_size=3), max_leaves=6)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(st.sampled_from(KEYS), VALUES, min_size=1, max_size=6))
+def test_any_mapping_is_read_or_refused_in_one_line(data: dict[str, object]) -> None:
+    """Random keys of every format with random values: an answer, or an InvalidInputError; nothing else."""
+    try:
+        found = read_text(json.dumps(data, default=str))
+        build_inputs(found, {"model": "llama3.2-1b"}, GPU)
+    except InvalidInputError as exc:
+        assert "\n" not in str(exc).strip()
+    except ValidationError:  # a value the file allowed but a Job refuses: the CLI's describe() makes it one line
+        pass

@@ -9,6 +9,7 @@ line naming the key and the format (``ConfigKeyError``, exit code 2 on the CLI).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +36,9 @@ JOB_KNOBS = ("method", "dtype", "lora_r", "lora_alpha", "lora_dropout", "lora_ta
 SHOWN = ("model", "framework", "method", "dtype", "seq_len", "micro_batch", "grad_accum", "gpus_per_node", "nodes",
          "strategy", "offload", "gradient_checkpointing", "attention", "lora_r", "lora_target_modules", "optimizer",
          "packing", "fused_loss")
+
+
+MAX_INT = 2**31 - 1  # far above any batch, length or GPU count; keeps arithmetic on the values small
 
 
 class ConfigKeyError(InvalidInputError):
@@ -67,7 +71,7 @@ class FromFile:
         defaulted = [k for k in SHOWN if k not in self.values and k not in given]
         return {"format": self.format, "file": self.path, "framework": self.framework, "read": read,
                 "defaulted": defaulted, "overridden_by_flags": sorted(given & set(SHOWN)),
-                "no_effect": self.unused, "notes": self.notes}
+                "no_effect": [str(k) for k in self.unused], "notes": self.notes}
 
 
 def _show(value: object) -> str:
@@ -100,9 +104,9 @@ def as_int(found: FromFile, key: str, value: object, low: int = 1) -> int | None
         raise ConfigKeyError(found.path, found.format, key, f"must be an integer; got {value!r}")
     try:
         number = float(value)
-    except ValueError:
+    except (ValueError, OverflowError):
         raise ConfigKeyError(found.path, found.format, key, f"must be an integer; got {value!r}") from None
-    if number != int(number) or number < low:
+    if not math.isfinite(number) or number != int(number) or number < low or number > MAX_INT:
         raise ConfigKeyError(found.path, found.format, key, f"must be an integer >= {low}; got {value!r}")
     return int(number)
 
@@ -111,9 +115,12 @@ def as_float(found: FromFile, key: str, value: object) -> float | None:
     if value is None or value == "":
         return None
     try:
-        return float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
         raise ConfigKeyError(found.path, found.format, key, f"must be a number; got {value!r}") from None
+    if not math.isfinite(number):
+        raise ConfigKeyError(found.path, found.format, key, f"must be a finite number; got {value!r}")
+    return number
 
 
 def as_bool(found: FromFile, key: str, value: object) -> bool | None:
