@@ -32,6 +32,7 @@ def test_fits_is_exit_0() -> None:
     assert done.returncode == 0 and done.stdout.startswith("FITS:") and "launched" in done.stdout, done.stderr
 
 
+@pytest.mark.slow
 def test_does_not_fit_is_exit_1_with_the_fewest_gpus_and_the_largest_micro_batch() -> None:
     config = FIXTURES / "torchtune/70B_full.yaml"  # full fine-tuning of Llama 3.1 70B, batch 2 per device
     done = _shell(f"{GUARD} --from {config} --gpu A100-80GB --gpus 1 --json")
@@ -48,6 +49,7 @@ def test_does_not_fit_is_exit_1_with_the_fewest_gpus_and_the_largest_micro_batch
     assert fewer.returncode == 1
 
 
+@pytest.mark.slow
 def test_the_largest_micro_batch_fits_and_one_more_does_not() -> None:
     config = FIXTURES / "torchtune/8B_lora_single_device.yaml"
     done = _shell(f"{GUARD} --from {config} --gpu A100-40GB --per-device-batch 64 --json")

@@ -157,6 +157,7 @@ def test_content_reads_the_same_as_the_file() -> None:
     assert read_text(path.read_text(encoding="utf-8")).values == read_configs([path]).values
 
 
+@pytest.mark.slow
 def test_recommend_takes_from_and_the_same_job_flags_as_estimate() -> None:
     config = str(FIXTURES / "litgpt/phi-2-full.yaml")  # phi-2 full, 2 devices, micro 4, global 8
     done = _cli("recommend", "--from", config, "--gpu", "A100-80GB", "--estimator", "theory", "--seq-len", "1024",
@@ -175,6 +176,7 @@ def test_recommend_takes_from_and_the_same_job_flags_as_estimate() -> None:
     assert {f: job[f] for f in fields} == {f: json.loads(recommend.stdout)["estimate"]["job"][f] for f in fields}
 
 
+@pytest.mark.slow
 def test_sweep_reads_a_from_column_once_per_distinct_file(tmp_path: Path) -> None:
     rows = ["from,gpu_model,number_gpus,tokens_per_sample",
             f"{FIXTURES / 'axolotl/lora-1b.yml'},NVIDIA-A100-80GB-PCIe,,",
@@ -206,6 +208,7 @@ VALUES = st.recursive(st.none() | st.booleans() | st.integers(-10**30, 10**30) |
                                                                                    max_size=3), max_leaves=6)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(st.sampled_from(KEYS), VALUES, min_size=1, max_size=6))
 def test_any_mapping_is_read_or_refused_in_one_line(data: dict[str, object]) -> None:

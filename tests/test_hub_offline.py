@@ -54,6 +54,7 @@ def _startup_seconds() -> float:
     return time.perf_counter() - started
 
 
+@pytest.mark.slow
 def test_a_sweep_of_unknown_names_asks_each_once(tmp_path: Path) -> None:
     rows = ["model,gpu_model,number_gpus", *["someorg/unknown-a,NVIDIA-A100-80GB-PCIe,1"] * 20,
             *["someorg/unknown-b,NVIDIA-A100-80GB-PCIe,1"] * 20, "llama3.2-1b,NVIDIA-A100-80GB-PCIe,1"]
