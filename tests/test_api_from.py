@@ -29,7 +29,8 @@ def test_config_content_fills_the_body(client: httpx.Client) -> None:
     # the file: Meta-Llama-3-8B-Instruct, quantization_bit 4 + lora, micro 4 × accumulation 4 on one GPU
     assert (job["method"], job["batch_size"], job["gradient_accumulation_steps"]) == ("qlora", 16, 4)
     assert job["framework"] == "llama-factory" and job["tokens_per_sample"] == 2048  # the body's field wins
-    assert any(n.startswith("from_config (llama-factory") and "learning_rate" in n for n in answer["notes"])
+    note = next(n for n in answer["notes"] if n.startswith("from_config (llama-factory"))
+    assert "learning_rate" in note and "seq_len <-" not in note  # the body's tokens_per_sample overrides the file
 
 
 def test_config_with_its_accelerate_file(client: httpx.Client) -> None:

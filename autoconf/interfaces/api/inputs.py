@@ -242,6 +242,7 @@ def parse_body(body: Any) -> list[Resolved]:
 
 def _with_config(body: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """The body with its ``from_config`` read into the fields it leaves out, and a note of what was read."""
+    from autoconf.interfaces.configs.common import FIELD_KNOBS
     from autoconf.interfaces.configs.detect import MAX_BYTES, read_texts
     from autoconf.interfaces.configs.frame import row_fields
 
@@ -253,7 +254,7 @@ def _with_config(body: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         fields = row_fields(found, {"gpu_model": body.get("gpu_model"), "number_gpus": body.get("number_gpus")})
     except AutoconfError as exc:
         raise InvalidInputError("from_config", exc.message.removeprefix("<content>: ")) from None
-    report = found.report({k for k in body if k in _FLAT_FIELDS})
+    report = found.report({FIELD_KNOBS[k] for k in body if k in FIELD_KNOBS and body[k] is not None})
     note = (f"from_config ({report['format']}, framework {report['framework']}): read "
             + "; ".join(f"{k} <- {v}" for k, v in report["read"].items())
             + (f"; defaulted: {', '.join(report['defaulted'])}" if report["defaulted"] else "")

@@ -38,6 +38,13 @@ SHOWN = ("model", "framework", "method", "dtype", "seq_len", "micro_batch", "gra
          "packing", "fused_loss")
 
 
+# Job / Placement field -> the knob it sets (REST and MCP bodies and sweep rows name fields, not knobs)
+FIELD_KNOBS = {"model": "model", "method": "method", "dtype": "dtype", "tokens_per_sample": "seq_len",
+               "batch_size": "micro_batch", "gradient_accumulation_steps": "grad_accum", "number_gpus": "gpus_per_node",
+               "gpus_per_worker": "gpus_per_node", "strategy": "strategy", "offload": "offload", "lora_r": "lora_r",
+               "gradient_checkpointing": "gradient_checkpointing", "attention": "attention", "framework": "framework",
+               "lora_target_modules": "lora_target_modules", "optimizer": "optimizer", "packing": "packing",
+               "fused_loss": "fused_loss"}
 MAX_INT = 2**31 - 1  # far above any batch, length or GPU count; keeps arithmetic on the values small
 
 
