@@ -137,7 +137,7 @@ def test_flags_beside_from_override_the_file() -> None:
     ("model_name_or_path: x/y\nfinetuning_type: prefix\n", "llama-factory key 'finetuning_type' must be lora, full"),
     ('{"model_name_or_path": "m", "peft_method": "pt"}', "fms-hf-tuning key 'peft_method'"),
     ("checkpoint_dir: checkpoints/a/b\nprecision: bf17\ntrain: {}\n", "litgpt key 'precision' must be one of"),
-    ("model:\n  _component_: torchtune.models.foo.bar_7b\n", "torchtune key 'model._component_'"),
+    ("model:\n  _component_: torchtune.models.foo.bar_7b\n", "the file names no model this reader maps"),
     ("swift sft --model Qwen/Qwen3-8B --max_length long\n", "ms-swift key 'max_length' must be an integer"),
     ("learning_rate: 1e-4\nwarmup: 3\n", "not a training config of a known stack"),
     ("a: [1, 2\n", "neither JSON nor YAML could read it at line"),
@@ -220,3 +220,13 @@ def test_any_mapping_is_read_or_refused_in_one_line(data: dict[str, object]) -> 
         assert "\n" not in str(exc).strip()
     except ValidationError:  # a value the file allowed but a Job refuses: the CLI's describe() makes it one line
         pass
+
+
+def test_a_model_the_reader_cannot_map_is_named_by_the_flag(tmp_path: Path) -> None:
+    path = tmp_path / "recipe.yaml"
+    path.write_text("model:\n  _component_: torchtune.models.gemma3.lora_gemma3_12b\nbatch_size: 2\n", encoding="utf-8")
+    done = _cli("estimate", "--from", str(path), "--model", "gemma-3-12b-it", "--json")
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["job"]["method"] == "lora" and answer["job"]["batch_size"] == 2
+    assert answer["from"]["overridden_by_flags"] == ["model"] and "give --model" in answer["from"]["notes"][0]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from autoconf.errors import InvalidInputError
 from autoconf.interfaces.configs import FromFile, read_configs
 
 # knob of a config -> estimate's flags (dest) that override it
@@ -73,6 +74,8 @@ def apply_to_estimate_args(args: argparse.Namespace, found: FromFile, overridden
     """Write the file's knobs into estimate's flags where no flag was typed; returns the knobs that have no
     estimate flag (packing, nodes), for the caller to set on the Job / Placement."""
     values = {k: v for k, v in found.values.items() if k not in overridden}
+    if "model" not in found.values and "model" not in overridden:
+        raise InvalidInputError("model", "the file names no model this reader maps to ours: give --model beside it")
     if "model" in values:
         args.model, args.config, args.params = values["model"], None, None
     method = values.get("method")

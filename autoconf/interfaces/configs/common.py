@@ -185,7 +185,8 @@ def build_inputs(found: FromFile | None, overrides: Mapping[str, Any], gpu_model
     """Job and Placement from the file's knobs, with ``overrides`` (flags given beside --from) on top."""
     knobs = {**DEFAULTS, **(found.values if found else {}), **{k: v for k, v in overrides.items() if v is not None}}
     if "model" not in knobs:
-        raise InvalidInputError("model", "the file names no model: give --model")
+        raise InvalidInputError("model", "the file names no model this reader maps to ours: give --model (or the "
+                                "model field) beside it")
     tp, pp = int(knobs["tp"]), int(knobs["pp"])
     gpus = int(knobs["gpus_per_node"]) * int(knobs["nodes"])
     dp = max(gpus // (tp * pp), 1)

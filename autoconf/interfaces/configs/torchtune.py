@@ -32,8 +32,9 @@ FAMILIES = {
 LORA_MODULES = {"q_proj": "q_proj", "k_proj": "k_proj", "v_proj": "v_proj", "output_proj": "o_proj"}
 
 
-def model_from_builder(found: FromFile, component: str) -> tuple[str, str]:
-    """(model, method) from a builder path such as torchtune.models.llama3_1.qlora_llama3_1_8b."""
+def model_from_builder(component: str) -> tuple[str | None, str]:
+    """(model, method) from a builder path such as torchtune.models.llama3_1.qlora_llama3_1_8b; the model is
+    None for a builder this reader does not map (the caller's --model then names it)."""
     name = component.rsplit(".", 1)[-1]
     method, _, rest = name.partition("_") if name.startswith(("lora_", "qlora_")) else ("full", "", name)
     for family in sorted(FAMILIES, key=len, reverse=True):  # qwen2_5 before qwen2
@@ -41,15 +42,17 @@ def model_from_builder(found: FromFile, component: str) -> tuple[str, str]:
         if size is not None:
             hub_id = FAMILIES[family].format(size=size.group("size").replace("_", ".").upper())
             return catalogue_name(hub_id), method
-    raise ConfigKeyError(found.path, found.format, "model._component_", f"names a builder this reader does not map "
-                         f"to a model ({name}); give --model beside --from")
+    return None, method
 
 
 def read_torchtune(found: FromFile, data: dict[str, Any]) -> None:
     rest = dict(data)
     model = dict(take(rest, "model")[1])
-    name, method = model_from_builder(found, str(model.pop("_component_")))
+    component = str(model.pop("_component_"))
+    name, method = model_from_builder(component)
     found.put("model", name, "model._component_")
+    if name is None:
+        found.notes.append(f"model._component_ {component}: no catalogue model for this builder; give --model")
     found.put("method", method, "model._component_")
     if method != "full":
         found.put("lora_r", as_int(found, "model.lora_rank", model.pop("lora_rank", None)), "model.lora_rank")
