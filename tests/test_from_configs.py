@@ -230,3 +230,22 @@ def test_a_model_the_reader_cannot_map_is_named_by_the_flag(tmp_path: Path) -> N
     answer = json.loads(done.stdout)
     assert answer["job"]["method"] == "lora" and answer["job"]["batch_size"] == 2
     assert answer["from"]["overridden_by_flags"] == ["model"] and "give --model" in answer["from"]["notes"][0]
+
+
+@pytest.mark.parametrize("files", sorted(TABLE))
+def test_the_cli_reads_each_file_as_the_library_does(files: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """estimate --from (flags filled from the file) and build_inputs (REST, MCP, sweep) agree on every file."""
+    from autoconf.interfaces.cli import main
+
+    paths = [str(FIXTURES / f) for f in files.split("+")]
+    argv = ["estimate", *[w for p in paths for w in ("--from", p)], "--gpu", GPU, "--json"]
+    assert main(argv) == 0, capsys.readouterr().err
+    cli = json.loads(capsys.readouterr().out)
+    job, placement = build_inputs(read_configs(paths), {}, GPU)
+    fields = ("model", "method", "tokens_per_sample", "batch_size", "gradient_accumulation_steps",
+              "gradient_checkpointing", "attention", "framework", "optimizer", "lora_r", "packing")
+    assert {f: cli["job"][f] for f in fields} == {f: getattr(job, f) for f in fields}
+    dtype = {"int8": "bf16"}.get(cli["job"]["dtype"], cli["job"]["dtype"])
+    assert dtype == job.dtype
+    assert (cli["placement"]["number_gpus"], cli["placement"]["offload"]) == (placement.number_gpus, placement.offload)
+    assert (cli["placement"]["strategy"] or "ddp") == (placement.strategy or "ddp")
