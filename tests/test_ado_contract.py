@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 REQUIRED = ["model_name", "method", "gpu_model", "tokens_per_sample", "batch_size"]
 COMMON_OPTIONAL = ["model_version", "estimator", "gpus_per_node", "dtype", "gradient_accumulation_steps",
                    "gradient_checkpointing", "attention", "fused_loss", "lora_r", "framework", "images_per_sample",
-                   "image_resolution", "freeze_vision"]
+                   "image_resolution", "freeze_vision", "from_config"]
 CONTRACT = {
     "min_gpu_recommender": {
         "required": REQUIRED,
@@ -73,7 +73,7 @@ DEFAULTS = {
     "gradient_checkpointing": True, "attention": "flash", "fused_loss": False, "lora_r": 8,
     "framework": "fms-hf-tuning",  # ado's SFTTrainer stack (the CLI/REST default is hf-trainer)
     "images_per_sample": 0, "image_resolution": 0, "freeze_vision": True,  # text-only; 0 = the model's resolution
-    "max_gpus": 64, "max_oom_risk": 0.05, "strict": False,
+    "max_gpus": 64, "max_oom_risk": 0.05, "strict": False, "from_config": "",
 }
 # model_name and gpu_model values of the predecessor's published space (reference/ibm-ado-autoconf-readme.md)
 PUBLISHED_SPACE_MODELS = (
@@ -300,3 +300,20 @@ def test_any_point_in_the_domains_is_answered(data: st.DataObject) -> None:
     est = experiments.resource_estimate(**point, number_gpus=data.draw(st.integers(1, 128)))
     assert est["fits"] in (0, 1)
     assert est["fits"] == 1 or est["reason"] or est["peak_memory_gib"] > est["capacity_gib"]
+
+
+def test_from_config_sets_the_fields_the_point_leaves_at_their_defaults() -> None:
+    text = (ROOT / "tests/fixtures/configs/axolotl/mistral-qlora-liger.yml").read_text(encoding="utf-8")
+    base = {"model_name": "mistral-7b-v0.1", "method": "qlora", "gpu_model": "NVIDIA-A100-80GB-PCIe",
+            "tokens_per_sample": 8192, "batch_size": 4, "number_gpus": 1, "estimator": "theory"}
+    plain_answer = experiments.resource_estimate(**base)
+    with_file = experiments.resource_estimate(**base, from_config=text)
+    # the file adds the Liger fused loss, paged 8-bit AdamW and axolotl's stack: less memory at the loss
+    assert with_file["fits"] in (0, 1) and with_file["peak_memory_gib"] < plain_answer["peak_memory_gib"]
+    from autoconf.interfaces.ado.answers import job_of
+
+    job = job_of({**base, "from_config": text, "gradient_checkpointing": True, "lora_r": 64})
+    assert (job.framework, job.fused_loss, job.optimizer, job.lora_r) == ("axolotl", True, "paged-adamw-8bit", 64)
+    assert job.lora_target_modules == ("all-linear",) and job.packing is True
+    bad = experiments.resource_estimate(**base, from_config="base_model: x\nmicro_batch_size: two\n")
+    assert bad["fits"] == 0 and "axolotl key 'micro_batch_size'" in bad["reason"]

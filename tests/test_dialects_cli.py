@@ -93,12 +93,17 @@ def test_space_separated_targets_and_comma_lists_agree() -> None:
     assert a["memory"] == b["memory"]
 
 
-def test_defaults_that_differ_are_noted() -> None:
-    out = _run("estimate", "--model", "llama3.1-8b", "--dp", "2").stdout
+def test_defaults_that_differ_are_noted_only_when_asked() -> None:
+    quiet = _run("estimate", "--model", "llama3.1-8b", "--dp", "2").stdout
+    assert "not given" not in quiet  # the default answer carries only notes that change how to read it
+    out = _run("estimate", "--model", "llama3.1-8b", "--dp", "2", "-v").stdout
+    assert out == _run("-v", "estimate", "--model", "llama3.1-8b", "--dp", "2").stdout
     for flag in ("--flashattn", "--grad-checkpoint", "--seq-len", "--zero", "--grad-ckpt-reduction",
                  "--attn-act-factor-fa", "--mlp-act-factor", "--fragmentation-gib", "--misc-overhead-gib"):
         assert any(line.startswith(f"note: {flag} not given") for line in out.splitlines()), flag
-    given = _run("estimate", "--model", "llama3.1-8b", "--flashattn", "true", "--seq-len", "2048").stdout
+    given = _run("estimate", "--model", "llama3.1-8b", "--flashattn", "true", "--seq-len", "2048", "--format",
+                 "budget").stdout
+    assert "note: --grad-checkpoint not given" in given
     assert "note: --flashattn" not in given and "note: --seq-len" not in given
 
 

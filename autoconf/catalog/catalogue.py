@@ -134,11 +134,17 @@ def alias_index() -> dict[str, str]:
 
 
 def suggest(name: str, n: int = 5) -> list[str]:
-    """The catalogue names closest to ``name``, each scored by its best-matching spelling."""
-    key, best = name.strip().lower(), dict[str, float]()
+    """The catalogue names closest to ``name``, each scored by its best-matching spelling (remembered: a sweep
+    naming one unknown model in many rows pays for the comparison once)."""
+    return list(_suggest(name.strip().lower(), n))
+
+
+@lru_cache(maxsize=1024)
+def _suggest(key: str, n: int) -> tuple[str, ...]:
+    best = dict[str, float]()
     for spelling, target in alias_index().items():
         for form in {spelling, spelling.rsplit("/", 1)[-1]}:
             score = difflib.SequenceMatcher(None, key, form).ratio()
             best[target] = max(best.get(target, 0.0), score)
     ranked = sorted((score, target) for target, score in best.items() if score >= CUTOFF)
-    return [target for _, target in sorted(ranked, key=lambda pair: -pair[0])[:n]]
+    return tuple(target for _, target in sorted(ranked, key=lambda pair: -pair[0])[:n])

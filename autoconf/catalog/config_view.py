@@ -51,11 +51,12 @@ class ModelNotAvailableError(CatalogueModelError):
 
     def __init__(self, name: str, suggestions: list[str], why: str) -> None:
         super().__init__(name, suggestions)
+        rest = self.message.split("is not a known model", 1)[1]
         AutoconfError.__init__(
             self, "model",
-            f"{self.message}; it is not a local path, not in the Hugging Face cache and was not downloaded ({why}). "
-            "Supply it as a catalogue name, as a path to its config.json (or the folder holding it), "
-            "or through a local Hugging Face cache (HF_HUB_CACHE or HF_HOME)",
+            f"'{name}' could not be fetched: {why}. It is not catalogued{rest}, not a local path and not in the "
+            "Hugging Face cache; supply it as a catalogue name, as a path to its config.json (or the folder holding "
+            "it), or through a local Hugging Face cache (HF_HUB_CACHE or HF_HOME)",
         )
 
 

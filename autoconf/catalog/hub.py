@@ -15,6 +15,11 @@ meanwhile, its reason). Every
 failure is ``HubUnavailable`` with one short reason, never a response body. HF_ENDPOINT, HF_HUB_OFFLINE,
 HF_TOKEN (sent to the endpoint's host only), HTTPS_PROXY/HTTP_PROXY and the three timeouts
 (``AUTOCONF_HUB_TIMEOUT_S``, total; connect and read are capped by it) are read at call time.
+
+Quick and quiet without a network: HF_HUB_OFFLINE is checked first; then the endpoint's host name is
+resolved once per process (at most RESOLVE_TIMEOUT_S), so a host that cannot be resolved fails in about a
+second with that cause; and a repository that could not be fetched is not asked for again for
+FAILURE_MEMORY_S (a sweep pays once per distinct name; a server tries again after it).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import hashlib
 import json
 import os
 import re
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -50,6 +56,10 @@ TIMEOUT_ENV = "AUTOCONF_HUB_TIMEOUT_S"
 MAX_CONFIG_BYTES = 1 * 2**20  # the largest configs (long id2label maps) are tens of KB
 MAX_REDIRECTS = 5  # the hub redirects a renamed repository once; 5 leaves room for a proxy or mirror
 CHUNK = 16 * 1024
+RESOLVE_TIMEOUT_S = 1.0  # a resolver that has not answered in a second is treated as no network
+FAILURE_MEMORY_S = 60.0  # a failed id is not asked for again this long (a sweep; a server retries after it)
+_FAILED: dict[tuple[str, str | None, str, int], tuple[float, str]] = {}  # (repo, rev, endpoint, token hash) -> when, why
+_RESOLVED: dict[str, str | None] = {}  # host -> None if it resolves, else why not
 _THREADS = contextlib.nullcontext() if os.name == "posix" else threading.Lock()  # flock covers threads on POSIX
 
 
@@ -124,10 +134,52 @@ def _one_at_a_time(repo_id: str) -> Iterator[None]:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def host_problem(endpoint: str) -> str | None:
+    """Why the endpoint's host cannot be resolved (None if it can), asked once per host per process and
+    given at most RESOLVE_TIMEOUT_S: a resolver that hangs without a network counts as unreachable."""
+    host = urlsplit(endpoint).hostname or ""
+    if host in _RESOLVED:
+        return _RESOLVED[host]
+    found: list[str | None] = []
+
+    def ask() -> None:
+        try:
+            socket.getaddrinfo(host, None)
+            found.append(None)
+        except (OSError, UnicodeError) as exc:
+            found.append(f"cannot resolve the hub's host '{host}' ({getattr(exc, 'strerror', None) or exc}): "
+                         "no network or DNS; set HF_HUB_OFFLINE=1 to skip the hub")
+
+    worker = threading.Thread(target=ask, daemon=True)
+    worker.start()
+    worker.join(RESOLVE_TIMEOUT_S)
+    why = found[0] if found else (f"the hub's host '{host}' did not resolve within {RESOLVE_TIMEOUT_S:g} s: "
+                                  "no network or DNS; set HF_HUB_OFFLINE=1 to skip the hub")
+    _RESOLVED[host] = why
+    return why
+
+
 def download_config(repo_id: str, revision: str | None = None) -> Path:
-    """Download ``repo_id``'s config.json into the cache (bounded; see the module docstring)."""
+    """Download ``repo_id``'s config.json into the cache (bounded; see the module docstring); a failure is
+    remembered for FAILURE_MEMORY_S, so a sweep asks for a name once."""
     if offline():
         raise HubUnavailable("offline: HF_HUB_OFFLINE is set")
+    endpoint = (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+    key = (repo_id, revision, endpoint, hash(os.environ.get("HF_TOKEN") or ""))
+    failed = _FAILED.get(key)
+    if failed is not None and time.monotonic() - failed[0] < FAILURE_MEMORY_S:
+        raise HubUnavailable(failed[1])
+    try:
+        return _download(repo_id, revision, endpoint)
+    except HubUnavailable as exc:
+        _FAILED[key] = (time.monotonic(), str(exc))
+        raise
+
+
+def _download(repo_id: str, revision: str | None, endpoint: str) -> Path:
+    why = host_problem(endpoint)
+    if why is not None:
+        raise HubUnavailable(why)
     if not HUB_ID.match(repo_id) or (revision is not None and not REVISION.match(revision)):
         raise HubUnavailable("not a hub id (org/name) and revision")
     rev = revision or "main"
@@ -135,7 +187,6 @@ def download_config(repo_id: str, revision: str | None = None) -> Path:
         cached = cached_config(repo_id, revision)
         if cached is not None:  # another thread or process fetched it while we waited
             return cached
-        endpoint = (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
         url = f"{endpoint}/{quote(repo_id)}/resolve/{quote(rev, safe='')}/config.json"
         data, commit = fetch(url, os.environ.get("HF_TOKEN") or None)
         return _store(repo_id, rev, data, commit)

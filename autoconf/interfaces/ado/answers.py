@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from functools import lru_cache
 from typing import Any
 
 from pydantic import ValidationError
 
+from autoconf.defaults import ADO_FRAMEWORK
 from autoconf.errors import AutoconfError, NotBuiltError, describe
 from autoconf.estimators.contract import Estimator, get_estimator
 from autoconf.recommend.objectives import Choice, Chosen, avoid_oom_batch, chosen, throughput_batch
@@ -46,8 +48,30 @@ def job_of(point: Point) -> Job:
     knobs = {name: plain(point[name]) for name in JOB_KNOBS if name in point}
     if not knobs.get("image_resolution"):  # ado spells "the model's own resolution" as 0
         knobs.pop("image_resolution", None)
+    if point.get("from_config"):
+        knobs = config_knobs(str(point["from_config"]), knobs)
     return Job(model=point["model_name"], method=point["method"], tokens_per_sample=plain(point["tokens_per_sample"]),
                batch_size=plain(point["batch_size"]), **knobs)
+
+
+@lru_cache(maxsize=64)
+def _config_fields(text: str) -> tuple[tuple[str, Any], ...]:
+    """The Job fields a training config's text sets (read once per distinct text)."""
+    from autoconf.interfaces.configs.common import JOB_KNOBS as CONFIG_JOB_KNOBS
+    from autoconf.interfaces.configs.detect import read_text
+
+    found = read_text(text, "from_config")
+    fields = {k: v for k, v in found.values.items() if k in CONFIG_JOB_KNOBS and k != "method"}
+    if "grad_accum" in found.values:
+        fields["gradient_accumulation_steps"] = found.values["grad_accum"]
+    return tuple(sorted(fields.items()))
+
+
+def config_knobs(text: str, knobs: dict[str, Any]) -> dict[str, Any]:
+    """The point's knobs with the config's fields where the point has a knob at its default (or none)."""
+    defaults = {name: Job.model_fields[name].default for name in JOB_KNOBS} | {"framework": ADO_FRAMEWORK}
+    kept = {k: v for k, v in knobs.items() if v != defaults.get(k)}
+    return {**knobs, **dict(_config_fields(text)), **kept}
 
 
 def estimator_of(name: str, model_version: str) -> tuple[Estimator, str]:

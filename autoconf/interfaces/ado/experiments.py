@@ -68,7 +68,7 @@ def min_gpu_recommender(
     gradient_checkpointing: bool = JOB["gradient_checkpointing"], attention: str = JOB["attention"],
     fused_loss: bool = JOB["fused_loss"], lora_r: int = JOB["lora_r"], framework: str = JOB["framework"],
     images_per_sample: int = JOB["images_per_sample"], image_resolution: int = JOB["image_resolution"],
-    freeze_vision: bool = JOB["freeze_vision"],
+    freeze_vision: bool = JOB["freeze_vision"], from_config: str = "",
     max_gpus: int = 64, max_oom_risk: float = 0.05, strict: bool = False,
 ) -> dict[str, Any]:
     """Recommend the minimum number of GPUs and workers for one fine-tuning job."""
@@ -88,7 +88,7 @@ def resource_estimate(
     gradient_checkpointing: bool = JOB["gradient_checkpointing"], attention: str = JOB["attention"],
     fused_loss: bool = JOB["fused_loss"], lora_r: int = JOB["lora_r"], framework: str = JOB["framework"],
     images_per_sample: int = JOB["images_per_sample"], image_resolution: int = JOB["image_resolution"],
-    freeze_vision: bool = JOB["freeze_vision"],
+    freeze_vision: bool = JOB["freeze_vision"], from_config: str = "",
 ) -> dict[str, Any]:
     """Estimate the memory breakdown and throughput of one job on a given number of GPUs."""
     return answers.resource_estimate_answers([locals()])[0]

@@ -24,6 +24,7 @@ FLOATS = frozenset({"max_oom_risk"})
 BOOLEANS = frozenset({"strict", "gradient_checkpointing", "fused_loss", "freeze_vision"})
 MAX_INTEGER = 2**31 - 1  # every integer property's domain is far below this
 MAX_TEXT = 256  # names: models, GPUs, methods, versions
+MAX_CONFIG_TEXT = 1 << 20  # from_config: a training config's text (the readers refuse more)
 
 
 def _show(value: Any) -> str:
@@ -50,6 +51,9 @@ def type_problem(name: str, value: Any) -> str | None:
     elif name in BOOLEANS:
         if not isinstance(value, (bool, int)) or value not in (0, 1):
             return f"{name} must be true or false; got {type(value).__name__} {_show(value)}"
+    elif name == "from_config":  # a training config's text: many lines, up to the readers' size limit
+        if not isinstance(value, str) or len(value) > MAX_CONFIG_TEXT:
+            return f"from_config must be a config's text of at most {MAX_CONFIG_TEXT} characters; got {_show(value)}"
     elif not isinstance(value, str) or len(value) > MAX_TEXT:
         return f"{name} must be a name of at most {MAX_TEXT} characters; got {type(value).__name__} {_show(value)}"
     elif not value.isprintable():

@@ -141,6 +141,11 @@ COMMON_OPTIONAL = [
     _integer("gpus_per_node", "GPUs per worker (node); more GPUs than this means more workers.", 1,
              GPUS_PER_NODE_LIMIT),
     *[_job_knob(name) for name in JOB_KNOBS],
+    _prop("from_config", "The text of your training config (axolotl, torchtune, LLaMA-Factory, LitGPT, TRL / "
+          "Transformers, fms-hf-tuning, ms-swift; docs/from.md): it sets the job fields this point leaves at their "
+          "defaults (precision, accumulation, checkpointing, attention, LoRA, optimizer, packing, framework); "
+          "model_name, method, gpu_model, tokens_per_sample and batch_size stay the point's. Empty = none.",
+          variableType=VariableTypeEnum.UNKNOWN_VARIABLE_TYPE),
 ]
 SEARCH_OPTIONAL = [
     _integer("max_gpus", "Largest total number of GPUs the search may recommend.", 1, MAX_GPUS_LIMIT),

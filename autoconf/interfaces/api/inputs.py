@@ -49,6 +49,11 @@ class RequestOptions(BaseModel):
     strict: bool = Field(False, description="Recommend: refuse outside the learned model's training domain.")
     objective: Objective = Field("min-gpus", description="Recommend: min-gpus | avoid-oom (keep number_gpus if it "
                                  "fits) | throughput (fastest GPUs x accumulation at the global batch).")
+    from_config: str | list[str] | None = Field(
+        None, description="The content of your training config (axolotl, torchtune, LLaMA-Factory, LitGPT, TRL / "
+        "Transformers JSON or YAML, fms-hf-tuning JSON, an ms-swift command line), or a list: the config and the "
+        "accelerate / DeepSpeed config beside it. It fills the Job and Placement fields the body leaves out "
+        "(model and gpu_model included); fields in the body win.")
 
 
 _FLAT_FIELDS = {**Job.model_fields, **Placement.model_fields, **RequestOptions.model_fields}
@@ -221,14 +226,41 @@ def parse_body(body: Any) -> list[Resolved]:
     check_one_shape(body)
     if "configs" in body or "job_configs" in body:
         return _nested(EstimateInput.model_validate(body))
+    notes: list[str] = []
+    if body.get("from_config"):
+        body, notes = _with_config(body)
     values = FlatBody.model_validate(body).model_dump(exclude_unset=True)
+    values.pop("from_config", None)
     try:
         job = Job(**{k: v for k, v in values.items() if k in Job.model_fields})
         placement = Placement(**{k: v for k, v in values.items() if k in Placement.model_fields})
     except ValidationError as exc:  # model-level checks (tp·pp must divide number_gpus, ...)
         raise _field_of(exc) from None
     options = RequestOptions(**{k: v for k, v in values.items() if k in RequestOptions.model_fields})
-    return [Resolved(job, placement, options)]
+    return [Resolved(job, placement, options, notes=notes)]
+
+
+def _with_config(body: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The body with its ``from_config`` read into the fields it leaves out, and a note of what was read."""
+    from autoconf.interfaces.configs.common import FIELD_KNOBS
+    from autoconf.interfaces.configs.detect import MAX_BYTES, read_texts
+    from autoconf.interfaces.configs.frame import row_fields
+
+    texts = body["from_config"] if isinstance(body["from_config"], list) else [body["from_config"]]
+    if not all(isinstance(t, str) for t in texts) or len(texts) > 4 or sum(map(len, texts)) > MAX_BYTES:
+        raise InvalidInputError("from_config", "must be a config's text, or a list of at most 4 texts of 1 MiB in all")
+    try:
+        found = read_texts(texts)
+        fields = row_fields(found, {"gpu_model": body.get("gpu_model"), "number_gpus": body.get("number_gpus")})
+    except AutoconfError as exc:
+        raise InvalidInputError("from_config", exc.message.removeprefix("<content>: ")) from None
+    report = found.report({FIELD_KNOBS[k] for k in body if k in FIELD_KNOBS and body[k] is not None})
+    note = (f"from_config ({report['format']}, framework {report['framework']}): read "
+            + "; ".join(f"{k} <- {v}" for k, v in report["read"].items())
+            + (f"; defaulted: {', '.join(report['defaulted'])}" if report["defaulted"] else "")
+            + (f"; no effect on memory or speed: {', '.join(report['no_effect'])}" if report["no_effect"] else ""))
+    fields["lora_target_modules"] = list(fields["lora_target_modules"])  # JSON has lists, not tuples
+    return {**fields, **{k: v for k, v in body.items() if v is not None}}, [note, *report["notes"]]
 
 
 def _nested(data: EstimateInput) -> list[Resolved]:

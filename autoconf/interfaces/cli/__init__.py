@@ -35,7 +35,7 @@ COMMANDS: dict[str, str] = {
     "tokens": "tokens",
     "probe": "probe", "measure": "measure",
     "recommend": "recommend", "models": "models",
-    "data": "data",
+    "data": "data", "check": "check", "mcp": "mcp",
 }
 PROG = "autoconf-gpu"
 USAGE_EXIT = 2  # argparse's convention: a problem with the input
@@ -158,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in argv
     try:
         args = build_parser(verb if verb in COMMANDS else None).parse_args(argv)
+        args.argv = list(argv)  # which flags were typed (--from: a typed flag beats the file)
         logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
         check_values(argv, args)
         check_bounds(args)

@@ -22,6 +22,7 @@ from autoconf.interfaces.cli.dialect import (
     target_modules,
     with_storage,
 )
+from autoconf.interfaces.cli.fromfile import ESTIMATE_FLAGS, add_from_argument, apply_to_estimate_args, describe, load
 from autoconf.interfaces.cli.stack import add_stack_arguments, stack_fields
 from autoconf.schema import GIB, Calibration, Estimate, Job, Placement
 
@@ -46,12 +47,16 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     src.add_argument("--model", help="catalogue name or alias (see `autoconf-gpu models list`)")
     src.add_argument("--config", help="path to a local Hugging Face config.json")
     src.add_argument("--params", help="bare parameter count, e.g. 7e9 or 8B (Llama-shaped stand-in)")
+    add_from_argument(p)
+    p.add_argument("--method", choices=("full", "lora", "qlora"), help="= --lora / --qlora (as on recommend)")
+    p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                   help="also note where our defaults differ from the VRAM-budget CLI's (as --format budget does)")
     p.add_argument("--gpu", default=defaults.GPU_MODEL, help="GPU name or alias (default %(default)s)")
     p.add_argument("--dtype", default=defaults.DTYPE, help="bf16 | fp16 | fp32 | amp-bf16 | amp-fp16, or the "
                    "weight-storage dtypes fp8 | int8 (LoRA over a 1-byte base) | nf4 (QLoRA)")
-    p.add_argument("--seq-len", type=int, help=f"tokens per sample (default {defaults.TOKENS_PER_SAMPLE})")
+    p.add_argument("--seq-len", "--tokens-per-sample", type=int, help=f"tokens per sample (default {defaults.TOKENS_PER_SAMPLE})")
     p.add_argument("--per-device-batch", type=int, default=1, help="micro-batch per GPU")
-    p.add_argument("--grad-accum", type=int, default=defaults.GRADIENT_ACCUMULATION_STEPS,
+    p.add_argument("--grad-accum", "--gradient-accumulation-steps", type=int, default=defaults.GRADIENT_ACCUMULATION_STEPS,
                    help="gradient accumulation steps")
     p.add_argument("--dp", type=int, default=1, help="data-parallel degree (GPUs = dp × tp × pp)")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree")
@@ -62,7 +67,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     for flag, text in BOOLEANS.items():
         flags.add_argument(flag, action=BoolWord, help=text)
     p.add_argument("--attention", help="flash | sdpa | eager (overrides --flashattn)")
-    p.add_argument("--lora-rank", type=int, default=defaults.LORA_R)
+    p.add_argument("--lora-rank", "--lora-r", type=int, default=defaults.LORA_R)
     p.add_argument("--lora-alpha", type=float, default=defaults.LORA_ALPHA)
     p.add_argument("--lora-dropout", type=float, default=0.0)
     p.add_argument("--lora-target-modules", nargs="+", metavar="MODULE",
@@ -171,21 +176,42 @@ def _estimator(args: argparse.Namespace, calib: Calibration) -> Estimator:
     return get_estimator(args.estimator, args.model_version)
 
 
+def _method_flag(args: argparse.Namespace) -> None:
+    """--method is --lora / --qlora spelled as recommend spells it."""
+    if args.method is None:
+        return
+    if (args.lora and args.method != "lora") or (args.qlora and args.method != "qlora"):
+        raise InvalidInputError("method", f"--method {args.method} contradicts --lora/--qlora")
+    args.lora, args.qlora = args.method == "lora", args.method == "qlora"
+
+
 def run(args: argparse.Namespace) -> int:
+    found, overridden = load(args, ESTIMATE_FLAGS)
+    extra = apply_to_estimate_args(args, found, overridden) if found else {}
+    _method_flag(args)
     job, placement, calib, storage = inputs_from_args(args)
+    if extra.get("packing") is not None:
+        job = Job(**{**job.model_dump(), "packing": extra["packing"]})
+    if extra.get("gpus_per_worker"):
+        placement = Placement(**{**placement.model_dump(), "gpus_per_worker": extra["gpus_per_worker"]})
     estimator = _estimator(args, calib)
     est, notes = with_storage(estimator.estimate(job, placement), storage, calib)
-    notes += default_notes(args, job, placement)
+    fmt = "json" if args.json else args.format
+    if getattr(args, "verbose", False) or fmt == "budget":  # how our defaults differ from another tool's
+        notes += default_notes(args, job, placement)
     if args.plot:
         from autoconf.interfaces.cli.plots import plot_estimate
 
         plot_estimate(est, args.plot)
-    fmt = "json" if args.json else args.format
     if fmt == "json":
-        print(json.dumps({**est.model_dump(mode="json"), "notes": notes}, indent=2))
+        origin = {"from": found.report(overridden)} if found else {}
+        print(json.dumps({**est.model_dump(mode="json"), "notes": notes, **origin}, indent=2))
         return 0
     print(format_budget(est, calib) if fmt == "budget" else format_table(est))
-    print("\n".join(f"note: {n}" for n in notes))
+    if notes:
+        print("\n".join(f"note: {n}" for n in notes))
+    if found:
+        print("\n".join(describe(found, overridden)))
     if args.probe:
         if args.estimate_only:
             print("--- Empirical Probe ---\nprobe skipped: --estimate-only")

@@ -10,24 +10,28 @@ from __future__ import annotations
 import argparse
 import json
 
+from autoconf.errors import InvalidInputError
 from autoconf.estimators.contract import DEFAULT_ESTIMATOR, ESTIMATORS, get_estimator
+from autoconf.interfaces.cli.fromfile import RECOMMEND_FLAGS, add_from_argument, describe, load
 from autoconf.interfaces.cli.stack import add_stack_arguments, stack_fields
+from autoconf.interfaces.configs import FromFile
 from autoconf.recommend.by_objective import OBJECTIVES
-from autoconf.schema import GIB, Job, Recommendation
+from autoconf.schema import GIB, Job, Recommendation, Strategy
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("recommend", help="minimum GPUs and workers for a fine-tuning job")
-    p.add_argument("--model", required=True,
-                   help="catalogue name or alias, a config.json path, or a parameter count (7e9)")
+    p.add_argument("--model", help="catalogue name or alias, a config.json path, or a parameter count (7e9); "
+                   "required unless --from names it")
+    add_from_argument(p)
     p.add_argument("--method", default="full", help="full | lora | qlora (default %(default)s)")
     p.add_argument("--gpu", required=True, help="GPU name or alias, e.g. NVIDIA-A100-80GB-PCIe")
-    p.add_argument("--tokens-per-sample", type=int, default=4096,
+    p.add_argument("--tokens-per-sample", "--seq-len", type=int, default=4096,
                    help="sequence length per sample (default %(default)s)")
     p.add_argument("--batch-size", type=int, default=16, help="global batch per optimizer step (default %(default)s)")
-    p.add_argument("--gradient-accumulation-steps", type=int, default=1)
+    p.add_argument("--gradient-accumulation-steps", "--grad-accum", type=int, default=1)
     p.add_argument("--dtype", default="bf16", help="bf16 | fp16 | fp32 | amp-bf16 | amp-fp16")
-    p.add_argument("--lora-r", type=int, default=8)
+    p.add_argument("--lora-r", "--lora-rank", type=int, default=8)
     add_stack_arguments(p)
     p.add_argument("--objective", default="min-gpus", choices=OBJECTIVES,
                    help="min-gpus (fewest GPUs) | avoid-oom (keep --number-gpus if it fits) | throughput (fastest)")
@@ -73,18 +77,52 @@ def format_text(rec: Recommendation) -> str:
 def run(args: argparse.Namespace) -> int:
     from autoconf.recommend.by_objective import recommend_for_objective
 
-    job = Job(model=args.model, method=args.method, tokens_per_sample=args.tokens_per_sample,
-              batch_size=args.batch_size,
-              gradient_accumulation_steps=args.gradient_accumulation_steps, dtype=args.dtype, lora_r=args.lora_r,
-              **stack_fields(args))
+    found, overridden = load(args, RECOMMEND_FLAGS)
+    strategy = None
+    if found is not None:
+        job, requested, strategy = _job_from_file(args, found, overridden)
+    elif args.model is None:
+        raise InvalidInputError("--model", "give --model or --from FILE")
+    else:
+        job = Job(model=args.model, method=args.method, tokens_per_sample=args.tokens_per_sample,
+                  batch_size=args.batch_size,
+                  gradient_accumulation_steps=args.gradient_accumulation_steps, dtype=args.dtype, lora_r=args.lora_r,
+                  **stack_fields(args))
+        requested = args.number_gpus
     estimator = get_estimator(args.estimator, args.model_version)
-    rec = recommend_for_objective(job, args.gpu, estimator, args.objective, requested_gpus=args.number_gpus,
+    rec = recommend_for_objective(job, args.gpu, estimator, args.objective, requested_gpus=requested,
                                   max_gpus=args.max_gpus, gpus_per_node=args.gpus_per_node,
-                                  max_oom_risk=args.max_oom_risk, strict=args.strict)
-    print(json.dumps(rec.model_dump(mode="json"), indent=2) if args.json else format_text(rec))
+                                  max_oom_risk=args.max_oom_risk, strict=args.strict, strategy=strategy)
+    if args.json:
+        origin = {"from": found.report(overridden)} if found else {}
+        print(json.dumps({**rec.model_dump(mode="json"), **origin}, indent=2))
+    else:
+        print("\n".join([format_text(rec), *(describe(found, overridden) if found else [])]))
     if args.plot:
         from autoconf.interfaces.cli.plots import plot_recommend
 
         plot_recommend(rec, job, args.gpu, estimator, args.plot, max_gpus=args.max_gpus,
                        gpus_per_node=args.gpus_per_node)
     return 0
+
+
+def _job_from_file(args: argparse.Namespace, found: FromFile, overridden: set[str]) -> tuple[Job, int, Strategy | None]:
+    """The job of --from with the typed flags on top, the GPUs requested (the file's launch unless
+    --number-gpus is typed) and the file's sharding. avoid-oom keeps the file's micro-batch per GPU (its
+    per-device batch is batch_size / requested GPUs, without accumulation)."""
+    from autoconf.interfaces.cli.fromfile import typed
+    from autoconf.interfaces.configs import build_inputs
+
+    given = typed(args)
+    flags = {"model": "model", "method": "method", "dtype": "dtype", "tokens_per_sample": "seq_len",
+             "gradient_accumulation_steps": "grad_accum", "lora_r": "lora_r"}
+    overrides = {knob: getattr(args, dest) for dest, knob in flags.items() if dest in given}
+    overrides |= {k: v for k, v in stack_fields(args).items() if k in given}
+    job, placement = build_inputs(found, overrides, args.gpu)
+    requested = args.number_gpus if "number_gpus" in given else placement.number_gpus
+    if "batch_size" in given:
+        job = job.model_copy(update={"batch_size": args.batch_size})
+    elif args.objective == "avoid-oom":
+        micro = job.batch_size // (placement.dp * job.gradient_accumulation_steps)
+        job = job.model_copy(update={"batch_size": micro * requested, "gradient_accumulation_steps": 1})
+    return job, requested, placement.strategy

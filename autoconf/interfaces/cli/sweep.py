@@ -33,7 +33,8 @@ WRITE_CHUNK = 10_000  # rows per to_csv chunk (bounds the memory of the text bei
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("sweep", help="batch estimates: CSV of configurations in, estimates out")
     p.add_argument("--input", required=True,
-                   help="CSV with Job/Placement columns (model or model_name, method, gpu_model, ...)")
+                   help="CSV with Job/Placement columns (model or model_name, method, gpu_model, ...) and/or a `from` "
+                   "column naming a training config per row (files joined by +, relative to the CSV)")
     p.add_argument("--output", required=True, help="CSV to write (input columns + estimate columns)")
     p.add_argument("--force", action="store_true", help="replace --output even if it is not a previous sweep output")
     add_search_arguments(p)
@@ -113,6 +114,9 @@ def run(args: argparse.Namespace) -> int:
     output = Path(args.output)
     check_output(output, args.force)
     frame = pd.read_csv(args.input, encoding="utf-8")
+    from autoconf.interfaces.configs.frame import expand_frame
+
+    frame = expand_frame(frame, Path(args.input).resolve().parent)  # a `from` column: training configs per row
     estimator = get_estimator(args.estimator, args.model_version)
     search = dict(max_gpus=args.max_gpus, gpus_per_node=args.gpus_per_node, max_oom_risk=args.max_oom_risk,
                   strict=args.strict)
