@@ -63,7 +63,8 @@ def fallback_models(frame: pd.DataFrame) -> set[str]:
     answers = estimate_rows("traced", scorable(frame, statuses=("ok", "oom")))
     rows = scorable(frame, statuses=("ok", "oom"))
     return {model for model, answer in zip(rows.model_name, answers, strict=True)
-            if not isinstance(answer, str) and any(n.startswith("traced:") for n in answer.memory.notes)}
+            if not isinstance(answer, str) and any(n.startswith("traced:") and n.endswith("theory estimate")
+                                                   for n in answer.memory.notes)}
 
 
 def gate_lines(name: str, check: pd.DataFrame) -> list[str]:
