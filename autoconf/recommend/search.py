@@ -81,12 +81,16 @@ def _store(search: BatchSearch, rows: np.ndarray, batch: MemoryBatch, sel: np.nd
 
 
 def _candidates(jobs: Sequence[Job], pending: np.ndarray, max_gpus: int, gpus_per_node: int) -> dict[int, list[int]]:
-    """The GPU counts each pending job may use (its global batch splits evenly), in search order."""
+    """The GPU counts each pending job may use, in search order: the sequence-parallel degree divides the GPUs
+    (the search places no tp/pp, so they are all data-parallel) and the global batch splits evenly over the
+    data-parallel groups (memory.micro_batch's rule)."""
     counts = list(candidate_gpus(max_gpus, gpus_per_node))
     out = {}
     for i in np.flatnonzero(pending).tolist():
-        per = jobs[i].batch_size, jobs[i].gradient_accumulation_steps
-        out[int(i)] = [n for n in counts if per[0] % (n * per[1]) == 0]
+        job = jobs[i]
+        sp = job.sequence_parallel
+        out[int(i)] = [n for n in counts
+                       if n % sp == 0 and job.batch_size % (n // sp * job.gradient_accumulation_steps) == 0]
     return out
 
 
@@ -130,7 +134,8 @@ def recommend_batch(
     for i in range(n):
         if not (search.number_gpus[i] or search.errors[i] is not None or search.reasons[i]):
             search.reasons[i] = _nothing_fits(search, i, max_gpus, max_oom_risk) if tried[i] else (
-                f"batch_size {jobs[i].batch_size} does not split evenly over any candidate GPU count ≤ {max_gpus}")
+                f"batch_size {jobs[i].batch_size} does not split evenly over any candidate GPU count ≤ {max_gpus}"
+                + (f" that sequence_parallel {jobs[i].sequence_parallel} divides" if jobs[i].sequence_parallel > 1 else ""))
         flag = approximation_note(jobs[i].model)  # every answer about an approximate architecture says so
         if flag and flag not in search.reasons[i]:
             search.reasons[i] = "; ".join(filter(None, [search.reasons[i], flag]))

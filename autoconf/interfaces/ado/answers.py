@@ -20,7 +20,7 @@ from autoconf.errors import AutoconfError, NotBuiltError, describe
 from autoconf.estimators.contract import Estimator, get_estimator
 from autoconf.recommend.objectives import Choice, Chosen, avoid_oom_batch, chosen, throughput_batch
 from autoconf.recommend.search import BatchSearch, recommend_batch
-from autoconf.schema import GIB, Estimate, Job, Placement
+from autoconf.schema import GIB, Estimate, Job, Placement, job_of_words
 
 logger = logging.getLogger(__name__)
 
@@ -43,11 +43,11 @@ def plain(value: Any) -> Any:  # noqa: ANN401
 
 def job_of(point: Point) -> Job:
     """The Job of a point (raises pydantic/typed errors for a bad one)."""
-    knobs = {name: plain(point[name]) for name in JOB_KNOBS if name in point}
-    if not knobs.get("image_resolution"):  # ado spells "the model's own resolution" as 0
-        knobs.pop("image_resolution", None)
-    return Job(model=point["model_name"], method=point["method"], tokens_per_sample=plain(point["tokens_per_sample"]),
-               batch_size=plain(point["batch_size"]), **knobs)
+    words = {name: point[name] for name in ("model_name", "method", "tokens_per_sample", "batch_size", *JOB_KNOBS)
+             if name in point}
+    if not plain(words.get("image_resolution")):  # ado spells "the model's own resolution" as 0
+        words.pop("image_resolution", None)
+    return job_of_words({k: plain(v) for k, v in words.items()})  # the one way in (schema.job_and_placement)
 
 
 def estimator_of(name: str, model_version: str) -> tuple[Estimator, str]:

@@ -20,7 +20,7 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from autoconf.catalog import architecture_from_config
 from autoconf.errors import AutoconfError, InvalidInputError
@@ -28,7 +28,7 @@ from autoconf.interfaces.api.answers import pick_estimator, results_for
 from autoconf.interfaces.api.inputs import parse_body
 from autoconf.interfaces.api.paths import store_config
 from autoconf.recommend.frame import recommend_frame
-from autoconf.schema import DType, EstimatorName, Method, Strategy
+from autoconf.schema import DType, EstimatorName, Method, Strategy, Words
 
 STATIC = Path(__file__).parent / "static"
 MAX_AXIS = 10  # values per sweep axis: 10 × 10 cells keep one request under a second with theory
@@ -37,10 +37,9 @@ MAX_CONFIG_BYTES = 256 * 1024  # a Hugging Face config.json is a few KB; larger 
 router = APIRouter()
 
 
-class SweepBody(BaseModel):
+class SweepBody(Words):
     """One model and GPU over tokens_per_sample × batch_size; the other Job fields as in the flat body."""
 
-    model_config = ConfigDict(extra="forbid", protected_namespaces=())
     model: str = Field(min_length=1, max_length=4096, description="Catalogue name, alias or parameter count.")
     gpu_model: str = Field(min_length=1, max_length=128, description="GPU name or alias.")
     method: Method = "full"
