@@ -80,7 +80,8 @@ def test_non_boolean_word_is_exit_2_naming_flag_and_words(flag: str) -> None:
     res = _run("estimate", "--model", "llama3.1-8b", flag, "maybe")
     assert res.returncode == 2
     line = res.stderr.strip()
-    assert len(line.splitlines()) == 1 and flag in line and "true, yes, on, 1, t, y, false, no, off, 0, f, n" in line and "maybe" in line
+    assert len(line.splitlines()) == 1 and flag in line and "true, yes, on, 1, t, y, false, no, off, 0, f, n" in line \
+        and "maybe" in line
 
 
 def test_space_separated_targets_and_comma_lists_agree() -> None:

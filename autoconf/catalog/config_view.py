@@ -13,7 +13,6 @@ from typing import Any
 
 from autoconf.errors import AutoconfError, InvalidInputError, UnknownModelError
 
-
 # Sizes of a text model a config.json gives (with their older names): whole numbers, or the arithmetic of
 # parameter counts would take 64.5 or true (= 1) as a size.
 SIZE_KEYS = frozenset({
