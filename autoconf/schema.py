@@ -42,6 +42,7 @@ Framework = Literal[
     "hf-trainer", "fms-hf-tuning", "peft", "litgpt", "torchtune", "unsloth", "axolotl", "llama-factory",
     "ms-swift", "deepspeed", "fsdp-qlora", "llm-foundry",
 ]
+FRAMEWORKS: tuple[str, ...] = typing.get_args(Framework)  # the one list of stack names (profiles: frameworks.py)
 LossKernel = Literal["hf", "chunked", "fused-ce", "fused-linear-ce"]
 
 DEFAULT_LORA_TARGETS: tuple[str, ...] = ("q_proj", "v_proj")
@@ -212,7 +213,8 @@ class Job(_Input):
         if not isinstance(data, dict):
             return data
         framework = data.get("framework") or defaults.FRAMEWORK
-        found = defaults.FRAMEWORK_JOB_DEFAULTS.get(str(framework).strip().lower(), {})
+        name = str(framework).strip().lower()
+        found = defaults.FRAMEWORK_JOB_DEFAULTS.get(name, defaults.FRAMEWORK_JOB_DEFAULT) if name in FRAMEWORKS else {}
         missing = {k: v for k, v in found.items() if data.get(k) is None}
         return {**data, **missing} if missing else data
 
@@ -245,9 +247,9 @@ class Placement(_Input):
     """Where and how the job is spread: GPUs, workers, sharding and parallelism."""
 
     gpu_model: str = Field(description="GPU name in ado's spelling (e.g. NVIDIA-A100-80GB-PCIe) or an alias.")
-    number_gpus: int = Field(1, ge=1, le=65536, description="Total GPUs across all workers.")
+    number_gpus: int = Field(1, ge=1, le=defaults.NUMBER_GPUS_LIMIT, description="Total GPUs across all workers.")
     gpus_per_worker: int | None = Field(
-        None, ge=1, le=8, description="GPUs per worker (node); default min(number_gpus, 8)."
+        None, ge=1, le=defaults.GPUS_PER_NODE, description="GPUs per worker (node); default min(number_gpus, 8)."
     )
     strategy: Strategy | None = Field(
         None,
@@ -279,7 +281,7 @@ class Placement(_Input):
 
     @property
     def workers(self) -> int:
-        per = self.gpus_per_worker or min(self.number_gpus, 8)
+        per = self.gpus_per_worker or min(self.number_gpus, defaults.GPUS_PER_NODE)
         return -(-self.number_gpus // per)
 
 

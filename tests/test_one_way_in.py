@@ -185,3 +185,35 @@ def test_sweep_cli_typo_is_the_row_error_and_on_is_true(tmp_path: Path) -> None:
     assert out.loc[2, "error"].startswith("gradient_checkpointing: must be one of true, yes, on")
     # sequence_parallel 8 over 8 GPUs (tp = pp = 1): answered, not refused at the 1-GPU candidate
     assert pd.isna(out.loc[3, "error"]) and out.loc[3, "can_recommend"] == 1 and out.loc[3, "gpus"] == 8
+
+
+LLAMA_CONFIG = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+                "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256}  # Llama-3.1-8B's sizes
+
+
+@pytest.mark.parametrize("key, value", [("hidden_size", 64.5), ("hidden_size", True), ("num_hidden_layers", "32"),
+                                        ("vocab_size", 0), ("num_attention_heads", -4), ("intermediate_size", 1.5)])
+def test_a_config_size_that_is_not_a_positive_whole_number_is_an_error_naming_the_key(
+        tmp_path: Path, key: str, value: Any) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**LLAMA_CONFIG, key: value}))
+    code, _, err = _cli_model("--config", str(path))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and f"'{key}' must be a" in err and "whole number" in err
+    row = pd.DataFrame([{**BASE, "model": str(path)}])
+    from autoconf.estimators.contract import get_estimator
+    from autoconf.recommend.frame import recommend_frame
+
+    assert f"'{key}' must be a" in recommend_frame(row, get_estimator("theory", None)).loc[0, "error"]
+
+
+def test_a_whole_config_still_answers(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**LLAMA_CONFIG, "hidden_size": 4096.0}))  # a whole number written as a float
+    assert _cli_model("--config", str(path))[0] == 0
+
+
+def _cli_model(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["estimate", "--format", "json", *args])
+    return code, out.getvalue(), err.getvalue()

@@ -12,12 +12,13 @@ from typing import Any
 import pandas as pd
 from pydantic import ValidationError
 
+from autoconf.defaults import MEMORY_PARTS
 from autoconf.errors import AutoconfError, describe
 from autoconf.schema import GIB, Estimate, Job, Placement, job_and_placement
 
 JOB_FIELDS = tuple(Job.model_fields)
 PLACEMENT_FIELDS = tuple(Placement.model_fields)
-MEMORY_COLUMNS = ("weights", "gradients", "optimizer", "activations", "logits", "overhead")
+MEMORY_COLUMNS = MEMORY_PARTS
 VISION_COLUMNS = ("vision_weights", "vision_activations")  # 0 for text models
 OUTPUT_COLUMNS = (
     "estimator", "model_version", *(f"{c}_gib" for c in MEMORY_COLUMNS), "peak_memory_gib", "capacity_gib",

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autoconf.defaults import GPUS_PER_NODE, MAX_GPUS, MAX_OOM_RISK
 from autoconf.estimators.contract import Estimator
 from autoconf.estimators.theory import memory as mem
 from autoconf.estimators.theory.throughput_grid import job_constants, tokens_per_second
@@ -189,7 +190,8 @@ def _refusals(cand: Candidates, memory: MemoryBatch, chosen: np.ndarray, max_oom
 
 
 def avoid_oom_batch(jobs: Sequence[Job], gpu_models: Sequence[str], requested: Sequence[int], estimator: Estimator,
-                    *, max_gpus: int = 64, gpus_per_node: int = 8, max_oom_risk: float = 0.05) -> Choice:
+                    *, max_gpus: int = MAX_GPUS, gpus_per_node: int = GPUS_PER_NODE,
+                    max_oom_risk: float = MAX_OOM_RISK) -> Choice:
     """Keep ``requested[i]`` GPUs (per-device batch = jobs[i].batch_size) if the job fits there, else the fewest
     more."""
     cand = avoid_oom_candidates([j.batch_size for j in jobs], requested, max_gpus, gpus_per_node)
@@ -200,8 +202,8 @@ def avoid_oom_batch(jobs: Sequence[Job], gpu_models: Sequence[str], requested: S
                   tps, len(cand))
 
 
-def throughput_batch(jobs: Sequence[Job], gpu_models: Sequence[str], estimator: Estimator, *, max_gpus: int = 64,
-                     gpus_per_node: int = 8, max_oom_risk: float = 0.05,
+def throughput_batch(jobs: Sequence[Job], gpu_models: Sequence[str], estimator: Estimator, *, max_gpus: int = MAX_GPUS,
+                     gpus_per_node: int = GPUS_PER_NODE, max_oom_risk: float = MAX_OOM_RISK,
                      batches: Sequence[int] | None = None) -> Choice:
     """The candidate with the most tokens/s among those with oom_risk ≤ max_oom_risk, per job.
 

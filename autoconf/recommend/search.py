@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from autoconf.catalog import approximation_note
+from autoconf.defaults import GPUS_PER_NODE, MAX_GPUS, MAX_OOM_RISK
 from autoconf.estimators.contract import Estimator, get_estimator
 from autoconf.estimators.theory.vector import ALLOCATOR_PARTS, MemoryBatch
 from autoconf.schema import GIB, Estimate, Job, MemoryEstimate, Placement, Recommendation, Strategy
@@ -33,7 +34,7 @@ log = logging.getLogger(__name__)
 WAVE_MIN_JOBS = 64
 
 
-def candidate_gpus(max_gpus: int = 64, gpus_per_node: int = 8) -> Iterator[int]:
+def candidate_gpus(max_gpus: int = MAX_GPUS, gpus_per_node: int = GPUS_PER_NODE) -> Iterator[int]:
     """1, 2, 4, ... up to one node, then 2, 3, ... whole nodes, all ≤ max_gpus."""
     n = 1
     while n < gpus_per_node and n <= max_gpus:
@@ -95,8 +96,8 @@ def _candidates(jobs: Sequence[Job], pending: np.ndarray, max_gpus: int, gpus_pe
 
 
 def recommend_batch(
-    jobs: Sequence[Job], gpu_models: Sequence[str], estimator: Estimator, *, max_gpus: int = 64,
-    gpus_per_node: int = 8, max_oom_risk: float = 0.05, strict: bool = False,
+    jobs: Sequence[Job], gpu_models: Sequence[str], estimator: Estimator, *, max_gpus: int = MAX_GPUS,
+    gpus_per_node: int = GPUS_PER_NODE, max_oom_risk: float = MAX_OOM_RISK, strict: bool = False,
     strategies: Sequence[Strategy | None] | None = None,
 ) -> BatchSearch:
     """recommend() for many jobs at once, in waves of batch calls.
@@ -202,9 +203,9 @@ def recommend(
     gpu_model: str,
     estimator: Estimator | None = None,
     *,
-    max_gpus: int = 64,
-    gpus_per_node: int = 8,
-    max_oom_risk: float = 0.05,
+    max_gpus: int = MAX_GPUS,
+    gpus_per_node: int = GPUS_PER_NODE,
+    max_oom_risk: float = MAX_OOM_RISK,
     strict: bool = False,
     strategy: Strategy | None = None,
 ) -> Recommendation:

@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from autoconf.defaults import MEMORY_PARTS
 from autoconf.errors import AutoconfError, NotBuiltError, describe
 from autoconf.estimators.contract import Estimator, get_estimator
 from autoconf.recommend.objectives import Choice, Chosen, avoid_oom_batch, chosen, throughput_batch
@@ -29,7 +30,7 @@ LATEST = "latest"
 # Job knobs exposed as optional properties of every experiment (design §3 defaults).
 JOB_KNOBS = ("dtype", "gradient_accumulation_steps", "gradient_checkpointing", "attention", "fused_loss", "lora_r",
              "framework", "images_per_sample", "image_resolution", "freeze_vision")
-MEMORY_COMPONENTS = ("weights", "gradients", "optimizer", "activations", "logits", "overhead")
+MEMORY_COMPONENTS = MEMORY_PARTS
 ANSWERABLE = (AutoconfError, NotBuiltError, ValidationError)
 Point = Mapping[str, Any]
 Answer = dict[str, Any]

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from autoconf.catalog import canonical_gpu, get_gpu
+from autoconf.defaults import GPUS_PER_NODE, MAX_GPUS, MAX_GPUS_LIMIT, MAX_OOM_RISK
 from autoconf.errors import AutoconfError, InvalidInputError
 from autoconf.recommend.by_objective import Objective
 from autoconf.schema import EstimatorName, Framework, Job, Placement, Words, job_and_placement
@@ -42,9 +43,9 @@ class RequestOptions(Words):
     text_field: str | None = Field(None, max_length=256, description="Text field of the dataset records.")
     tokenizer_path: str | None = Field(None, max_length=4096, description="Local tokenizer.json for exact counts.")
     texts: list[str] | None = Field(None, max_length=10_000, description="Texts to count instead of a dataset file.")
-    max_gpus: int = Field(64, ge=1, le=4096, description="Recommend: largest placement tried.")
-    gpus_per_node: int = Field(8, ge=1, le=8, description="Recommend: GPUs per worker.")
-    max_oom_risk: float = Field(0.05, ge=0, le=1, description="Recommend: acceptable out-of-memory risk.")
+    max_gpus: int = Field(MAX_GPUS, ge=1, le=MAX_GPUS_LIMIT, description="Recommend: largest placement tried.")
+    gpus_per_node: int = Field(GPUS_PER_NODE, ge=1, le=GPUS_PER_NODE, description="Recommend: GPUs per worker.")
+    max_oom_risk: float = Field(MAX_OOM_RISK, ge=0, le=1, description="Recommend: acceptable out-of-memory risk.")
     strict: bool = Field(False, description="Recommend: refuse outside the learned model's training domain.")
     objective: Objective = Field("min-gpus", description="Recommend: min-gpus | avoid-oom (keep number_gpus if it "
                                  "fits) | throughput (fastest GPUs x accumulation at the global batch).")

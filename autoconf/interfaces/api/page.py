@@ -23,6 +23,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import Field
 
 from autoconf.catalog import architecture_from_config
+from autoconf.defaults import GPUS_PER_NODE, MAX_GPUS, MAX_GPUS_LIMIT, MAX_OOM_RISK
 from autoconf.errors import AutoconfError, InvalidInputError
 from autoconf.interfaces.api.answers import pick_estimator, results_for
 from autoconf.interfaces.api.inputs import parse_body
@@ -48,9 +49,9 @@ class SweepBody(Words):
     tokens_per_sample: list[int] = Field(min_length=1, max_length=MAX_AXIS, description="Sweep axis: tokens.")
     batch_size: list[int] = Field(min_length=1, max_length=MAX_AXIS, description="Sweep axis: global batch.")
     estimator: EstimatorName | None = None
-    max_gpus: int = Field(64, ge=1, le=4096)
-    gpus_per_node: int = Field(8, ge=1, le=8)
-    max_oom_risk: float = Field(0.05, ge=0, le=1)
+    max_gpus: int = Field(MAX_GPUS, ge=1, le=MAX_GPUS_LIMIT)
+    gpus_per_node: int = Field(GPUS_PER_NODE, ge=1, le=GPUS_PER_NODE)
+    max_oom_risk: float = Field(MAX_OOM_RISK, ge=0, le=1)
 
 
 def _first_cell(body: SweepBody) -> dict[str, Any]:

@@ -142,8 +142,7 @@ def inputs_from_args(args: argparse.Namespace) -> tuple[Job, Placement, Calibrat
 
 def format_table(est: Estimate) -> str:
     mem = est.memory
-    parts = ("weights", "gradients", "optimizer", "activations", "logits", "overhead")
-    rows = [(name, getattr(mem, f"{name}_bytes") / GIB) for name in parts]
+    rows = [(name, getattr(mem, f"{name}_bytes") / GIB) for name in defaults.MEMORY_PARTS]
     lines = [f"{est.job.model} · {est.job.method} · {est.placement.number_gpus}× {est.placement.gpu_model} "
              f"({est.placement.effective_strategy}) · estimator {est.estimator}"
              + (f" {est.model_version}" if est.model_version else ""), f"{'component':<14}{'GiB':>10}"]
