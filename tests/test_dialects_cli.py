@@ -137,6 +137,7 @@ def test_estimate_only_skips_the_probe() -> None:
     assert "probe skipped: --estimate-only" in out
 
 
+@pytest.mark.slow
 def test_probe_verb_accepts_its_probe_word(tmp_path: Path) -> None:
     """`probe --probe true` (its spelling) runs; before, argparse read --probe as --probe-steps. A tiny
     2-layer Llama-shaped config.json on the CPU keeps the run to seconds."""
