@@ -38,7 +38,7 @@ THEIR_DEFAULTS: dict[str, Any] = {
 
 
 class BoolWord(argparse.Action):
-    """A boolean flag: bare means true; a word true/false/1/0/yes/no sets it; ``--no-x`` means false."""
+    """A boolean flag: bare means true; a word of schema.TRUE_WORDS / FALSE_WORDS sets it; ``--no-x`` means false."""
 
     def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:  # noqa: ANN401
         names = [*option_strings, *(f"--no-{o[2:]}" for o in option_strings if o.startswith("--"))]

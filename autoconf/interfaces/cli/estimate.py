@@ -58,7 +58,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--pp", type=int, default=1, help="pipeline-parallel degree")
     p.add_argument("--zero", type=int, help="DeepSpeed ZeRO stage 0-3 (default: FSDP full shard when dp > 1)")
     p.add_argument("--strategy", help="ddp | fsdp | fsdp-shard-grad-op | fsdp-hybrid | zero0..zero3")
-    flags = p.add_argument_group("switches (bare, or with true/false/1/0/yes/no; --no-X = false)")
+    flags = p.add_argument_group("switches (bare, or with true/false/yes/no/on/off/1/0; --no-X = false)")
     for flag, text in BOOLEANS.items():
         flags.add_argument(flag, action=BoolWord, help=text)
     p.add_argument("--attention", help="flash | sdpa | eager (overrides --flashattn)")
