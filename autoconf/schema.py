@@ -6,6 +6,7 @@ columns all reuse them. Units are in field names (``*_bytes``, ``*_gib``, ``*_se
 
 from __future__ import annotations
 
+import functools
 import math
 import types
 import typing
@@ -85,15 +86,21 @@ def is_flag(annotation: object) -> bool:
     return annotation is bool or annotation == bool | None
 
 
+@functools.lru_cache(maxsize=256)
+def _kind(annotation: object) -> bool | tuple[str, ...] | None:
+    """True for a boolean field, its words for a choice field, None for any other (cached per annotation)."""
+    return True if is_flag(annotation) else _choices(annotation)
+
+
 def read_word(annotation: object, value: object) -> object:
     """``value`` as the field of type ``annotation`` reads it: booleans and choices by the tables above."""
-    if is_flag(annotation):
+    kind = _kind(annotation)
+    if kind is True:
         return read_flag(value)
-    choices = _choices(annotation)
-    if choices is not None and isinstance(value, str):
+    if isinstance(kind, tuple) and isinstance(value, str):
         word = value.strip().lower()
-        if word not in choices:
-            raise _word_error(f"must be one of {', '.join(choices)}; got {value!r}")
+        if word not in kind:
+            raise _word_error(f"must be one of {', '.join(kind)}; got {value!r}")
         return word
     return value
 
@@ -106,7 +113,7 @@ class Words(BaseModel):
     @field_validator("*", mode="before")
     @classmethod
     def _read_words(cls, value: object, info: ValidationInfo) -> object:
-        field = cls.model_fields.get(info.field_name or "")
+        field = cls.__pydantic_fields__.get(info.field_name or "")
         return value if field is None else read_word(field.annotation, value)
 
 
