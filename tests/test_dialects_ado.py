@@ -35,6 +35,7 @@ def _python(code: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_ibm_recipe_prints_ados_measured_values() -> None:
     res = _python(RECIPE + "\nimport ado.schema.observed_property as op\n"
                   "assert all(isinstance(v, op.ObservedPropertyValue) for v in measured_properties)\n"

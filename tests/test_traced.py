@@ -110,6 +110,7 @@ def test_more_gpus_do_not_raise_per_gpu_memory() -> None:
     assert four.activations_bytes < two.activations_bytes  # micro-batch 1 vs 2
 
 
+@pytest.mark.slow
 def test_estimate_frame_has_no_nans_and_reports_bad_rows() -> None:
     frame = pd.DataFrame(
         {"model": [TINY, TINY, "no-such-model"], "method": ["full", "qlora", "full"], "gpu_model": [GPU] * 3,
