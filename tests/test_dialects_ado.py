@@ -6,6 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 # reference/ibm-ado-autoconf-readme.md, section 2, verbatim but for `orchestrator.` -> `ado.` (ado-core 2.x).
 RECIPE = '''
 from orchestrator.schema.reference import (
