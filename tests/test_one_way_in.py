@@ -217,3 +217,16 @@ def _cli_model(*args: str) -> tuple[int, str, str]:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(["estimate", "--format", "json", *args])
     return code, out.getvalue(), err.getvalue()
+
+
+@pytest.mark.parametrize("objective", ["min-gpus", "throughput", "avoid-oom"])
+def test_sequence_parallel_searches_skip_the_counts_it_does_not_divide(objective: str) -> None:
+    """sp 8 with tp = pp = 1 needs a multiple of 8 GPUs: no search refuses it at its 1-GPU candidate."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["recommend", "--model", "llama3.1-8b", "--method", "lora", "--gpu", "NVIDIA-A100-80GB-PCIe",
+                     "--tokens-per-sample", "4096", "--batch-size", "8", "--sequence-parallel", "8", "--objective",
+                     objective, "--estimator", "theory"])
+    assert code == 0 and "sequence_parallel" not in out.getvalue() + err.getvalue()
+    found = [line for line in out.getvalue().splitlines() if line.startswith("recommended:")]
+    assert found and int(found[0].split()[1]) % 8 == 0, out.getvalue()

@@ -86,6 +86,17 @@ def avoid_oom_candidates(per_device: Sequence[int], requested: Sequence[int], ma
     return _rows(spec)
 
 
+def sequence_parallel_fits(jobs: Sequence[Job], cand: Candidates) -> Candidates:
+    """The rows whose GPU count the job's sequence-parallel degree divides (the searches place no tp/pp, so
+    every GPU is data-parallel: theory/memory.py micro_batch refuses the others)."""
+    sp = np.array([j.sequence_parallel for j in jobs], dtype=np.int64)
+    keep = cand.gpus % sp[cand.owner] == 0
+    if keep.all():
+        return cand
+    return Candidates(owner=cand.owner[keep], gpus=cand.gpus[keep], accumulation=cand.accumulation[keep],
+                      batch=cand.batch[keep])
+
+
 def row_job(jobs: Sequence[Job], cand: Candidates, r: int) -> Job:
     """The job of candidate row ``r``: its owner's job at the row's global batch and accumulation."""
     return jobs[int(cand.owner[r])].model_copy(
@@ -194,7 +205,8 @@ def avoid_oom_batch(jobs: Sequence[Job], gpu_models: Sequence[str], requested: S
                     max_oom_risk: float = MAX_OOM_RISK) -> Choice:
     """Keep ``requested[i]`` GPUs (per-device batch = jobs[i].batch_size) if the job fits there, else the fewest
     more."""
-    cand = avoid_oom_candidates([j.batch_size for j in jobs], requested, max_gpus, gpus_per_node)
+    cand = sequence_parallel_fits(jobs, avoid_oom_candidates([j.batch_size for j in jobs], requested, max_gpus,
+                                                             gpus_per_node))
     memory, tps = evaluate(jobs, gpu_models, cand, estimator, gpus_per_node)
     fits = memory.ok & (memory.oom_risk <= max_oom_risk)
     chosen = _first_per_owner(cand.owner, fits, len(jobs))
@@ -209,8 +221,8 @@ def throughput_batch(jobs: Sequence[Job], gpu_models: Sequence[str], estimator: 
 
     ``batches[i]`` is job i's global batch (default: its ``batch_size``); 0 leaves the global batch free.
     """
-    cand = throughput_candidates(batches if batches is not None else [j.batch_size for j in jobs], max_gpus,
-                                 gpus_per_node)
+    cand = sequence_parallel_fits(jobs, throughput_candidates(
+        batches if batches is not None else [j.batch_size for j in jobs], max_gpus, gpus_per_node))
     memory, tps = evaluate(jobs, gpu_models, cand, estimator, gpus_per_node)
     ok = memory.ok
     fits = ok & (memory.oom_risk <= max_oom_risk) & np.isfinite(tps)
