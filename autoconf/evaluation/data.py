@@ -56,7 +56,7 @@ INT_COLUMNS = (
     "torch_allocated_static_bytes", "nvidia_smi_bytes", "torch_reserved_bytes", "scored", "variable_length",
 )
 # Data column loss_kernel -> Job.loss_kernel (data/README.md "Loss kernels").
-LOSS_KERNELS = {"": "hf", "foak-fast-loss": "fused-ce", "liger-flce": "fused-linear-ce"}
+LOSS_KERNELS = {"": "hf", "foak-fast-loss": "fused-ce", "liger-flce": "fused-linear-ce", "chunked": "chunked"}
 # Memory metric -> the column holding that metric's bytes. A row may carry several of the first three;
 # "stated" (an author's remark) and "percent_of_device" (already × capacity by the converter) are read from
 # peak_memory_bytes of the rows whose memory_metric names them.
@@ -67,7 +67,10 @@ METRIC_COLUMNS = {"torch_allocated": "torch_allocated_bytes", "torch_reserved": 
 FRAMEWORKS = {"fms-hf-tuning": "fms-hf-tuning", "hf-trainer": "hf-trainer", "ms-swift": "ms-swift",
               "fsdp-qlora": "fsdp-qlora", "axolotl": "axolotl", "torchtune": "torchtune", "unsloth": "unsloth",
               "litgpt": "litgpt", "llama-factory": "llama-factory", "peft": "peft", "deepspeed": "deepspeed",
-              "llm-foundry": "llm-foundry"}
+              "llm-foundry": "llm-foundry",
+              # our own probe: a transformers model, HF's loss (or the loss_kernel cell), peft adapters in fp32,
+              # torch AdamW foreach, no wrapper — the HF Trainer's single-GPU step (docs/probe.md)
+              "autoconf-probe": "hf-trainer"}
 # Campaigns whose samples vary in length although the peak batch's length is known (``variable_length = 0``):
 # Job.samples_vary_in_length for their rows, with the evidence. Rows with ``variable_length = 1`` vary too.
 VARYING_LENGTH_CAMPAIGNS = {

@@ -30,7 +30,7 @@ from typing import NoReturn, TypedDict
 import yaml
 
 from autoconf.errors import InvalidInputError
-from autoconf.interfaces.cli.probe import add_arguments, job_from_args
+from autoconf.interfaces.cli.probe import add_arguments, job_from_args, settings_from_args
 from autoconf.interfaces.probe.runner import ROW_COLUMNS, SOURCE, ProbeResult, data_row, environment, source_ref
 from autoconf.schema import Job
 
@@ -41,7 +41,7 @@ DEFAULT_TIME_LIMIT_S = 600.0  # import + random init + steps of an 8B model take
 # Columns that identify a point (resume); the OOM boundary compares points equal on all but the last two.
 KEY_COLUMNS = ("gpu_model", "model_name", "method", "dtype", "gradient_accumulation_steps",
                "gradient_checkpointing", "attention", "lora_r", "lora_alpha", "lora_target_modules",
-               "optimizer", "optimizer_impl", "tokens_per_sample", "per_device_batch_size")
+               "optimizer", "optimizer_impl", "loss_kernel", "tokens_per_sample", "per_device_batch_size")
 TOP_KEYS = ("name", "max_points", "time_limit_s", "settings", "grid", "grids")
 
 
@@ -214,6 +214,10 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--no-skip-above-oom", dest="skip_above_oom", action="store_false",
                    help="also run points dominated by an OOM")
     p.add_argument("--dry-run", action="store_true", help="list the points and exit")
+    p.add_argument("--in-process", action="store_true",
+                   help="one process for the whole grid: each model built once, its points run in turn (a short GPU lease)")
+    p.add_argument("--budget-s", type=float,
+                   help="with --in-process: stop starting points after this many seconds (rows so far are kept)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -231,6 +235,11 @@ def run(args: argparse.Namespace) -> int:
     existing = read_rows(args.out)
     done = {row_key(r) for r in existing}
     ooms = [row_key(r) for r in existing if r["status"] == "oom"]
+    if args.in_process:
+        return _run_in_process(args, header["name"], [p for p in points if p.key() not in done
+                                                      and not (args.skip_above_oom and above_oom(p.key(), ooms))])
+    if args.budget_s is not None:
+        raise InvalidInputError("budget_s", "applies to --in-process only; got it without --in-process")
     limit = args.time_limit_s or header["time_limit_s"]
     counts = {"ok": 0, "oom": 0, "failed": 0, "already": 0, "above_oom": 0}
     for index, point in enumerate(points, 1):
@@ -263,3 +272,36 @@ def _measure(point: Point, limit: float, campaign: str) -> dict[str, str]:
         env = environment("cpu" if point.gpu_model == "cpu" else "cuda")
         return data_row(point.job, None, point.gpu_model, source_ref(command, env), campaign, reason)
     return data_row(point.job, result, result.gpu_model, source_ref(command, result.environment), campaign)
+
+
+def _run_in_process(args: argparse.Namespace, name: str, points: list[Point]) -> int:
+    """The whole grid in this process (autoconf.interfaces.probe.campaign); a row per point as it ends."""
+    if args.budget_s is not None and not args.budget_s > 0:
+        raise InvalidInputError("budget_s", f"must be a positive number of seconds; got {args.budget_s}")
+    parser = _probe_parser()
+    settings = {settings_from_args(parser.parse_args(p.argv)) for p in points}
+    if len(settings) > 1:
+        raise InvalidInputError("grid", "with --in-process every point must share device, warmup_steps, probe_steps, "
+                                "seed and host_memory_limit_gib (one process runs them all)")
+    if not points:
+        sys.stderr.write(f"no point left to measure in {args.out}\n")
+        return 0
+    from autoconf.interfaces.probe.campaign import run_campaign  # torch: only now
+
+    command = shlex.join(["autoconf-gpu", "measure", "--grid", str(args.grid), "--in-process"]
+                         + (["--budget-s", f"{args.budget_s:g}"] if args.budget_s is not None else []))
+    campaign = f"{SOURCE}/{name}"
+
+    def emit(job: Job, result: ProbeResult) -> None:
+        row = data_row(job, result, result.gpu_model, source_ref(command, result.environment), campaign)
+        append_row(args.out, row)
+        sys.stderr.write(f"{job.model} {job.method} {job.tokens_per_sample}x{job.batch_size} "
+                         f"ckpt={int(job.gradient_checkpointing)} {job.attention} {job.effective_loss_kernel}: "
+                         f"{result.status} {row['peak_memory_bytes']} {row['tokens_per_second']} {result.reason[:160]}\n")
+
+    counts = run_campaign([p.job for p in points], settings.pop(), args.budget_s, emit)
+    for line in counts.skipped:
+        sys.stderr.write(f"skipped {line}\n")
+    sys.stderr.write(f"{len(points)} points: ok {counts.ok}, oom {counts.oom}, failed {counts.failed}; skipped "
+                     f"{counts.above_oom} above an OOM boundary, {counts.out_of_time} out of time\n")
+    return 0

@@ -12,7 +12,14 @@ import sys
 import typing
 
 from autoconf.interfaces.cli.dialect import BoolWord
-from autoconf.interfaces.probe.runner import Comparison, ProbeResult, ProbeSettings, compare_estimates, run_probe
+from autoconf.interfaces.probe.runner import (
+    PROBED_LOSS_KERNELS,
+    Comparison,
+    ProbeResult,
+    ProbeSettings,
+    compare_estimates,
+    run_probe,
+)
 from autoconf.schema import (
     DEFAULT_LORA_TARGETS,
     GIB,
@@ -55,6 +62,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="comma list or all-linear (default %(default)s)")
     p.add_argument("--optimizer", choices=typing.get_args(Optimizer), default=_default("optimizer"))
     p.add_argument("--optimizer-impl", choices=typing.get_args(OptimizerImpl), default=_default("optimizer_impl"))
+    p.add_argument("--loss-kernel", choices=PROBED_LOSS_KERNELS, default="hf",
+                   help="hf (transformers' loss), chunked (torchtune's algorithm) or fused-linear-ce (Liger, CUDA)")
     p.add_argument("--warmup-steps", type=int, default=1, help="untimed steps first (default %(default)s)")
     p.add_argument("--probe-steps", type=int, default=2, help="timed, measured steps (default %(default)s)")
     p.add_argument("--seed", type=int, default=0)
@@ -81,7 +90,7 @@ def job_from_args(args: argparse.Namespace) -> Job:
         gradient_accumulation_steps=args.gradient_accumulation_steps,
         gradient_checkpointing=args.gradient_checkpointing, attention=args.attention, lora_r=args.lora_r,
         lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout, lora_target_modules=args.lora_target_modules,
-        optimizer=args.optimizer, optimizer_impl=args.optimizer_impl,
+        optimizer=args.optimizer, optimizer_impl=args.optimizer_impl, loss_kernel=args.loss_kernel,
     )
 
 

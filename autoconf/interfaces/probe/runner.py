@@ -32,7 +32,10 @@ SOURCE = "autoconf-probe"  # `source` and `framework` of every row the probe wri
 NOTES = "random weights; synthetic tokens, no padding"  # what every probe row is, before any per-run note
 # A probe row has the measurement table's own columns, in its order (a probe table is one of its tables).
 ROW_COLUMNS: tuple[str, ...] = MEASUREMENT_COLUMNS
-VERSIONED = ("torch", "transformers", "peft", "bitsandbytes")  # packages named in every source_ref
+VERSIONED = ("torch", "transformers", "peft", "bitsandbytes", "liger_kernel")  # packages named in every source_ref
+PROBED_LOSS_KERNELS = ("hf", "chunked", "fused-linear-ce")  # Job.loss_kernel values probe/losses.py runs
+# Job.loss_kernel -> the data table's loss_kernel cell (evaluation/data.py LOSS_KERNELS reads it back)
+LOSS_KERNEL_CELLS = {"hf": "", "chunked": "chunked", "fused-linear-ce": "liger-flce"}
 
 
 class ProbeSettings(BaseModel):
@@ -114,9 +117,13 @@ def check_supported(job: Job, device: str) -> None:
         if device != "cuda" or not present:
             missing = "" if present else ", package missing"
             raise InvalidInputError(field, f"{what}; got device {device}{missing}")
-    if job.effective_loss_kernel != "hf":
-        raise InvalidInputError(
-            "loss_kernel", f"must be hf: the probe runs HF's cross-entropy; got {job.effective_loss_kernel}")
+    kernel = job.effective_loss_kernel
+    if kernel not in PROBED_LOSS_KERNELS:
+        raise InvalidInputError("loss_kernel", f"must be one of {', '.join(PROBED_LOSS_KERNELS)} (the kernels the "
+                                f"probe runs, autoconf/interfaces/probe/losses.py); got {kernel}")
+    if kernel == "fused-linear-ce" and (device != "cuda" or not _has("liger_kernel")):
+        missing = "" if _has("liger_kernel") else ", package missing"
+        raise InvalidInputError("loss_kernel", f"fused-linear-ce needs CUDA and liger-kernel; got device {device}{missing}")
     if job.method == "qlora" and job.dtype not in ("bf16", "fp16"):
         raise InvalidInputError("dtype", f"qlora must compute in bf16 or fp16; got {job.dtype}")
 
@@ -215,7 +222,8 @@ def data_row(job: Job, result: ProbeResult | None, gpu_model: str, ref: str,
         "gradient_accumulation_steps": job.gradient_accumulation_steps, "dtype": job.dtype,
         # one process, no wrapper: what Placement(number_gpus=1) calls ddp
         "strategy": "ddp", "gradient_checkpointing": job.gradient_checkpointing, "attention": job.attention,
-        "fused_loss": False, "packing": False, "kernels": "none",
+        "fused_loss": job.effective_loss_kernel != "hf", "loss_kernel": LOSS_KERNEL_CELLS[job.effective_loss_kernel],
+        "packing": False, "kernels": "none",
         "lora_r": job.lora_r if lora else None, "lora_alpha": job.lora_alpha if lora else None,
         "lora_target_modules": ",".join(job.lora_target_modules) if lora else None,
         "status": result.status if result else "failed", "optimizer": job.optimizer,

@@ -24,6 +24,7 @@ from transformers import AutoModelForCausalLM
 from autoconf.catalog import Architecture, get_architecture
 from autoconf.errors import InvalidInputError
 from autoconf.estimators.traced.hf_config import DTYPES, hf_config
+from autoconf.interfaces.probe.losses import loss_of
 from autoconf.interfaces.probe.memory import (
     HostPeak,
     NvidiaSmiPeak,
@@ -59,8 +60,8 @@ def build_model(job: Job, arch: Architecture, device: str) -> torch.nn.Module:
     if job.method == "qlora":
         model = _build_4bit(config, weight_dtype, device)
     else:
-        with torch.device(device):  # transformers' from_config has no annotations
-            model = AutoModelForCausalLM.from_config(config, dtype=weight_dtype)  # type: ignore[no-untyped-call]
+        with torch.device(device):
+            model = _from_config(config, weight_dtype)
     if job.gradient_checkpointing:
         # non-reentrant: what HF recommends and what lets frozen (LoRA) inputs work without hooks
         enable = getattr(model, "activation_checkpointing_enable", None)  # transformers >= 5.x name
@@ -84,6 +85,19 @@ def build_model(job: Job, arch: Architecture, device: str) -> torch.nn.Module:
             warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
             model = get_peft_model(model, lora)  # adapters in fp32 (peft's autocast_adapter_dtype default)
     model.train()
+    return model
+
+
+def _from_config(config: Any, dtype: torch.dtype) -> torch.nn.Module:
+    """The causal LM of a config; a vision-language config (no *ForCausalLM) as its image-text-to-text model,
+    trained on text alone (Job.images_per_sample = 0)."""
+    try:
+        model: torch.nn.Module = AutoModelForCausalLM.from_config(  # type: ignore[no-untyped-call]
+            config, dtype=dtype)
+    except ValueError:  # "Unrecognized configuration class ... for AutoModelForCausalLM": a VLM
+        from transformers import AutoModelForImageTextToText
+
+        model = AutoModelForImageTextToText.from_config(config, dtype=dtype)  # type: ignore[no-untyped-call]
     return model
 
 
@@ -126,15 +140,13 @@ def make_optimizer(job: Job, model: torch.nn.Module) -> torch.optim.Optimizer:
 
 
 def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: torch.Tensor, job: Job) -> float:
-    """One optimizer step: gradient_accumulation_steps × (forward with labels -> loss, backward), then step."""
+    """One optimizer step: gradient_accumulation_steps × (forward -> the job's loss, backward), then step."""
     _, autocast_dtype = DTYPES[job.dtype]
     loss_value = math.nan
     for _ in range(job.gradient_accumulation_steps):
         with _autocast(batch.device.type, autocast_dtype):
-            output = model(input_ids=batch, labels=batch)
-        loss = output.loss
-        del output  # the Trainer keeps only the loss; the logits must not live through backward
-        (loss / job.gradient_accumulation_steps).backward()
+            loss = loss_of(model, batch, job)  # HF's loss, or the chunked / fused kernel the job names
+        (loss / job.gradient_accumulation_steps).backward()  # type: ignore[no-untyped-call]
         loss_value = float(loss.detach())
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
