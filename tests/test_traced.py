@@ -131,6 +131,7 @@ def test_qlora_falls_back_to_theory_with_a_note() -> None:
     assert any("QLoRA" in note and "fake CPU" in note for note in answer.memory.notes)
 
 
+@pytest.mark.slow
 def test_cli_estimate_with_traced(capsys: pytest.CaptureFixture[str]) -> None:
     from autoconf.interfaces.cli import main
 
