@@ -230,3 +230,12 @@ def test_sequence_parallel_searches_skip_the_counts_it_does_not_divide(objective
     assert code == 0 and "sequence_parallel" not in out.getvalue() + err.getvalue()
     found = [line for line in out.getvalue().splitlines() if line.startswith("recommended:")]
     assert found and int(found[0].split()[1]) % 8 == 0, out.getvalue()
+
+
+def test_aliases_are_one_table_and_the_canonical_name_wins() -> None:
+    job, _ = row_inputs({"model_name": "llama3.1-8b", "gpu_model": "L40S", "method": "lora", "seq_len": 1024,
+                         "grad_accum": 2, "lora_rank": 16, "grad_checkpoint": "off", "batch_size": 8})
+    assert (job.model, job.tokens_per_sample, job.gradient_accumulation_steps, job.lora_r) == ("llama3.1-8b", 1024, 2, 16)
+    assert job.gradient_checkpointing is False
+    both, _ = row_inputs({**BASE, "seq_len": 1024, "tokens_per_sample": 2048})
+    assert both.tokens_per_sample == 2048
