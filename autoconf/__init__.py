@@ -13,7 +13,7 @@ import sys
 import types
 from typing import Any
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"  # the one place: pyproject.toml, /healthz, --version and the ado operator read it
 
 
 class _LazyAlias(types.ModuleType):

@@ -33,17 +33,10 @@ ADO_FRAMEWORK = "fms-hf-tuning"
 # rows ran adamw_torch = foreach (theory_notes "Variants"); torchtune and LitGPT configs construct
 # torch.optim.AdamW with fused=True; bitsandbytes optimizers (Unsloth's adamw_8bit) have no foreach list;
 # llm-foundry's decoupled_adamw (Composer DecoupledAdamW.adamw) updates one parameter at a time.
+# Every other stack takes FRAMEWORK_JOB_DEFAULT; FRAMEWORK_JOB_DEFAULTS lists only the stacks that differ.
+FRAMEWORK_JOB_DEFAULT: dict[str, object] = {"optimizer_impl": "fused"}
 FRAMEWORK_JOB_DEFAULTS: dict[str, dict[str, object]] = {
-    "hf-trainer": {"optimizer_impl": "fused"},
     "fms-hf-tuning": {"optimizer_impl": "foreach"},
-    "peft": {"optimizer_impl": "fused"},
-    "litgpt": {"optimizer_impl": "fused"},
-    "torchtune": {"optimizer_impl": "fused"},
-    "unsloth": {"optimizer_impl": "fused"},
-    "axolotl": {"optimizer_impl": "fused"},
-    "llama-factory": {"optimizer_impl": "fused"},
-    "ms-swift": {"optimizer_impl": "fused"},
-    "deepspeed": {"optimizer_impl": "fused"},
     "fsdp-qlora": {"optimizer_impl": "foreach"},
     "llm-foundry": {"optimizer_impl": "for-loop"},
 }
@@ -55,8 +48,15 @@ FRAMEWORK_LOSS_KERNEL: dict[str, str] = {"litgpt": "chunked", "torchtune": "chun
 ESTIMATOR = "hybrid"  # theory x learned correction; falls back as FALLBACK says
 MAX_OOM_RISK = 0.05  # design §5: accept a placement when P(OOM) <= 5 %
 MAX_GPUS = 64  # largest placement searched unless the caller says otherwise
-MAX_GPUS_LIMIT = 4096  # the largest max_gpus any interface accepts (bounded work per request)
-GPUS_PER_NODE = 8
+MAX_GPUS_LIMIT = 4096  # the largest max_gpus any interface accepts (CLI, REST, page, ado: bounded work per request)
+NUMBER_GPUS_LIMIT = 65536  # the largest number_gpus a Placement (and ado's number_gpus property) accepts
+GPUS_PER_NODE = 8  # GPUs per worker (node) searched; also the most a worker may have (Placement.gpus_per_worker)
+
+# --- names every layer shares ---------------------------------------------------------------------
+# The per-GPU memory parts of a text model, in the order every table and plot shows them (MemoryEstimate's
+# ``<part>_bytes`` fields); STATE_PARTS are those a training step's tensors are counted in (no overhead).
+MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "logits", "overhead")
+STATE_PARTS = MEMORY_PARTS[:-1]
 
 # --- where shipped files live ------------------------------------------------------------------------
 _PACKAGE = Path(__file__).resolve().parent

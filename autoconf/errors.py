@@ -69,4 +69,5 @@ def describe(exc: Exception, with_input: bool = True) -> str:
     err = exc.errors()[0]
     field = ".".join(str(p) for p in err.get("loc", ())) or "input"
     text = f"{field}: {err['msg']}"
-    return f"{text} (got {err.get('input')!r})" if with_input else text
+    quoted = err.get("type") == "invalid_word"  # schema.read_word's messages already say what was given
+    return f"{text} (got {err.get('input')!r})" if with_input and not quoted else text

@@ -6,9 +6,22 @@ columns all reuse them. Units are in field names (``*_bytes``, ``*_gib``, ``*_se
 
 from __future__ import annotations
 
-from typing import Literal
+import functools
+import math
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from autoconf import defaults
 
@@ -30,16 +43,91 @@ Framework = Literal[
     "hf-trainer", "fms-hf-tuning", "peft", "litgpt", "torchtune", "unsloth", "axolotl", "llama-factory",
     "ms-swift", "deepspeed", "fsdp-qlora", "llm-foundry",
 ]
+FRAMEWORKS: tuple[str, ...] = typing.get_args(Framework)  # the one list of stack names (profiles: frameworks.py)
 LossKernel = Literal["hf", "chunked", "fused-ce", "fused-linear-ce"]
 
 DEFAULT_LORA_TARGETS: tuple[str, ...] = ("q_proj", "v_proj")
+
+# --- user words: the one reading of on/off and choice words, whatever the entry point ----------------
+# Pydantic's own lax booleans, written out so that a CSV cell, an ado property, a CLI word and a JSON
+# string all mean the same thing; anything else is an error naming these words.
+TRUE_WORDS = ("true", "yes", "on", "1", "t", "y")
+FALSE_WORDS = ("false", "no", "off", "0", "f", "n")
+
+
+def _word_error(message: str) -> PydanticCustomError:
+    return PydanticCustomError("invalid_word", "{detail}", {"detail": message})
+
+
+def read_flag(value: object) -> object:
+    """A boolean from a user's word (TRUE_WORDS / FALSE_WORDS, any case), a bool or 0/1; else an error."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, (int, float)) and value in (0, 1):
+        return bool(value)
+    word = value.strip().lower() if isinstance(value, str) else None
+    if word in TRUE_WORDS or word in FALSE_WORDS:
+        return word in TRUE_WORDS
+    raise _word_error(f"must be one of {', '.join(TRUE_WORDS + FALSE_WORDS)}; got {value!r}")
+
+
+def _choices(annotation: object) -> tuple[str, ...] | None:
+    """The accepted words of a Literal of strings (also inside ``X | None``), else None."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        found = [c for arg in typing.get_args(annotation) if (c := _choices(arg))]
+        return found[0] if found else None
+    if typing.get_origin(annotation) is Literal and all(isinstance(a, str) for a in typing.get_args(annotation)):
+        return typing.get_args(annotation)
+    return None
+
+
+def is_flag(annotation: object) -> bool:
+    """True for a boolean field (``bool`` or ``bool | None``)."""
+    return annotation is bool or annotation == bool | None
+
+
+@functools.lru_cache(maxsize=256)
+def _kind(annotation: object) -> bool | tuple[str, ...] | None:
+    """True for a boolean field, its words for a choice field, None for any other (cached per annotation)."""
+    return True if is_flag(annotation) else _choices(annotation)
+
+
+def read_word(annotation: object, value: object) -> object:
+    """``value`` as the field of type ``annotation`` reads it: booleans and choices by the tables above."""
+    kind = _kind(annotation)
+    if kind is True:
+        return read_flag(value)
+    if isinstance(kind, tuple) and isinstance(value, str):
+        word = value.strip().lower()
+        if word not in kind:
+            raise _word_error(f"must be one of {', '.join(kind)}; got {value!r}")
+        return word
+    return value
+
+
+class Words(BaseModel):
+    """Base of every model that reads a user's words: booleans and choices through ``read_word``."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _read_words(cls, value: object, info: ValidationInfo) -> object:
+        field = cls.__pydantic_fields__.get(info.field_name or "")
+        return value if field is None else read_word(field.annotation, value)
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
 
 
-class Job(_Strict):
+class _Input(Words):
+    """A user's input (Job, Placement): strict, frozen, words read by ``read_word``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
+
+
+class Job(_Input):
     """What is trained and how: independent of where it runs."""
 
     model: str = Field(
@@ -132,7 +220,8 @@ class Job(_Strict):
         if not isinstance(data, dict):
             return data
         framework = data.get("framework") or defaults.FRAMEWORK
-        found = defaults.FRAMEWORK_JOB_DEFAULTS.get(str(framework), {})
+        name = str(framework).strip().lower()
+        found = defaults.FRAMEWORK_JOB_DEFAULTS.get(name, defaults.FRAMEWORK_JOB_DEFAULT) if name in FRAMEWORKS else {}
         missing = {k: v for k, v in found.items() if data.get(k) is None}
         return {**data, **missing} if missing else data
 
@@ -161,13 +250,13 @@ class Job(_Strict):
         return value.strip()
 
 
-class Placement(_Strict):
+class Placement(_Input):
     """Where and how the job is spread: GPUs, workers, sharding and parallelism."""
 
     gpu_model: str = Field(description="GPU name in ado's spelling (e.g. NVIDIA-A100-80GB-PCIe) or an alias.")
-    number_gpus: int = Field(1, ge=1, le=65536, description="Total GPUs across all workers.")
+    number_gpus: int = Field(1, ge=1, le=defaults.NUMBER_GPUS_LIMIT, description="Total GPUs across all workers.")
     gpus_per_worker: int | None = Field(
-        None, ge=1, le=8, description="GPUs per worker (node); default min(number_gpus, 8)."
+        None, ge=1, le=defaults.GPUS_PER_NODE, description="GPUs per worker (node); default min(number_gpus, 8)."
     )
     strategy: Strategy | None = Field(
         None,
@@ -199,8 +288,56 @@ class Placement(_Strict):
 
     @property
     def workers(self) -> int:
-        per = self.gpus_per_worker or min(self.number_gpus, 8)
+        per = self.gpus_per_worker or min(self.number_gpus, defaults.GPUS_PER_NODE)
         return -(-self.number_gpus // per)
+
+
+# Other spellings of Job and Placement words, one table for every entry point that reads a mapping of words
+# (sweep rows, ado points, REST bodies): the ado/data-table name of the model, and the VRAM-budget CLI's names
+# (docs/dialects.md). A canonical name given beside its alias wins.
+ALIASES: dict[str, str] = {
+    "model_name": "model", "seq_len": "tokens_per_sample", "grad_accum": "gradient_accumulation_steps",
+    "lora_rank": "lora_r", "grad_checkpoint": "gradient_checkpointing",
+}
+PER_DEVICE_BATCH = "per_device_batch_size"  # batch_size = this × number_gpus × gradient_accumulation_steps
+
+
+def _plain(value: Any) -> Any:  # noqa: ANN401 - any cell of a table or body
+    """numpy scalars -> Python; an empty cell (None, NaN) -> None."""
+    item = getattr(value, "item", None)
+    value = item() if callable(item) and not isinstance(value, (str, bytes)) else value
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
+def canonical_words(words: Mapping[str, Any], default_gpus: int = 1) -> dict[str, Any]:
+    """``words`` with empty cells dropped, aliases renamed and a per-device batch turned into batch_size."""
+    data = {key: v for key, value in words.items() if (v := _plain(value)) is not None}
+    for alias, name in ALIASES.items():
+        if alias in data:
+            data.setdefault(name, data.pop(alias))
+    if data.get("model") is not None and not isinstance(data["model"], str):
+        data["model"] = str(data["model"])  # a bare parameter count read as a number
+    if data.get(PER_DEVICE_BATCH) is not None and data.get("batch_size") is None:
+        gpus = int(data.get("number_gpus") or default_gpus)
+        data["batch_size"] = int(data[PER_DEVICE_BATCH]) * gpus * int(data.get("gradient_accumulation_steps") or 1)
+    return data
+
+
+def job_of_words(words: Mapping[str, Any]) -> Job:
+    """The Job in a mapping of a user's words; words that are no Job field are left to the caller."""
+    data = canonical_words(words)
+    return Job(**{k: v for k, v in data.items() if k in Job.model_fields})
+
+
+def job_and_placement(words: Mapping[str, Any], default_gpus: int = 1) -> tuple[Job, Placement]:
+    """The one way in: a mapping of a user's words (CLI flags, a REST body, an ado point, a sweep row) ->
+    Job and Placement. Booleans and choices are read by ``read_word``, aliases by ``ALIASES``; a bad word
+    raises pydantic's ValidationError naming the field and the accepted values. Words that are neither Job
+    nor Placement fields are ignored here (the entry point decides whether they are allowed)."""
+    data = canonical_words(words, default_gpus)
+    data.setdefault("number_gpus", default_gpus)
+    job = Job(**{k: v for k, v in data.items() if k in Job.model_fields})
+    return job, Placement(**{k: v for k, v in data.items() if k in Placement.model_fields})
 
 
 class Calibration(_Strict):

@@ -271,6 +271,7 @@ def test_fuzz_never_5xx(client: httpx.Client, route: str, body: Any) -> None:
     assert res.status_code in (200, 422), (route, body, res.text)
 
 
+@pytest.mark.slow
 def test_load_bench_writes_its_section(tmp_path: Path) -> None:
     import importlib.util
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 # reference/ibm-ado-autoconf-readme.md, section 2, verbatim but for `orchestrator.` -> `ado.` (ado-core 2.x).
 RECIPE = '''
 from orchestrator.schema.reference import (
@@ -35,6 +37,7 @@ def _python(code: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_ibm_recipe_prints_ados_measured_values() -> None:
     res = _python(RECIPE + "\nimport ado.schema.observed_property as op\n"
                   "assert all(isinstance(v, op.ObservedPropertyValue) for v in measured_properties)\n"

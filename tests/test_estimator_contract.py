@@ -174,6 +174,7 @@ def _random_rows(seed: int, n: int) -> tuple[list[Job], list[Placement]]:
     return jobs, places
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1])
 def test_vector_theory_equals_scalar_theory(seed: int) -> None:
     jobs, places = _random_rows(seed, 1500)

@@ -30,7 +30,7 @@ BASE = {"model_name": "llama3.1-8b", "method": "lora", "gpu_model": "NVIDIA-A100
     ("batch_size", 10**30, "batch_size must be a finite number"),  # was TypeError (numpy.isnan of a huge int)
     ("max_oom_risk", "0.05", "max_oom_risk must be a number"),
     ("max_gpus", float("nan"), "max_gpus must be a finite number"),
-    ("strict", "yes", "strict must be true or false"),
+    ("strict", "maybe", "strict must be true or false: must be one of true, yes, on"),
     ("model_name", b"llama", "model_name must be a name"),
     ("lora_r", 8.5, "lora_r must be a whole number"),
 ])

@@ -29,6 +29,7 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
         yield http
 
 
+@pytest.mark.slow
 @settings(max_examples=500, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
 @given(route=st.sampled_from(POST_ROUTES), body=rest_bodies(SPEC))
 def test_schema_driven_bodies_never_5xx(client: httpx.Client, route: str, body: bytes) -> None:

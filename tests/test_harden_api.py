@@ -153,6 +153,7 @@ def test_hostile_bodies(closed: httpx.Client, name: str, body: bytes, status: in
     assert res.json()["detail"][0]["type"] != "internal_error"
 
 
+@pytest.mark.slow
 def test_healthz_answers_fast_while_a_slow_request_runs(opened: httpx.Client) -> None:
     """A traced estimate (seconds of CPU) runs in a worker thread; /healthz stays under 100 ms; the slow
     request is cut at --timeout-s with a 422 that says so."""

@@ -91,6 +91,7 @@ def test_refused_named_version_is_not_answered_by_theory(models: Path) -> None:
     assert res.stdout.startswith("0 - |") and "1.0.0" in res.stdout and "MANIFEST" in res.stdout, res.stdout
 
 
+@pytest.mark.slow
 def test_autogluon_backend_refuses_a_resealed_version_before_unpickling(models: Path) -> None:
     """The pickle of a re-sealed version is never loaded: a marker pickle that would write a file stays inert."""
     folder = models / "1.0.0"

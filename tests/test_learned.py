@@ -46,6 +46,7 @@ def test_table_features_are_architecture_numbers_not_names(table: T.Table) -> No
     assert 0.5 < ratio.median() < 2.0  # measured/theory ratios are near 1, not raw bytes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", ["memory_device", "oom"])
 def test_fit_exports_a_fast_path_equal_to_autogluon(table: T.Table, target: str, tmp_path: Path) -> None:
     spec = T.TARGETS[target]
@@ -61,6 +62,7 @@ def test_fit_exports_a_fast_path_equal_to_autogluon(table: T.Table, target: str,
         assert ((fast >= 0) & (fast <= 1)).all()
 
 
+@pytest.mark.slow
 def test_fits_are_deterministic(table: T.Table, tmp_path: Path) -> None:
     spec = T.TARGETS["memory_device"]
     rows = table.groups == "mistral-7b-v0.1"
@@ -89,6 +91,7 @@ def test_shipped_version_card_and_size(SHIPPED: str) -> None:
         assert max(check["max_abs_difference_vs_autogluon"].values()) < 1e-6
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("version", ["1.0.0", "2.0.0"])
 def test_shipped_version_loads_with_the_autogluon_backend_and_agrees(version: str) -> None:
     fast, slow = M.load(version), M.load(version, backend="autogluon")

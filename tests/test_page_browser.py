@@ -21,6 +21,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._browser import chromium, find_browser, requested_urls, serve  # noqa: E402
 
+pytestmark = pytest.mark.slow  # a real Chromium against a real server
 GPU = "NVIDIA-A100-80GB-PCIe"
 # (form fields, GPUs): the body the page sends must be exactly these fields plus number_gpus
 JOBS: list[tuple[dict[str, Any], int | str]] = [

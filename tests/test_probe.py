@@ -47,6 +47,7 @@ def _probe_cli(argv: list[str]) -> str:
     return run.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("method", "trainable"), [("full", "158,016"), ("lora", "3,584")])
 def test_probe_prints_estimate_vs_measured(method: str, trainable: str) -> None:
     out = _probe_cli(["probe", *CPU_POINT, "--method", method, "--estimators", "theory,hybrid"])
@@ -58,6 +59,7 @@ def test_probe_prints_estimate_vs_measured(method: str, trainable: str) -> None:
     assert "hybrid:" in out  # answered, or skipped with the reason
 
 
+@pytest.mark.slow
 def test_probe_json_counts_tokens_and_adapters() -> None:
     argv = ["probe", *CPU_POINT, "--method", "lora", "--gradient-accumulation-steps", "2",
             "--lora-r", "4", "--lora-target-modules", "q_proj,k_proj,v_proj,o_proj", "--json", "--estimators", "theory"]
@@ -102,6 +104,7 @@ def test_probe_builds_the_catalogue_architecture_exactly(model: str) -> None:
     assert sum(p.numel() for p in built.parameters()) == arch.total_params
 
 
+@pytest.mark.slow
 def test_measure_writes_rows_with_provenance_resumes_and_stops_at_oom(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     grid = _grid(tmp_path, "two", {

@@ -41,6 +41,7 @@ def test_shifted_labels_match_next_token() -> None:
     assert shifted_labels(batch).tolist() == [[6, 7, IGNORE]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["full", "lora"])
 def test_chunked_loss_equals_transformers_loss(method: str) -> None:
     from autoconf.catalog import get_architecture
@@ -93,6 +94,7 @@ def _measure(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess[s
     return done, rows
 
 
+@pytest.mark.slow
 def test_campaign_writes_a_row_per_point(tmp_path: Path) -> None:
     done, rows = _measure(tmp_path)
     assert done.returncode == 0, done.stderr
@@ -106,6 +108,7 @@ def test_campaign_writes_a_row_per_point(tmp_path: Path) -> None:
     assert again.returncode == 0 and len(rows_again) == 8 and "no point left" in again.stderr
 
 
+@pytest.mark.slow
 def test_campaign_budget_stops_starting_points(tmp_path: Path) -> None:
     done, rows = _measure(tmp_path, "--budget-s", "0.001")
     assert done.returncode == 0, done.stderr

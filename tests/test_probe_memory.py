@@ -13,6 +13,7 @@ from autoconf.schema import Job
 BIG = 256 * MIB  # far above glibc's mmap threshold: freed straight back to the kernel
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux's RSS high-water mark reset")
 def test_host_peak_below_its_baseline_is_no_figure() -> None:
     """Memory held when the baseline is taken and returned before the span: RSS high-water < baseline."""
@@ -25,6 +26,7 @@ def test_host_peak_below_its_baseline_is_no_figure() -> None:
     assert "not above" in why and "before the build" in why
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux's RSS high-water mark reset")
 def test_host_peak_of_a_real_allocation() -> None:
     meter = HostPeak()

@@ -125,6 +125,7 @@ def test_rest_vision_parts_and_refusal() -> None:
     assert refused.status_code == 422 and "images_per_sample" in refused.text
 
 
+@pytest.mark.slow
 def test_traced_builds_a_non_llama_family_from_its_config() -> None:
     pytest.importorskip("torch")
     from dataclasses import replace

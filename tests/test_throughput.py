@@ -192,6 +192,7 @@ def test_shipped_constants_are_the_fit_of_the_data() -> None:
     assert median < 15 and not math.isnan(median)
 
 
+@pytest.mark.slow
 def test_bench_writes_its_section(tmp_path: Path) -> None:
     report = tmp_path / "accuracy.md"
     assert _bench().main(["--output", str(report)]) == 0

@@ -63,6 +63,7 @@ def test_fake_trace_equals_real_cpu_step(method: str, checkpointing: bool, atten
     np.testing.assert_array_equal(fake, real)
 
 
+@pytest.mark.slow
 def test_fit_is_exact_and_cached() -> None:
     spec = trace_spec(_job(), get_architecture(TINY))
     fit = get_fit(spec, "single")
@@ -82,6 +83,7 @@ def test_fit_is_exact_and_cached() -> None:
     assert start[2] == 4 * psi + 4 * tensors
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["full", "lora"])
 def test_estimator_contract(method: str) -> None:
     est = get_estimator("traced")
@@ -99,6 +101,7 @@ def test_estimator_contract(method: str) -> None:
     assert peaks[0] < peaks[1] < peaks[2]
 
 
+@pytest.mark.slow
 def test_more_gpus_do_not_raise_per_gpu_memory() -> None:
     est = get_estimator("traced")
     job = _job(batch_size=4)
@@ -107,6 +110,7 @@ def test_more_gpus_do_not_raise_per_gpu_memory() -> None:
     assert four.activations_bytes < two.activations_bytes  # micro-batch 1 vs 2
 
 
+@pytest.mark.slow
 def test_estimate_frame_has_no_nans_and_reports_bad_rows() -> None:
     frame = pd.DataFrame(
         {"model": [TINY, TINY, "no-such-model"], "method": ["full", "qlora", "full"], "gpu_model": [GPU] * 3,
@@ -127,6 +131,7 @@ def test_qlora_falls_back_to_theory_with_a_note() -> None:
     assert any("QLoRA" in note and "fake CPU" in note for note in answer.memory.notes)
 
 
+@pytest.mark.slow
 def test_cli_estimate_with_traced(capsys: pytest.CaptureFixture[str]) -> None:
     from autoconf.interfaces.cli import main
 

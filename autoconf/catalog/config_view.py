@@ -13,6 +13,15 @@ from typing import Any
 
 from autoconf.errors import AutoconfError, InvalidInputError, UnknownModelError
 
+# Sizes of a text model a config.json gives (with their older names): whole numbers, or the arithmetic of
+# parameter counts would take 64.5 or true (= 1) as a size.
+SIZE_KEYS = frozenset({
+    "hidden_size", "n_embd", "num_hidden_layers", "n_layer", "num_attention_heads", "n_head", "num_key_value_heads",
+    "vocab_size", "intermediate_size", "n_inner", "head_dim", "kv_channels", "n_positions", "max_position_embeddings",
+    "moe_intermediate_size", "num_experts_per_tok", "n_routed_experts", "num_local_experts", "num_experts",
+    "shared_intermediate_size", "shared_expert_intermediate_size",
+})
+
 
 class ConfigError(InvalidInputError):
     """A config.json that cannot be read as a model architecture."""
@@ -81,15 +90,28 @@ class ConfigView:
         self.data, self.origin = data, origin
 
     def req(self, key: str, *aliases: str) -> Any:
-        """A required key (or one of its older names); missing or null -> MissingConfigKeyError."""
+        """A required key (or one of its older names); missing or null -> MissingConfigKeyError. A size
+        (SIZE_KEYS) must be a positive whole number."""
         for name in (key, *aliases):
             if self.data.get(name) is not None:
-                return self.data[name]
+                return self._size(name, self.data[name], low=1)
         raise MissingConfigKeyError(self.origin, key)
 
     def opt(self, key: str, default: Any = None) -> Any:
-        """An optional key: absent -> ``default``; present (even null) -> its value."""
-        return self.data.get(key, default)
+        """An optional key: absent -> ``default``; present (even null) -> its value (a size: a whole number >= 0)."""
+        value = self.data.get(key, default)
+        return value if value is None or key not in self.data else self._size(key, value, low=0)
+
+    def _size(self, key: str, value: Any, low: int) -> Any:  # noqa: ANN401 - a JSON value
+        """``value`` as an int if ``key`` is a size; a bool, a fraction, text or a number below ``low`` is an
+        error naming the key (json gives 64.5 and true as a float and a bool, which int() would take)."""
+        if key not in SIZE_KEYS:
+            return value
+        whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+        if isinstance(value, bool) or not whole or value < low:
+            kind = "positive" if low else "non-negative"
+            raise ConfigError(self.origin, f"'{key}' must be a {kind} whole number; got {json.dumps(value)[:40]}")
+        return int(value)
 
     def sub(self, key: str) -> ConfigView:
         value = self.data.get(key)

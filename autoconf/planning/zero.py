@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from autoconf.defaults import GPUS_PER_NODE
 from autoconf.errors import InvalidInputError
 
 GIB = 2**30
@@ -67,7 +68,7 @@ def _check(total_params: float, nodes: int, gpus_per_node: int, buffer_factor: f
 
 
 def zero2_rows(
-    total_params: float, nodes: int = 1, gpus_per_node: int = 8, buffer_factor: float = DEFAULT_BUFFER_FACTOR
+    total_params: float, nodes: int = 1, gpus_per_node: int = GPUS_PER_NODE, buffer_factor: float = DEFAULT_BUFFER_FACTOR
 ) -> list[ZeroRow]:
     """ZeRO-1/2 model states: optimizer offloaded to CPU, then no offload."""
     _check(total_params, nodes, gpus_per_node, buffer_factor)
@@ -85,7 +86,7 @@ def zero3_rows(
     total_params: float,
     largest_layer_params: float,
     nodes: int = 1,
-    gpus_per_node: int = 8,
+    gpus_per_node: int = GPUS_PER_NODE,
     buffer_factor: float = DEFAULT_BUFFER_FACTOR,
 ) -> list[ZeroRow]:
     """ZeRO-3 model states for the three offload options, each with zero_init 1 and 0."""
@@ -114,7 +115,7 @@ def zero_table(
     total_params: float,
     largest_layer_params: float | None = None,
     nodes: int = 1,
-    gpus_per_node: int = 8,
+    gpus_per_node: int = GPUS_PER_NODE,
     buffer_factor: float = DEFAULT_BUFFER_FACTOR,
 ) -> list[ZeroRow]:
     """Rows for ZeRO stage 1 or 2 (one shared estimate) or 3 (needs the largest layer)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
+from autoconf.defaults import GPUS_PER_NODE, MAX_GPUS, MAX_OOM_RISK
 from autoconf.errors import InvalidInputError
 from autoconf.estimators.contract import Estimator
 from autoconf.recommend.objectives import avoid_oom_batch, row_job, row_placement, throughput_batch
@@ -21,7 +22,7 @@ OBJECTIVES: tuple[str, ...] = get_args(Objective)
 
 def recommend_for_objective(
     job: Job, gpu_model: str, estimator: Estimator, objective: str = "min-gpus", *, requested_gpus: int = 1,
-    max_gpus: int = 64, gpus_per_node: int = 8, max_oom_risk: float = 0.05, strict: bool = False,
+    max_gpus: int = MAX_GPUS, gpus_per_node: int = GPUS_PER_NODE, max_oom_risk: float = MAX_OOM_RISK, strict: bool = False,
     strategy: Strategy | None = None,
 ) -> Recommendation:
     """The placement ``objective`` picks for ``job`` on ``gpu_model``.

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 from pydantic import ValidationError
 
+from autoconf.defaults import GPUS_PER_NODE, MAX_GPUS, MAX_OOM_RISK
 from autoconf.errors import AutoconfError, describe
 from autoconf.estimators.contract import Estimator
 from autoconf.estimators.frame import MEMORY_COLUMNS, OUTPUT_COLUMNS, VISION_COLUMNS, row_inputs
@@ -69,8 +70,9 @@ def _concat(parts: list[BatchSearch]) -> BatchSearch:
         throughput=sum((p.throughput for p in parts), []))
 
 
-def recommend_frame(frame: pd.DataFrame, estimator: Estimator, *, max_gpus: int = 64, gpus_per_node: int = 8,
-                    max_oom_risk: float = 0.05, strict: bool = False, progress: Progress | None = None) -> pd.DataFrame:
+def recommend_frame(frame: pd.DataFrame, estimator: Estimator, *, max_gpus: int = MAX_GPUS,
+                    gpus_per_node: int = GPUS_PER_NODE, max_oom_risk: float = MAX_OOM_RISK, strict: bool = False,
+                    progress: Progress | None = None) -> pd.DataFrame:
     """Batch columns of design §8: input columns + estimates + the recommendation, one row per input row.
 
     With ``number_gpus`` in a row the memory columns are for that placement; without it, for the

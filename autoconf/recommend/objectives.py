@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autoconf.defaults import GPUS_PER_NODE, MAX_GPUS, MAX_OOM_RISK
 from autoconf.estimators.contract import Estimator
 from autoconf.estimators.theory import memory as mem
 from autoconf.estimators.theory.throughput_grid import job_constants, tokens_per_second
@@ -83,6 +84,17 @@ def avoid_oom_candidates(per_device: Sequence[int], requested: Sequence[int], ma
     spec = [[(n, 1, b * n) for n in [r, *(c for c in counts if c > r)]] for b, r in zip(per_device, requested,
                                                                                        strict=True)]
     return _rows(spec)
+
+
+def sequence_parallel_fits(jobs: Sequence[Job], cand: Candidates) -> Candidates:
+    """The rows whose GPU count the job's sequence-parallel degree divides (the searches place no tp/pp, so
+    every GPU is data-parallel: theory/memory.py micro_batch refuses the others)."""
+    sp = np.array([j.sequence_parallel for j in jobs], dtype=np.int64)
+    keep = cand.gpus % sp[cand.owner] == 0
+    if keep.all():
+        return cand
+    return Candidates(owner=cand.owner[keep], gpus=cand.gpus[keep], accumulation=cand.accumulation[keep],
+                      batch=cand.batch[keep])
 
 
 def row_job(jobs: Sequence[Job], cand: Candidates, r: int) -> Job:
@@ -189,10 +201,12 @@ def _refusals(cand: Candidates, memory: MemoryBatch, chosen: np.ndarray, max_oom
 
 
 def avoid_oom_batch(jobs: Sequence[Job], gpu_models: Sequence[str], requested: Sequence[int], estimator: Estimator,
-                    *, max_gpus: int = 64, gpus_per_node: int = 8, max_oom_risk: float = 0.05) -> Choice:
+                    *, max_gpus: int = MAX_GPUS, gpus_per_node: int = GPUS_PER_NODE,
+                    max_oom_risk: float = MAX_OOM_RISK) -> Choice:
     """Keep ``requested[i]`` GPUs (per-device batch = jobs[i].batch_size) if the job fits there, else the fewest
     more."""
-    cand = avoid_oom_candidates([j.batch_size for j in jobs], requested, max_gpus, gpus_per_node)
+    cand = sequence_parallel_fits(jobs, avoid_oom_candidates([j.batch_size for j in jobs], requested, max_gpus,
+                                                             gpus_per_node))
     memory, tps = evaluate(jobs, gpu_models, cand, estimator, gpus_per_node)
     fits = memory.ok & (memory.oom_risk <= max_oom_risk)
     chosen = _first_per_owner(cand.owner, fits, len(jobs))
@@ -200,15 +214,15 @@ def avoid_oom_batch(jobs: Sequence[Job], gpu_models: Sequence[str], requested: S
                   tps, len(cand))
 
 
-def throughput_batch(jobs: Sequence[Job], gpu_models: Sequence[str], estimator: Estimator, *, max_gpus: int = 64,
-                     gpus_per_node: int = 8, max_oom_risk: float = 0.05,
+def throughput_batch(jobs: Sequence[Job], gpu_models: Sequence[str], estimator: Estimator, *, max_gpus: int = MAX_GPUS,
+                     gpus_per_node: int = GPUS_PER_NODE, max_oom_risk: float = MAX_OOM_RISK,
                      batches: Sequence[int] | None = None) -> Choice:
     """The candidate with the most tokens/s among those with oom_risk ≤ max_oom_risk, per job.
 
     ``batches[i]`` is job i's global batch (default: its ``batch_size``); 0 leaves the global batch free.
     """
-    cand = throughput_candidates(batches if batches is not None else [j.batch_size for j in jobs], max_gpus,
-                                 gpus_per_node)
+    cand = sequence_parallel_fits(jobs, throughput_candidates(
+        batches if batches is not None else [j.batch_size for j in jobs], max_gpus, gpus_per_node))
     memory, tps = evaluate(jobs, gpu_models, cand, estimator, gpus_per_node)
     ok = memory.ok
     fits = ok & (memory.oom_risk <= max_oom_risk) & np.isfinite(tps)

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from autoconf.catalog import approximation_note
+from autoconf.defaults import GPUS_PER_NODE, MAX_GPUS, MAX_OOM_RISK
 from autoconf.estimators.contract import Estimator, get_estimator
 from autoconf.estimators.theory.vector import ALLOCATOR_PARTS, MemoryBatch
 from autoconf.schema import GIB, Estimate, Job, MemoryEstimate, Placement, Recommendation, Strategy
@@ -33,7 +34,7 @@ log = logging.getLogger(__name__)
 WAVE_MIN_JOBS = 64
 
 
-def candidate_gpus(max_gpus: int = 64, gpus_per_node: int = 8) -> Iterator[int]:
+def candidate_gpus(max_gpus: int = MAX_GPUS, gpus_per_node: int = GPUS_PER_NODE) -> Iterator[int]:
     """1, 2, 4, ... up to one node, then 2, 3, ... whole nodes, all ≤ max_gpus."""
     n = 1
     while n < gpus_per_node and n <= max_gpus:
@@ -81,18 +82,22 @@ def _store(search: BatchSearch, rows: np.ndarray, batch: MemoryBatch, sel: np.nd
 
 
 def _candidates(jobs: Sequence[Job], pending: np.ndarray, max_gpus: int, gpus_per_node: int) -> dict[int, list[int]]:
-    """The GPU counts each pending job may use (its global batch splits evenly), in search order."""
+    """The GPU counts each pending job may use, in search order: the sequence-parallel degree divides the GPUs
+    (the search places no tp/pp, so they are all data-parallel) and the global batch splits evenly over the
+    data-parallel groups (memory.micro_batch's rule)."""
     counts = list(candidate_gpus(max_gpus, gpus_per_node))
     out = {}
     for i in np.flatnonzero(pending).tolist():
-        per = jobs[i].batch_size, jobs[i].gradient_accumulation_steps
-        out[int(i)] = [n for n in counts if per[0] % (n * per[1]) == 0]
+        job = jobs[i]
+        sp = job.sequence_parallel
+        out[int(i)] = [n for n in counts
+                       if n % sp == 0 and job.batch_size % (n // sp * job.gradient_accumulation_steps) == 0]
     return out
 
 
 def recommend_batch(
-    jobs: Sequence[Job], gpu_models: Sequence[str], estimator: Estimator, *, max_gpus: int = 64,
-    gpus_per_node: int = 8, max_oom_risk: float = 0.05, strict: bool = False,
+    jobs: Sequence[Job], gpu_models: Sequence[str], estimator: Estimator, *, max_gpus: int = MAX_GPUS,
+    gpus_per_node: int = GPUS_PER_NODE, max_oom_risk: float = MAX_OOM_RISK, strict: bool = False,
     strategies: Sequence[Strategy | None] | None = None,
 ) -> BatchSearch:
     """recommend() for many jobs at once, in waves of batch calls.
@@ -130,7 +135,8 @@ def recommend_batch(
     for i in range(n):
         if not (search.number_gpus[i] or search.errors[i] is not None or search.reasons[i]):
             search.reasons[i] = _nothing_fits(search, i, max_gpus, max_oom_risk) if tried[i] else (
-                f"batch_size {jobs[i].batch_size} does not split evenly over any candidate GPU count ≤ {max_gpus}")
+                f"batch_size {jobs[i].batch_size} does not split evenly over any candidate GPU count ≤ {max_gpus}"
+                + (f" that sequence_parallel {jobs[i].sequence_parallel} divides" if jobs[i].sequence_parallel > 1 else ""))
         flag = approximation_note(jobs[i].model)  # every answer about an approximate architecture says so
         if flag and flag not in search.reasons[i]:
             search.reasons[i] = "; ".join(filter(None, [search.reasons[i], flag]))
@@ -197,9 +203,9 @@ def recommend(
     gpu_model: str,
     estimator: Estimator | None = None,
     *,
-    max_gpus: int = 64,
-    gpus_per_node: int = 8,
-    max_oom_risk: float = 0.05,
+    max_gpus: int = MAX_GPUS,
+    gpus_per_node: int = GPUS_PER_NODE,
+    max_oom_risk: float = MAX_OOM_RISK,
     strict: bool = False,
     strategy: Strategy | None = None,
 ) -> Recommendation:

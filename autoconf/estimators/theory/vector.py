@@ -20,6 +20,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from autoconf.catalog import Architecture, GPUSpec, get_architecture, get_gpu
+from autoconf.defaults import STATE_PARTS
 from autoconf.errors import AutoconfError, InvalidInputError
 from autoconf.estimators.theory import cuda
 from autoconf.estimators.theory import memory as mem
@@ -27,7 +28,7 @@ from autoconf.estimators.theory.frameworks import resolve
 from autoconf.estimators.theory.states import States, model_states
 from autoconf.schema import Calibration, Job, Phase, Placement
 
-TEXT_PARTS = ("weights", "gradients", "optimizer", "activations", "logits")
+TEXT_PARTS = STATE_PARTS
 ALLOCATOR_PARTS = (*TEXT_PARTS, *mem.VISION_PARTS)  # the vision parts are 0.0 for text models
 _CACHE_LIMIT = 500_000  # memoised phase tables (~1 KB each); cleared when full
 # (phase names, bytes[phase, part], bytes outside the allocator, side-stream bytes, cached loss-segment bytes)

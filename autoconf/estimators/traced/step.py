@@ -35,10 +35,11 @@ import transformers.masking_utils
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from autoconf.defaults import STATE_PARTS
 from autoconf.estimators.traced.hf_config import DTYPES
 from autoconf.estimators.traced.model import build_model, build_optimizer
 
-CATEGORIES = ("weights", "gradients", "optimizer", "activations", "logits")
+CATEGORIES = STATE_PARTS
 WEIGHTS, GRADIENTS, OPTIMIZER, ACTIVATIONS, LOGITS = range(5)
 PHASES = ("forward", "loss", "backward", "optimizer")
 FORWARD, LOSS, BACKWARD, OPT_STEP = range(4)

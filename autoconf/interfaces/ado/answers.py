@@ -17,12 +17,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from autoconf.defaults import ADO_FRAMEWORK
+from autoconf.defaults import ADO_FRAMEWORK, MEMORY_PARTS
 from autoconf.errors import AutoconfError, NotBuiltError, describe
 from autoconf.estimators.contract import Estimator, get_estimator
 from autoconf.recommend.objectives import Choice, Chosen, avoid_oom_batch, chosen, throughput_batch
 from autoconf.recommend.search import BatchSearch, recommend_batch
-from autoconf.schema import GIB, Estimate, Job, Placement
+from autoconf.schema import GIB, Estimate, Job, Placement, job_of_words
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ LATEST = "latest"
 # Job knobs exposed as optional properties of every experiment (design §3 defaults).
 JOB_KNOBS = ("dtype", "gradient_accumulation_steps", "gradient_checkpointing", "attention", "fused_loss", "lora_r",
              "framework", "images_per_sample", "image_resolution", "freeze_vision")
-MEMORY_COMPONENTS = ("weights", "gradients", "optimizer", "activations", "logits", "overhead")
+MEMORY_COMPONENTS = MEMORY_PARTS
 ANSWERABLE = (AutoconfError, NotBuiltError, ValidationError)
 Point = Mapping[str, Any]
 Answer = dict[str, Any]
@@ -45,13 +45,14 @@ def plain(value: Any) -> Any:  # noqa: ANN401
 
 def job_of(point: Point) -> Job:
     """The Job of a point (raises pydantic/typed errors for a bad one)."""
-    knobs = {name: plain(point[name]) for name in JOB_KNOBS if name in point}
-    if not knobs.get("image_resolution"):  # ado spells "the model's own resolution" as 0
-        knobs.pop("image_resolution", None)
-    if point.get("from_config"):
-        knobs = config_knobs(str(point["from_config"]), knobs)
-    return Job(model=point["model_name"], method=point["method"], tokens_per_sample=plain(point["tokens_per_sample"]),
-               batch_size=plain(point["batch_size"]), **knobs)
+    words = {name: point[name] for name in ("model_name", "method", "tokens_per_sample", "batch_size", *JOB_KNOBS)
+             if name in point}
+    if not plain(words.get("image_resolution")):  # ado spells "the model's own resolution" as 0
+        words.pop("image_resolution", None)
+    words = {k: plain(v) for k, v in words.items()}
+    if point.get("from_config"):  # a training config's fields, where the point leaves a knob at its default
+        words |= config_knobs(str(point["from_config"]), {k: v for k, v in words.items() if k in JOB_KNOBS})
+    return job_of_words(words)  # the one way in (schema.job_and_placement)
 
 
 @lru_cache(maxsize=64)

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from ado.modules.actuators.custom_experiments import custom_experiment
 
+from autoconf.defaults import MAX_GPUS, MAX_OOM_RISK
 from autoconf.interfaces.ado import answers
 from autoconf.interfaces.ado.answers import LATEST, MEMORY_COMPONENTS
 from autoconf.interfaces.ado.guard import prevalidated
@@ -69,7 +70,7 @@ def min_gpu_recommender(
     fused_loss: bool = JOB["fused_loss"], lora_r: int = JOB["lora_r"], framework: str = JOB["framework"],
     images_per_sample: int = JOB["images_per_sample"], image_resolution: int = JOB["image_resolution"],
     freeze_vision: bool = JOB["freeze_vision"], from_config: str = "",
-    max_gpus: int = 64, max_oom_risk: float = 0.05, strict: bool = False,
+    max_gpus: int = MAX_GPUS, max_oom_risk: float = MAX_OOM_RISK, strict: bool = False,
 ) -> dict[str, Any]:
     """Recommend the minimum number of GPUs and workers for one fine-tuning job."""
     return answers.min_gpu_answers([locals()])[0]
@@ -103,8 +104,8 @@ def resource_estimate(
 )
 def avoid_oom_recommender(
     model_name: str, method: str, gpu_model: str, tokens_per_sample: int, per_device_train_batch_size: int,
-    number_gpus: int, gpus_per_worker: int = GPUS_PER_NODE_LIMIT, max_gpus: int = 64, model_version: str = LATEST,
-    estimator: str = DEFAULT_ESTIMATOR_NAME, max_oom_risk: float = 0.05, dtype: str = JOB["dtype"],
+    number_gpus: int, gpus_per_worker: int = GPUS_PER_NODE_LIMIT, max_gpus: int = MAX_GPUS, model_version: str = LATEST,
+    estimator: str = DEFAULT_ESTIMATOR_NAME, max_oom_risk: float = MAX_OOM_RISK, dtype: str = JOB["dtype"],
     gradient_checkpointing: bool = JOB["gradient_checkpointing"], attention: str = JOB["attention"],
     fused_loss: bool = JOB["fused_loss"], lora_r: int = JOB["lora_r"], framework: str = JOB["framework"],
     images_per_sample: int = JOB["images_per_sample"], image_resolution: int = JOB["image_resolution"],
@@ -124,7 +125,7 @@ def avoid_oom_recommender(
 def throughput_recommender(
     model_name: str, method: str, gpu_model: str, tokens_per_sample: int, batch_size: int = 0, max_nodes: int = 1,
     gpus_per_node: int = GPUS_PER_NODE_LIMIT, model_version: str = LATEST, estimator: str = DEFAULT_ESTIMATOR_NAME,
-    max_oom_risk: float = 0.05, dtype: str = JOB["dtype"], gradient_checkpointing: bool = JOB["gradient_checkpointing"],
+    max_oom_risk: float = MAX_OOM_RISK, dtype: str = JOB["dtype"], gradient_checkpointing: bool = JOB["gradient_checkpointing"],
     attention: str = JOB["attention"], fused_loss: bool = JOB["fused_loss"], lora_r: int = JOB["lora_r"],
     framework: str = JOB["framework"],
     images_per_sample: int = JOB["images_per_sample"], image_resolution: int = JOB["image_resolution"],

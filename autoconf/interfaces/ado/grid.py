@@ -35,12 +35,13 @@ from ado.schema.observed_property import ObservedPropertyValue
 from ado.schema.request import MeasurementRequest, MeasurementRequestStateEnum
 from ado.schema.result import InvalidMeasurementResult, ValidMeasurementResult
 
+from autoconf import __version__
 from autoconf.interfaces.ado import answers
 
 log = logging.getLogger(__name__)
 
 NAME = "autoconf_grid"
-VERSION = "0.1.0"
+VERSION = __version__  # the package's
 ACTUATOR = "custom_experiments"
 # Points per stored measurement request: each request is one SQLite transaction for its entities,
 # results and their links; ~500 keeps a request's JSON small and the commits few (8 for 3,960 points).

@@ -6,7 +6,7 @@ function body runs, and that check itself raises on some types (a 30-digit integ
 experiment as an attribute of its module, so ``prevalidated`` puts a wrapper in front of the
 decorated function: values of the wrong type (strings for numbers, lists, NaN, huge integers) get
 ``can_recommend = 0`` / ``fits = 0`` and a reason naming the argument; values of the right type go
-on to ado's domain check unchanged.
+on to ado's domain check unchanged, except boolean words, which are read as every entry point reads them.
 """
 
 from __future__ import annotations
@@ -17,11 +17,17 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-INTEGERS = frozenset({"tokens_per_sample", "batch_size", "number_gpus", "max_gpus", "gpus_per_node",
-                      "gradient_accumulation_steps", "lora_r", "per_device_train_batch_size", "gpus_per_worker",
-                      "max_nodes", "images_per_sample", "image_resolution"})
-FLOATS = frozenset({"max_oom_risk"})
-BOOLEANS = frozenset({"strict", "gradient_checkpointing", "fused_loss", "freeze_vision"})
+from pydantic_core import PydanticCustomError
+
+from autoconf.schema import Job, Placement, is_flag, read_flag
+
+# Argument types, from the Job and Placement fields (their metadata, not a hand-kept list) and the
+# experiments' own search settings.
+_FIELDS = {**Job.model_fields, **Placement.model_fields}
+INTEGERS = frozenset({"max_gpus", "gpus_per_node", "per_device_train_batch_size", "max_nodes",
+                      *(n for n, f in _FIELDS.items() if f.annotation in (int, int | None))})
+FLOATS = frozenset({"max_oom_risk", *(n for n, f in _FIELDS.items() if f.annotation in (float, float | None))})
+BOOLEANS = frozenset({"strict", *(n for n, f in _FIELDS.items() if is_flag(f.annotation))})
 MAX_INTEGER = 2**31 - 1  # every integer property's domain is far below this
 MAX_TEXT = 256  # names: models, GPUs, methods, versions
 MAX_CONFIG_TEXT = 1 << 20  # from_config: a training config's text (the readers refuse more)
@@ -49,8 +55,10 @@ def type_problem(name: str, value: Any) -> str | None:
         if name in INTEGERS and value != int(value):
             return f"{name} must be a whole number; got {_show(value)}"
     elif name in BOOLEANS:
-        if not isinstance(value, (bool, int)) or value not in (0, 1):
-            return f"{name} must be true or false; got {type(value).__name__} {_show(value)}"
+        try:
+            read_flag(value)  # the words every entry point accepts (schema.TRUE_WORDS / FALSE_WORDS)
+        except PydanticCustomError as exc:
+            return f"{name} must be true or false: {exc.message()}"
     elif name == "from_config":  # a training config's text: many lines, up to the readers' size limit
         if not isinstance(value, str) or len(value) > MAX_CONFIG_TEXT:
             return f"from_config must be a config's text of at most {MAX_CONFIG_TEXT} characters; got {_show(value)}"
@@ -75,6 +83,8 @@ def prevalidated(decorated: Callable[..., dict[str, Any]], failure: dict[str, An
             problem = type_problem(name, value)
             if problem is not None:
                 return {**failure, "reason": problem}
-        return decorated(*args, **kwargs)
+            if name in BOOLEANS:
+                bound.arguments[name] = read_flag(_plain(value))  # 'yes', 'off', ... -> bool, as everywhere
+        return decorated(*bound.args, **bound.kwargs)
 
     return checked

@@ -16,7 +16,7 @@ from ado.schema.domain import PropertyDomain, VariableTypeEnum
 from ado.schema.property import ConstitutiveProperty
 
 from autoconf.catalog import list_models
-from autoconf.defaults import ADO_FRAMEWORK, models_dir
+from autoconf.defaults import ADO_FRAMEWORK, GPUS_PER_NODE, MAX_GPUS_LIMIT, NUMBER_GPUS_LIMIT, models_dir
 from autoconf.errors import NotBuiltError
 from autoconf.estimators.contract import DEFAULT_ESTIMATOR, ESTIMATORS, get_estimator
 from autoconf.estimators.learned.domain import answerable_domain as catalogue_domain
@@ -30,12 +30,11 @@ logger = logging.getLogger(__name__)
 # LATEST ("latest", the newest installed model version) is always in the model_version domain, so the
 # experiments stay usable before any learned version is built. JOB_KNOBS: the defaults of ado's
 # SFTTrainer stack (design §3), visible in `ado describe experiment` and overridable per point or space.
-# Largest cluster the search may consider: Placement.number_gpus allows up to 65,536.
-MAX_GPUS_LIMIT = 65536
+# max_gpus (the search bound) and number_gpus (a Placement) share the limits of every interface (defaults.py).
 # Resolution of max_oom_risk: risks are quoted to 0.1 %.
 OOM_RISK_STEP = 0.001
-# Per-worker GPU limit: Placement.gpus_per_worker is at most 8 (one node of 8 GPUs).
-GPUS_PER_NODE_LIMIT = 8
+# Per-worker GPU limit: Placement.gpus_per_worker is at most one node (defaults.GPUS_PER_NODE).
+GPUS_PER_NODE_LIMIT = GPUS_PER_NODE
 
 
 @dataclass(frozen=True)
@@ -133,7 +132,7 @@ REQUIRED = [
     _integer("batch_size", Job.model_fields["batch_size"].description, *DOMAIN.batch_size),
 ]
 NUMBER_GPUS = _integer("number_gpus", "Total GPUs across all workers; per-device batch = batch_size / number_gpus.",
-                       1, MAX_GPUS_LIMIT)
+                       1, NUMBER_GPUS_LIMIT)
 COMMON_OPTIONAL = [
     _categorical("model_version", "Learned model version (AutoGluonModels/<version>); 'latest' = newest installed.",
                  VERSIONS),
@@ -168,12 +167,12 @@ USE_RAY = False
 # IBM ado-autoconf's spellings for the avoid-OOM and throughput recommenders.
 PER_DEVICE_BATCH = _integer("per_device_train_batch_size", "Samples per GPU per step; kept when GPUs are added.",
                             *DOMAIN.batch_size)
-REQUESTED_GPUS = _integer("number_gpus", "GPUs requested; kept if the job fits there.", 1, MAX_GPUS_LIMIT)
+REQUESTED_GPUS = _integer("number_gpus", "GPUs requested; kept if the job fits there.", 1, NUMBER_GPUS_LIMIT)
 GPUS_PER_WORKER = _integer("gpus_per_worker", "GPUs per worker (node); more GPUs than this means more workers.", 1,
                            GPUS_PER_NODE_LIMIT)
 FREE_BATCH = _integer("batch_size", "Global batch per optimizer step; 0 = free (per-device batch 1-256 searched).", 0,
                       DOMAIN.batch_size[1])
-MAX_NODES = _integer("max_nodes", "Most workers (nodes) the search may use.", 1, MAX_GPUS_LIMIT // GPUS_PER_NODE_LIMIT)
+MAX_NODES = _integer("max_nodes", "Most workers (nodes) the search may use.", 1, NUMBER_GPUS_LIMIT // GPUS_PER_NODE_LIMIT)
 SEARCH_KNOBS = [_job_knob(name) for name in JOB_KNOBS if name != "gradient_accumulation_steps"]
 COMMON_SEARCH = [COMMON_OPTIONAL[0], COMMON_OPTIONAL[1]]  # model_version, estimator
 AVOID_OOM_OUTPUTS = ["can_recommend", "gpus", "workers", "total_gpus", "global_batch_size", "peak_memory_gib",

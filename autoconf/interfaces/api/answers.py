@@ -16,6 +16,7 @@ from autoconf import defaults
 from autoconf.catalog import get_gpu
 from autoconf.errors import AutoconfError, InvalidInputError, NotBuiltError
 from autoconf.estimators.contract import DEFAULT_ESTIMATOR, Estimator, get_estimator
+from autoconf.estimators.theory.memory import VISION_PARTS
 from autoconf.estimators.theory.throughput import throughput_or_none
 from autoconf.interfaces.api.design import design_objects
 from autoconf.interfaces.api.files import check_client_dataset, read_client_dataset
@@ -38,8 +39,7 @@ from autoconf.schema import (
 log = logging.getLogger(__name__)
 RETRY_SECONDS = 30.0  # an estimator that failed to load is retried after this long (not on every request)
 _UNAVAILABLE: dict[tuple[str, str | None], tuple[float, str]] = {}
-MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "logits", "overhead", "vision_weights",
-                "vision_gradients", "vision_optimizer", "vision_activations")
+MEMORY_PARTS = (*defaults.MEMORY_PARTS, *VISION_PARTS)
 
 
 def pick_estimator(name: str | None, version: str | None) -> tuple[Estimator, list[str]]:

@@ -15,17 +15,17 @@ from typing import Any, Literal
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from autoconf.catalog import canonical_gpu, get_gpu
+from autoconf.defaults import GPUS_PER_NODE, MAX_GPUS, MAX_GPUS_LIMIT, MAX_OOM_RISK
 from autoconf.errors import AutoconfError, InvalidInputError
 from autoconf.recommend.by_objective import Objective
-from autoconf.schema import EstimatorName, Framework, Job, Placement
+from autoconf.schema import EstimatorName, Framework, Job, Placement, Words, job_and_placement
 
 MAX_CONFIGS = 64  # bounds the work one request can ask for
 
 
-class RequestOptions(BaseModel):
-    """Options beside the Job and Placement fields of a flat body."""
+class RequestOptions(Words):
+    """Options beside the Job and Placement fields of a flat body (words read as schema.read_word reads them)."""
 
-    model_config = ConfigDict(extra="forbid", protected_namespaces=())
     estimator: EstimatorName | None = Field(None, description="theory | learned | hybrid (default) | traced.")
     model_version: str | None = Field(None, description="Learned-model version (learned/hybrid).")
     token_budget: float | None = Field(
@@ -43,9 +43,9 @@ class RequestOptions(BaseModel):
     text_field: str | None = Field(None, max_length=256, description="Text field of the dataset records.")
     tokenizer_path: str | None = Field(None, max_length=4096, description="Local tokenizer.json for exact counts.")
     texts: list[str] | None = Field(None, max_length=10_000, description="Texts to count instead of a dataset file.")
-    max_gpus: int = Field(64, ge=1, le=4096, description="Recommend: largest placement tried.")
-    gpus_per_node: int = Field(8, ge=1, le=8, description="Recommend: GPUs per worker.")
-    max_oom_risk: float = Field(0.05, ge=0, le=1, description="Recommend: acceptable out-of-memory risk.")
+    max_gpus: int = Field(MAX_GPUS, ge=1, le=MAX_GPUS_LIMIT, description="Recommend: largest placement tried.")
+    gpus_per_node: int = Field(GPUS_PER_NODE, ge=1, le=GPUS_PER_NODE, description="Recommend: GPUs per worker.")
+    max_oom_risk: float = Field(MAX_OOM_RISK, ge=0, le=1, description="Recommend: acceptable out-of-memory risk.")
     strict: bool = Field(False, description="Recommend: refuse outside the learned model's training domain.")
     objective: Objective = Field("min-gpus", description="Recommend: min-gpus | avoid-oom (keep number_gpus if it "
                                  "fits) | throughput (fastest GPUs x accumulation at the global batch).")
@@ -59,7 +59,7 @@ class RequestOptions(BaseModel):
 _FLAT_FIELDS = {**Job.model_fields, **Placement.model_fields, **RequestOptions.model_fields}
 FlatBody = create_model(  # type: ignore[call-overload]  # pydantic's overloads cannot type **field definitions
     "FlatBody",
-    __config__=ConfigDict(extra="forbid", protected_namespaces=()),
+    __base__=Words,
     __doc__="Flat body: every Job and Placement field plus the request options.",
     **{name: (info.annotation, info) for name, info in _FLAT_FIELDS.items()},
 )
@@ -88,7 +88,7 @@ def seed_example() -> dict[str, Any]:
     return _seed_example()
 
 
-class _Section(BaseModel):
+class _Section(Words):
     model_config = ConfigDict(extra="allow", protected_namespaces=())
 
 
@@ -232,8 +232,7 @@ def parse_body(body: Any) -> list[Resolved]:
     values = FlatBody.model_validate(body).model_dump(exclude_unset=True)
     values.pop("from_config", None)
     try:
-        job = Job(**{k: v for k, v in values.items() if k in Job.model_fields})
-        placement = Placement(**{k: v for k, v in values.items() if k in Placement.model_fields})
+        job, placement = job_and_placement(values)
     except ValidationError as exc:  # model-level checks (tp·pp must divide number_gpus, ...)
         raise _field_of(exc) from None
     options = RequestOptions(**{k: v for k, v in values.items() if k in RequestOptions.model_fields})
@@ -300,15 +299,14 @@ def _config(config: ConfigSection, est: EstimatorSection, prefix: str) -> Resolv
     dtype = DTYPES[fm.torch_dtype]
     if dtype == "fp32" and (hf.bf16 or hf.fp16):
         dtype = "amp-bf16" if hf.bf16 else "amp-fp16"  # fp32 master weights + autocast
-    job = Job(
-        model=fm.base_model_path, method=technique, dtype=dtype, tokens_per_sample=fm.max_seq_length,
-        batch_size=hf.per_device_train_batch_size * gpus * hf.gradient_accumulation_steps,
-        gradient_accumulation_steps=hf.gradient_accumulation_steps, gradient_checkpointing=hf.gradient_checkpointing,
-        attention="flash" if fm.flash_attention_v2 else "sdpa", packing=fm.packing, framework=fm.framework,
-        lora_r=lora.r, lora_alpha=lora.lora_alpha, lora_dropout=lora.lora_dropout,
-        lora_target_modules=lora.target_modules,
-    )
-    placement = Placement(gpu_model=_gpu_name(infra, notes), number_gpus=gpus, gpus_per_worker=per_pod)
+    job, placement = job_and_placement({  # the one way in, from this body's section names
+        "model": fm.base_model_path, "method": technique, "dtype": dtype, "tokens_per_sample": fm.max_seq_length,
+        "batch_size": hf.per_device_train_batch_size * gpus * hf.gradient_accumulation_steps,
+        "gradient_accumulation_steps": hf.gradient_accumulation_steps,
+        "gradient_checkpointing": hf.gradient_checkpointing, "attention": "flash" if fm.flash_attention_v2 else "sdpa",
+        "packing": fm.packing, "framework": fm.framework, "lora_r": lora.r, "lora_alpha": lora.lora_alpha,
+        "lora_dropout": lora.lora_dropout, "lora_target_modules": lora.target_modules,
+        "gpu_model": _gpu_name(infra, notes), "number_gpus": gpus, "gpus_per_worker": per_pod})
     budget = None
     if hf.max_steps > 0:
         budget = float(hf.max_steps) * job.batch_size * job.tokens_per_sample

@@ -10,23 +10,23 @@ from __future__ import annotations
 from typing import Any
 
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from autoconf.defaults import GPUS_PER_NODE, MAX_GPUS, MAX_GPUS_LIMIT, MAX_OOM_RISK
 from autoconf.errors import InvalidInputError
 from autoconf.interfaces.api.answers import pick_estimator, results_for
 from autoconf.interfaces.api.guard import BodyError, parse_json
 from autoconf.interfaces.api.inputs import parse_body
 from autoconf.interfaces.api.uploads import MAX_CONFIG_BYTES, store_config
 from autoconf.recommend.frame import recommend_frame
-from autoconf.schema import DType, EstimatorName, Method, Strategy
+from autoconf.schema import DType, EstimatorName, Method, Strategy, Words
 
 MAX_AXIS = 10  # values per sweep axis: 10 × 10 cells keep one request under a second with theory
 
 
-class SweepBody(BaseModel):
+class SweepBody(Words):
     """One model and GPU over tokens_per_sample × batch_size; the other Job fields as in the flat body."""
 
-    model_config = ConfigDict(extra="forbid", protected_namespaces=())
     model: str = Field(min_length=1, max_length=4096, description="Catalogue name, alias or parameter count.")
     gpu_model: str = Field(min_length=1, max_length=128, description="GPU name or alias.")
     method: Method = "full"
@@ -35,9 +35,9 @@ class SweepBody(BaseModel):
     tokens_per_sample: list[int] = Field(min_length=1, max_length=MAX_AXIS, description="Sweep axis: tokens.")
     batch_size: list[int] = Field(min_length=1, max_length=MAX_AXIS, description="Sweep axis: global batch.")
     estimator: EstimatorName | None = None
-    max_gpus: int = Field(64, ge=1, le=4096)
-    gpus_per_node: int = Field(8, ge=1, le=8)
-    max_oom_risk: float = Field(0.05, ge=0, le=1)
+    max_gpus: int = Field(MAX_GPUS, ge=1, le=MAX_GPUS_LIMIT)
+    gpus_per_node: int = Field(GPUS_PER_NODE, ge=1, le=GPUS_PER_NODE)
+    max_oom_risk: float = Field(MAX_OOM_RISK, ge=0, le=1)
 
 
 def _first_cell(body: SweepBody) -> dict[str, Any]:

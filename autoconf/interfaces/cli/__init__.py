@@ -20,6 +20,7 @@ import traceback
 
 from pydantic import ValidationError
 
+from autoconf import __version__
 from autoconf.defaults import GPUS_PER_NODE, MAX_GPUS_LIMIT
 from autoconf.errors import AutoconfError, InvalidInputError, NotBuiltError, describe
 
@@ -59,6 +60,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         prog=PROG,
         description="Will an LLM fine-tuning job fit, on how many GPUs and workers, how fast, how long, at what cost?",
     )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an unexpected error")
     subparsers = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)

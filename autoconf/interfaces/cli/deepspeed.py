@@ -10,6 +10,7 @@ import argparse
 import json
 
 from autoconf.catalog import get_architecture, parse_param_count
+from autoconf.defaults import GPUS_PER_NODE
 from autoconf.errors import InvalidInputError
 from autoconf.planning.zero import DEFAULT_BUFFER_FACTOR, format_table, zero_table
 
@@ -20,7 +21,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     src.add_argument("--params", help="total parameters, e.g. 70e9 or 8B")
     src.add_argument("--model", help="catalogue name or path to a config.json")
     p.add_argument("--nodes", type=int, default=1)
-    p.add_argument("--gpus-per-node", type=int, default=8)
+    p.add_argument("--gpus-per-node", type=int, default=GPUS_PER_NODE)
     p.add_argument("--stage", type=int, choices=(1, 2, 3), default=2, help="ZeRO stage (1 and 2 share one estimate)")
     p.add_argument("--largest-layer-params", help="ZeRO-3: parameters of the largest module (default: from the "
                    "architecture; with --params, from the Llama-shaped stand-in of that size)")

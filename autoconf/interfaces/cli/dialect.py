@@ -20,10 +20,8 @@ from autoconf.estimators.theory import cuda
 from autoconf.estimators.theory.frameworks import resolve
 from autoconf.estimators.theory.memory import oom_probability
 from autoconf.estimators.theory.states import NF4_BYTES, model_states, upcast_bytes
-from autoconf.schema import GIB, Calibration, Estimate, Job, Placement
+from autoconf.schema import FALSE_WORDS, GIB, TRUE_WORDS, Calibration, Estimate, Job, Placement
 
-TRUE_WORDS = ("true", "1", "yes")
-FALSE_WORDS = ("false", "0", "no")
 TRAINING_DTYPES = ("bf16", "fp16", "fp32", "amp-bf16", "amp-fp16")
 STORAGE_DTYPES = ("fp8", "int8", "nf4")  # weight storage only: compute stays bf16
 # fp8 (e4m3, one scale per tensor) and int8 (bitsandbytes LLM.int8, one fp32 scale per row) store a weight
@@ -40,7 +38,7 @@ THEIR_DEFAULTS: dict[str, Any] = {
 
 
 class BoolWord(argparse.Action):
-    """A boolean flag: bare means true; a word true/false/1/0/yes/no sets it; ``--no-x`` means false."""
+    """A boolean flag: bare means true; a word of schema.TRUE_WORDS / FALSE_WORDS sets it; ``--no-x`` means false."""
 
     def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:  # noqa: ANN401
         names = [*option_strings, *(f"--no-{o[2:]}" for o in option_strings if o.startswith("--"))]
@@ -57,11 +55,10 @@ class BoolWord(argparse.Action):
 
 
 def parse_bool(word: str, flag: str) -> bool:
+    """A switch's word, read by the table every entry point uses (schema.TRUE_WORDS / FALSE_WORDS)."""
     low = word.strip().lower()
-    if low in TRUE_WORDS:
-        return True
-    if low in FALSE_WORDS:
-        return False
+    if low in TRUE_WORDS or low in FALSE_WORDS:
+        return low in TRUE_WORDS
     raise InvalidInputError(flag, f"must be one of {', '.join(TRUE_WORDS + FALSE_WORDS)} (or no word = true); "
                             f"got '{word}'")
 

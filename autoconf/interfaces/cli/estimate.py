@@ -24,7 +24,7 @@ from autoconf.interfaces.cli.dialect import (
 )
 from autoconf.interfaces.cli.fromfile import ESTIMATE_FLAGS, add_from_argument, apply_to_estimate_args, describe, load
 from autoconf.interfaces.cli.stack import add_stack_arguments, stack_fields
-from autoconf.schema import GIB, Calibration, Estimate, Job, Placement
+from autoconf.schema import GIB, Calibration, Estimate, Job, Placement, job_and_placement
 
 ZERO_STAGES = (0, 1, 2, 3)
 BOOLEANS = {  # flag -> help; None (not given) = our default, noted where the VRAM-budget CLI's differs
@@ -63,7 +63,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--pp", type=int, default=1, help="pipeline-parallel degree")
     p.add_argument("--zero", type=int, help="DeepSpeed ZeRO stage 0-3 (default: FSDP full shard when dp > 1)")
     p.add_argument("--strategy", help="ddp | fsdp | fsdp-shard-grad-op | fsdp-hybrid | zero0..zero3")
-    flags = p.add_argument_group("switches (bare, or with true/false/1/0/yes/no; --no-X = false)")
+    flags = p.add_argument_group("switches (bare, or with true/false/yes/no/on/off/1/0; --no-X = false)")
     for flag, text in BOOLEANS.items():
         flags.add_argument(flag, action=BoolWord, help=text)
     p.add_argument("--attention", help="flash | sdpa | eager (overrides --flashattn)")
@@ -128,27 +128,24 @@ def inputs_from_args(args: argparse.Namespace) -> tuple[Job, Placement, Calibrat
             raise InvalidInputError(name.replace("_", "-"), f"must be a positive integer; got {value}")
     attention = _attention(args)
     checkpoint = defaults.GRADIENT_CHECKPOINTING if args.grad_checkpoint is None else args.grad_checkpoint
-    job = Job(
-        model=_model(args), method=method, dtype=dtype, tokens_per_sample=seq_len,
-        batch_size=args.per_device_batch * args.dp * args.grad_accum, gradient_accumulation_steps=args.grad_accum,
-        lora_r=args.lora_rank, lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout,
-        lora_target_modules=target_modules(args.lora_target_modules), optimizer=args.optimizer,
-        optimizer_impl=args.optimizer_impl, optimizer_state_dtype=args.optimizer_state_dtype,
-        gradient_checkpointing=checkpoint, attention=attention, fused_loss=bool(args.fused_loss or args.liger),
-        **stack_fields(args),
-    )
     offload = "optimizer+params" if args.cpu_offload_params else "optimizer" if args.cpu_offload_optimizer else "none"
-    placement = Placement(
-        gpu_model=args.gpu, number_gpus=args.dp * args.tp * args.pp, tp=args.tp, pp=args.pp,
-        strategy=_strategy(args), offload=offload,
-    )
+    job, placement = job_and_placement({  # the one way in, from the flags' words
+        "model": _model(args), "method": method, "dtype": dtype, "tokens_per_sample": seq_len,
+        "batch_size": args.per_device_batch * args.dp * args.grad_accum, "gradient_accumulation_steps": args.grad_accum,
+        "lora_r": args.lora_rank, "lora_alpha": args.lora_alpha, "lora_dropout": args.lora_dropout,
+        "lora_target_modules": target_modules(args.lora_target_modules), "optimizer": args.optimizer,
+        "optimizer_impl": args.optimizer_impl, "optimizer_state_dtype": args.optimizer_state_dtype,
+        "gradient_checkpointing": checkpoint, "attention": attention, "fused_loss": bool(args.fused_loss or args.liger),
+        **stack_fields(args),
+        "gpu_model": args.gpu, "number_gpus": args.dp * args.tp * args.pp, "tp": args.tp, "pp": args.pp,
+        "strategy": _strategy(args), "offload": offload,
+    })
     return job, placement, calibration(args, flash=attention != "eager"), storage
 
 
 def format_table(est: Estimate) -> str:
     mem = est.memory
-    parts = ("weights", "gradients", "optimizer", "activations", "logits", "overhead")
-    rows = [(name, getattr(mem, f"{name}_bytes") / GIB) for name in parts]
+    rows = [(name, getattr(mem, f"{name}_bytes") / GIB) for name in defaults.MEMORY_PARTS]
     lines = [f"{est.job.model} · {est.job.method} · {est.placement.number_gpus}× {est.placement.gpu_model} "
              f"({est.placement.effective_strategy}) · estimator {est.estimator}"
              + (f" {est.model_version}" if est.model_version else ""), f"{'component':<14}{'GiB':>10}"]

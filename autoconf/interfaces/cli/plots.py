@@ -14,13 +14,14 @@ from typing import Any
 
 import pandas as pd
 
+from autoconf.defaults import GPUS_PER_NODE, MAX_GPUS, MEMORY_PARTS
 from autoconf.errors import AutoconfError, InvalidInputError
 from autoconf.estimators.contract import Estimator
 from autoconf.recommend.search import candidate_gpus
 from autoconf.schema import GIB, Estimate, Job, Placement, Recommendation
 
 FORMATS = (".png", ".svg")
-PARTS = ("weights", "gradients", "optimizer", "activations", "logits", "overhead")
+PARTS = MEMORY_PARTS
 COLOURS = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#bab0ac")  # Tableau 10, as on the web page
 DPI = 110  # a 7-inch-wide figure is ~770 px: readable in a README, under 100 KB as PNG
 
@@ -140,8 +141,8 @@ def _curve(job: Job, gpu: str, estimator: Estimator, max_gpus: int, per_node: in
     return points
 
 
-def plot_recommend(rec: Recommendation, job: Job, gpu: str, estimator: Estimator, path: str, *, max_gpus: int = 64,
-                   gpus_per_node: int = 8) -> None:
+def plot_recommend(rec: Recommendation, job: Job, gpu: str, estimator: Estimator, path: str, *,
+                   max_gpus: int = MAX_GPUS, gpus_per_node: int = GPUS_PER_NODE) -> None:
     """Peak memory per GPU (bars) and OOM risk (line) against the GPU count; the recommended count marked."""
     plt = _pyplot(path)
     points = _curve(job, gpu, estimator, max_gpus, gpus_per_node)

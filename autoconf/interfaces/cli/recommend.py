@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from autoconf.defaults import GPUS_PER_NODE, MAX_GPUS, MAX_OOM_RISK
 from autoconf.errors import InvalidInputError
 from autoconf.estimators.contract import DEFAULT_ESTIMATOR, ESTIMATORS, get_estimator
 from autoconf.interfaces.cli.fromfile import RECOMMEND_FLAGS, add_from_argument, describe, load
@@ -46,9 +47,9 @@ def add_search_arguments(p: argparse.ArgumentParser) -> None:
     """Estimator and placement-search options shared by `recommend` and `sweep`."""
     p.add_argument("--estimator", default=DEFAULT_ESTIMATOR, help=f"{' | '.join(ESTIMATORS)} (default %(default)s)")
     p.add_argument("--model-version", help="learned-model version (learned/hybrid; default: newest installed)")
-    p.add_argument("--max-gpus", type=int, default=64, help="largest total GPU count to consider (default %(default)s)")
-    p.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per worker (default %(default)s)")
-    p.add_argument("--max-oom-risk", type=float, default=0.05, help="highest accepted OOM risk (default %(default)s)")
+    p.add_argument("--max-gpus", type=int, default=MAX_GPUS, help="largest total GPU count to consider (default %(default)s)")
+    p.add_argument("--gpus-per-node", type=int, default=GPUS_PER_NODE, help="GPUs per worker (default %(default)s)")
+    p.add_argument("--max-oom-risk", type=float, default=MAX_OOM_RISK, help="highest accepted OOM risk (default %(default)s)")
     p.add_argument("--strict", action="store_true", help="can_recommend = 0 outside the version's training domain")
 
 
