@@ -130,11 +130,11 @@ def test_hub_download_when_allowed_once_per_id(opened: httpx.Client, hostile_hub
 
 
 def test_healthz_stays_fast_while_hostile_downloads_run(opened: httpx.Client) -> None:
-    def hostile() -> None:
-        for mode in ("drip", "silent", "giant", "drip"):
-            opened.post("/api/sweep", json=_body("/api/sweep", f"evil/{mode}"))
+    def hostile(worker: int) -> None:  # a new org per call: a failed id is not asked for again for a minute
+        for call, mode in enumerate(("drip", "silent", "giant", "drip")):
+            opened.post("/api/sweep", json=_body("/api/sweep", f"slow{worker}x{call}/{mode}"))
 
-    workers = [threading.Thread(target=hostile) for _ in range(3)]
+    workers = [threading.Thread(target=hostile, args=(n,)) for n in range(3)]
     for worker in workers:
         worker.start()
     took: list[float] = []
