@@ -8,8 +8,10 @@ Nemotron 4, Grok-1 pre-training on 8-2,304 H100 and 128-512 GB200), and HF accel
   sharding of the optimizer state over the data-parallel ranks) with the TP / PP / CP / EP degrees as printed;
   global batch from the README's own config table when exactly one config matches (``GBS=``), else MBS x GA x DP.
 - HF rows: framework ``hf-trainer`` (TRL SFTTrainer under accelerate FSDP), LoRA r 8 / alpha 16 on all linear
-  layers, 2,048-token packed samples, gradient checkpointing, flash-attn: the launch scripts' settings (SOURCE.md);
-  tokens/s = samples/s x 2,048.
+  layers, 2,048-token packed samples, gradient checkpointing, flash-attn: the launch scripts' settings (SOURCE.md).
+  The value is HF's ``train_samples_per_second`` of a 30-step run (max_steps 30): an average over the whole
+  train() call, start-up included, so it stays in ``train_samples_per_second`` and is not turned into tokens/s
+  (as for ms-swift's samples/s).
 - PROXY rows (truncated layer count) keep the printed model text, so that no catalogued architecture answers them,
   and are unscored with that reason. FP8 rows carry ``compute_precision`` fp8.
 """
@@ -30,6 +32,9 @@ GPUS = {"H100": "NVIDIA-H100-80GB-HBM3", "GB200": "NVIDIA-GB200"}
 MODELS = [(r"^llama3 70b", "llama3-70b"), (r"^llama3 8b", "llama3-8b"), (r"^llama ?3\.1 405b", "llama3.1-405b"),
           (r"^llama ?3\.1 70b", "llama3.1-70b"), (r"^llama ?3\.1 8b", "llama3.1-8b"), (r"^llama2 70b", "llama2-70b"),
           (r"^mistral 7b", "mistral-7b-v0.1")]
+# NeMo recipes: activation recompute is not restated. Full recompute is ruled out by the printed MFU (up to 62 %
+# on H100 for Llama 3.1 8B would be a hardware-FLOPs utilisation above 80 % with a recomputed forward).
+NO_RECOMPUTE = "no full activation recompute (printed MFU up to 62 % rules it out; recipe setting not restated)"
 RECIPE = "Megatron-Core performance recipe (distributed optimizer, comm overlap, tuned layout)"
 
 
@@ -75,6 +80,11 @@ def _row(i: int, src: pd.Series) -> dict[str, Any]:
         batch, how = micro * accum * ngpu, "global batch = per-device x GA x GPUs"  # type: ignore[operator]
     else:
         batch, how = _batch(src, ngpu, micro, accum, deg)
+        split = deg.get("TP", 1) * deg.get("PP", 1) * deg.get("CP", 1)
+        if accum == "" and isinstance(batch, int) and isinstance(micro, int) and ngpu % split == 0:
+            dp = ngpu // split  # Megatron: GBS = MBS x GA x DP, DP = GPUs / (TP x PP x CP)
+            if batch % (micro * dp) == 0:
+                accum, how = batch // (micro * dp), how + "; GA = GBS / (MBS x DP)"
         step, total = number(src.value), number(src.tokens_per_s)
         if isinstance(batch, int) and isinstance(seq, int) and step and total and abs(batch * seq / step / total - 1) > 0.02:
             batch, how = "", f"global batch not stated ({how} = {batch} disagrees with tokens/s x step time / seq)"
@@ -93,7 +103,7 @@ def _row(i: int, src: pd.Series) -> dict[str, Any]:
         "status": "ok", "tensor_parallel": deg.get("TP", ""), "pipeline_parallel": deg.get("PP", ""),
         "context_parallel": deg.get("CP", ""),
         "expert_parallel": deg.get("EP", ""),
-        "tokens_per_second": samples * seq if samples is not None and isinstance(seq, int) else number(src.tokens_per_s),
+        "tokens_per_second": number(src.tokens_per_s) if not hf else "",
         "train_samples_per_second": samples if samples is not None else "",
         "seconds_per_step": number(src.value) if src.unit == "s/step" else "",
         "mfu": float(mfu.group(1)) / 100 if mfu else "",
@@ -104,6 +114,8 @@ def _row(i: int, src: pd.Series) -> dict[str, Any]:
         row |= {"gradient_checkpointing": 1, "attention": "flash", "packing": 1, "lora_r": _lead_int(src.lora_rank),
                 "lora_alpha": 16, "lora_target_modules": src.lora_targets,
                 "framework_version": "transformers 4.40.0, peft 0.10.0, trl 0.8.2, accelerate 0.29.0"}
+    if not hf:  # see NO_RECOMPUTE
+        row |= {"gradient_checkpointing": 0, "notes": row["notes"] + f"; gradient_checkpointing 0: {NO_RECOMPUTE}"}
     extra = ([] if hf else [RECIPE]) + (["PROXY config (truncated layer count)"] if proxy else [])
     judge(row, extra)
     return row
