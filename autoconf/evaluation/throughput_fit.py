@@ -130,6 +130,7 @@ def throughput_rows(frame: pd.DataFrame) -> pd.DataFrame:
             "method": job.method, "job": job, "placement": place, "family": gpu.architecture,
             "fused": tp.fused_kernels(job), "moe": arch.is_moe, "x": tp.micro_batch_tokens(job, place),
             "kernels": profile.fused_kernels, "compiled": bool(job.torch_compile), "gpus": place.number_gpus,
+            "layout": str(row.get("kernels") or ""),
             "q": tp.ridge_over_hidden(job, gpu, arch), "a": tp.attention_share(job, arch), "link": link,
             "implied": implied if implied is not None else math.nan, "measured": float(row["tokens_per_second"]),
         })
