@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import pytest
 
 from autoconf.estimators import get_estimator
@@ -41,3 +45,22 @@ def test_nothing_fits_says_so() -> None:
     big = Job(model="llama3.1-405b", tokens_per_sample=4096, batch_size=2)
     choice = fastest_layout(big, "L4", 2, get_estimator("theory"))
     assert choice.best is None and "fits" in choice.why
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "autoconf.interfaces.cli", "recommend", "--model", "llama3.1-8b", "--gpu", "H100",
+                           "--estimator", "theory", *args], capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_cli_layouts_json() -> None:
+    done = _cli("--objective", "throughput", "--layouts", "--number-gpus", "8", "--batch-size", "64", "--json")
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["can_recommend"] and "runner-up" in answer["why"]
+    place = answer["placement"]
+    assert place["number_gpus"] == 8 and 8 % (place["tp"] * place["pp"]) == 0
+
+
+def test_cli_layouts_need_the_throughput_objective() -> None:
+    done = _cli("--layouts", "--number-gpus", "8")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "layouts" in done.stderr
