@@ -7,8 +7,10 @@ degree d = GPUs / (t·p); sharding ``ddp`` / ``zero1`` / ``zero2`` / ``fsdp`` / 
 only when d > 1, hybrid only across nodes); per-GPU micro-batch m with m·d dividing the global batch B
 (accumulation B / (m·d)); full activation checkpointing on or off. Each layout's memory comes from the
 estimator (the gate: ``oom_risk ≤ max_oom_risk``) and its tokens/s from the throughput theory under the stack
-the job names (theory/stacks.py). The fastest layout that fits wins; the runner-up and the reason it lost
-(compute, pipeline bubble or exposed communication, from the two step breakdowns) are returned with it.
+the job names (theory/stacks.py). The memory of all layouts is one ``Estimator.memory_batch`` call (numpy for
+theory); tokens/s is computed for the layouts that pass the gate. The fastest layout that fits wins; the
+runner-up and the reason it lost (compute, pipeline bubble or exposed communication, from the two step
+breakdowns) are returned with it.
 Ties go to the simpler layout (fewer model-parallel GPUs, no checkpointing, less sharding).
 """
 
@@ -18,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from autoconf.catalog import get_architecture, get_gpu
-from autoconf.errors import AutoconfError, InvalidInputError
+from autoconf.errors import InvalidInputError
 from autoconf.estimators.contract import Estimator
 from autoconf.estimators.theory import throughput as tp
 from autoconf.schema import Job, Placement, Strategy, ThroughputEstimate
@@ -108,18 +110,16 @@ def fastest_layout(job: Job, gpu_model: str, number_gpus: int, estimator: Estima
     """The fastest layout of ``job`` on ``number_gpus`` × ``gpu_model`` that passes the memory gate
     (``shardings``: the sharding strategies a stack offers, e.g. nanotron's ZeRO-0 / ZeRO-1 only)."""
     tp.peak_flops(get_gpu(gpu_model), job.dtype)  # a GPU without a published peak is refused up front
+    space = list(layouts(job, gpu_model, number_gpus, gpus_per_node, inter_node_gbps, shardings))
+    evaluated = len(space)
+    memory = estimator.memory_batch([j for j, _ in space], [p for _, p in space]) if space else None
     found: list[Layout] = []
-    evaluated = 0
-    for cand_job, place in layouts(job, gpu_model, number_gpus, gpus_per_node, inter_node_gbps, shardings):
-        evaluated += 1
-        try:
-            memory = estimator.estimate(cand_job, place).memory
-        except (AutoconfError, ValueError):
-            continue  # a layout the memory model refuses (e.g. degrees the architecture cannot split)
-        if memory.oom_risk > max_oom_risk:
-            continue
+    for i, (cand_job, place) in enumerate(space):
+        assert memory is not None
+        if memory.errors[i] is not None or not memory.oom_risk[i] <= max_oom_risk:
+            continue  # refused by the memory model (an error row), or over the gate
         speed = tp.estimate_throughput(cand_job, place, stack=stack)
-        found.append(Layout(cand_job, place, speed, memory.peak_bytes / 2**30, memory.oom_risk))
+        found.append(Layout(cand_job, place, speed, float(memory.peak[i]) / 2**30, float(memory.oom_risk[i])))
     if evaluated == 0:
         raise InvalidInputError("batch_size", f"no layout of {number_gpus} GPUs divides the global batch "
                                 f"{job.batch_size} (micro-batch × data-parallel degree must divide it)")
