@@ -82,7 +82,8 @@ def report(frame: pd.DataFrame) -> str:
           f"{'same' if r['same'] else 'yes' if r['agree'] else '**no**'} |" for r in rows],
         "",
         f"Agreement: {agree} of {len(rows)} cells ({agree / len(rows):.0%}; target ≥ 70 %). Search time per cell "
-        f"(one theory memory_batch over all layouts, scalar tokens/s for those that fit): median {ms[len(ms) // 2]:.0f} ms, max {ms[-1]:.0f} ms "
+        "(one theory memory_batch over all layouts, scalar tokens/s for those that fit): "
+        f"median {ms[len(ms) // 2]:.0f} ms, max {ms[-1]:.0f} ms "
         f"(target ≤ 50 ms: {'met' if ms[-1] <= 50 else 'not met'}).",
     ]
     return "\n".join(lines)
