@@ -2,10 +2,11 @@
 accumulation × checkpointing, under the memory gate.
 
 Every layout that the schema accepts is enumerated: tensor-parallel degree t (a power of two up to the node
-size, dividing the attention heads), pipeline degree p (a power of two, at most the layer count), data-parallel
-degree d = GPUs / (t·p); sharding ``ddp`` / ``zero1`` / ``zero2`` / ``fsdp`` / ``fsdp-hybrid`` (sharded ones
-only when d > 1, hybrid only across nodes); per-GPU micro-batch m with m·d dividing the global batch B
-(accumulation B / (m·d)); full activation checkpointing on or off. Each layout's memory comes from the
+size, dividing the attention heads; the key/value heads divide it, replicated, or are divided by it), pipeline
+degree p (a power of two, at most the layer count), data-parallel degree d = GPUs / (t·p); sharding ``ddp`` /
+``zero1`` / ``zero2`` / ``fsdp`` / ``fsdp-hybrid`` (sharded ones only when d > 1, hybrid only across nodes);
+per-GPU micro-batch m with m·d dividing the global batch B (accumulation B / (m·d)); full activation
+checkpointing on or off. Each layout's memory comes from the
 estimator (the gate: ``oom_risk ≤ max_oom_risk``) and its tokens/s from the throughput theory under the stack
 the job names (theory/stacks.py). The memory of all layouts is one ``Estimator.memory_batch`` call (numpy for
 theory); tokens/s is computed for the layouts that pass the gate. The fastest layout that fits wins; the
@@ -66,7 +67,7 @@ def layouts(job: Job, gpu_model: str, number_gpus: int, gpus_per_node: int = 8,
     arch = get_architecture(job.model)
     per_node = min(number_gpus, gpus_per_node)
     for t in _powers(per_node):
-        if arch.num_heads % t or number_gpus % t:
+        if arch.num_heads % t or (arch.num_kv_heads % t and t % arch.num_kv_heads) or number_gpus % t:
             continue
         for p in _powers(number_gpus // t):
             if p > arch.num_layers or number_gpus % (t * p):  # uneven stages allowed (ceil(L / p) layers)
