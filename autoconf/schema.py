@@ -266,6 +266,15 @@ class Placement(_Input):
     tp: int = Field(1, ge=1, le=64, description="Tensor-parallel degree (must divide heads).")
     pp: int = Field(1, ge=1, le=256, description="Pipeline-parallel degree (must divide layers).")
     offload: Offload = Field("none", description="CPU offload: none, optimizer, or optimizer+params.")
+    virtual_pp: int = Field(
+        1, ge=1, le=64, description="Interleaved pipeline stages per GPU (Megatron virtual pipeline size); "
+        "divides the pipeline bubble.")
+    intra_node_gbps: float | None = Field(
+        None, gt=0, le=10_000, description="GPU-to-GPU bandwidth inside a node, GB/s per GPU one direction "
+        "(default: the GPU's NVLink / PCIe figure in the catalogue).")
+    inter_node_gbps: float | None = Field(
+        None, gt=0, le=10_000, description="Network bandwidth between nodes, GB/s per node one direction "
+        "(default 25: two 100 Gb/s Ethernet NICs; DGX H100 InfiniBand 8 x 400 Gb/s = 400).")
 
     @model_validator(mode="after")
     def _check_degrees(self) -> Placement:

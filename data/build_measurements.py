@@ -29,7 +29,8 @@ from common import COLUMNS, EXTERNAL, EXTRA_COLUMNS, INT_COLUMNS, to_frame
 DEFAULT_OUTPUT = HERE / "measurements.csv"
 DEFAULT_KERNELS = HERE / "kernel_measurements.csv"
 CONVERTERS = ("convert_ms_swift", "convert_ms_swift_examples", "convert_fsdp_qlora", "convert_liger",
-              "convert_torchao", "convert_llm_foundry", "convert_nemo", "convert_axolotl")
+              "convert_torchao", "convert_llm_foundry", "convert_nemo", "convert_axolotl", "convert_dgxc",
+              "convert_internevo", "convert_fms_fsdp", "convert_flash_attention", "convert_nanotron")
 
 
 def _module(name: str) -> ModuleType:

@@ -24,6 +24,7 @@ class GPUSpec:
     intra_node_bandwidth_gbps: float  # per GPU, one direction
     source: str
     aliases: tuple[str, ...] = ()
+    fp8_tflops: float | None = None  # dense FP8 tensor-core peak (Hopper and later, Ada); not used by the estimators yet
 
     @property
     def memory_gib(self) -> float:
@@ -52,7 +53,7 @@ def _specs() -> dict[str, GPUSpec]:
             bf16_tflops=_f(row["bf16_dense_tflops"]), fp16_tflops=_f(row["fp16_dense_tflops"]),
             memory_bandwidth_gbps=float(row["memory_bandwidth_gbps"]), intra_node_link=row["intra_node_link"],
             intra_node_bandwidth_gbps=float(row["intra_node_bandwidth_gbps"]), source=row["source"],
-            aliases=tuple(a for a in row["aliases"].split(";") if a),
+            aliases=tuple(a for a in row["aliases"].split(";") if a), fp8_tflops=_f(row.get("fp8_dense_tflops") or ""),
         )
     return specs
 

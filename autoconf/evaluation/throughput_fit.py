@@ -8,8 +8,15 @@ are in autoconf/estimators/theory/throughput.py. bench/throughput_accuracy.py re
 the FITTED block (``--fit``).
 
 Interconnect: a row whose campaign names its node-to-node link ("1600 Gbps node-node interconnect", the
-llm-foundry A100 sections) is estimated with that bandwidth (Gbps / 8 per node); other rows with the
-estimator's default (throughput.INTER_NODE_BANDWIDTH_GBPS).
+llm-foundry A100 sections; InternEvo; fms-fsdp) is estimated with that bandwidth (Gbps / 8 per node); a source
+whose cluster is known but not restated uses ASSUMED_LINKS; other rows the estimator's default
+(throughput.INTER_NODE_BANDWIDTH_GBPS).
+
+Stacks without a Job framework profile (NeMo / Megatron-Core, InternEvo, fms-fsdp, the FlashAttention trainer):
+the row's Job is built as an HF Trainer job (the framework changes memory behaviour only) and its throughput
+profile is kept in column ``stack`` (theory/stacks.py); Megatron's distributed optimizer is ZeRO-1 (optimizer
+state sharded over the data-parallel ranks). The row's TP / PP degrees and virtual pipeline size ("VP n" in
+``kernels``) go to the Placement. FP8 rows are left out: FP8 peaks and kernels are not modelled.
 """
 
 from __future__ import annotations
@@ -26,13 +33,25 @@ from pydantic import ValidationError
 from autoconf.catalog import get_architecture, get_gpu
 from autoconf.errors import AutoconfError
 from autoconf.estimators.theory import throughput as tp
+from autoconf.estimators.theory.stacks import STACKS, stack_for
 from autoconf.evaluation.data import row_to_inputs
+from autoconf.schema import Job, Placement
 
 X0_GRID = [0.0] + [float(v) for v in np.geomspace(50, 50_000, 61)]  # tokens per micro-batch
 K_GRID = [0.0] + [float(v) for v in np.geomspace(0.05, 50, 31)]  # memory-bound coefficient
 A_GRID = [0.0] + [float(v) for v in np.geomspace(0.02, 5, 25)]  # attention extra cost
+PHI_GRID = [float(v) for v in np.linspace(0.0, 1.0, 11)]  # fused-kernel stacks' share of the memory-bound term
 METHODS = ("full", "lora", "qlora")
+EXTRAS = ("fused", "moe", "kernels", "compiled")  # multiplicative factors F, M, S, C (0/1 features)
 _LINK = re.compile(r"(\d+(?:\.\d+)?)\s*Gbps node-node", re.IGNORECASE)
+_VP = re.compile(r"\bVP[ =](\d+)")
+# Node-to-node links of clusters a source names but whose rows do not restate the link (GB/s per node).
+# dgxc-benchmarking runs on NVIDIA DGX Cloud H100 nodes: DGX H100 has 8 ConnectX-7 400 Gb/s InfiniBand ports for
+# the compute fabric (NVIDIA DGX H100 user guide, "Network ports"): 8 x 400 / 8 = 400 GB/s per node.
+ASSUMED_LINKS = {"dgxc-benchmarking": 400.0}
+# Data strategies outside the Job schema -> the Job strategy with the same sharding.
+STRATEGIES = {"megatron": "zero1"}
+PRECISION_NOT_MODELLED = ("fp8", "amp_fp8", "mxfp8", "nvfp4", "fp8-cs", "fp8-mx")
 
 
 @dataclass(frozen=True)
@@ -54,10 +73,35 @@ SHIPPED = Shape()
 VARIANTS = (Shape(True, False, False), Shape(True, True, True), Shape(False, True, False), Shape(False, True, True))
 
 
-def inter_node_gbps(campaign: str) -> float:
-    """GB/s per node of a campaign that states its node-to-node link, else the estimator's default."""
+def inter_node_gbps(campaign: str, source: str = "") -> float:
+    """GB/s per node of a campaign that states its node-to-node link, else the source's known cluster, else the
+    estimator's default."""
     found = _LINK.search(campaign or "")
-    return float(found.group(1)) / 8 if found else tp.INTER_NODE_BANDWIDTH_GBPS
+    if found:
+        return float(found.group(1)) / 8
+    return ASSUMED_LINKS.get(source, tp.INTER_NODE_BANDWIDTH_GBPS)
+
+
+def _inputs(row: pd.Series) -> tuple[Job, Placement, str]:
+    """(Job, Placement, stack name) of a data row; stacks without a Job profile are built as HF Trainer jobs."""
+    stack = str(row.get("framework") or "")
+    precision = str(row.get("compute_precision") or "")
+    if precision in PRECISION_NOT_MODELLED:
+        raise ValueError(f"compute precision {precision} not modelled")
+    data = row.to_dict()
+    if stack in STACKS:
+        data["framework"] = "hf-trainer"
+    data["strategy"] = STRATEGIES.get(str(data.get("strategy") or ""), data.get("strategy"))
+    job, place = row_to_inputs(data)
+    if "torch.compile" in str(data.get("kernels") or "") and not job.torch_compile:
+        job = job.model_copy(update={"torch_compile": True})
+    layout = {c: int(data[c]) for c, key in (("tensor_parallel", "tp"), ("pipeline_parallel", "pp"))
+              if not pd.isna(data.get(c)) and str(data.get(c)) != ""}
+    vp = _VP.search(str(data.get("kernels") or ""))
+    if layout or vp:
+        place = Placement(**{**place.model_dump(), "tp": layout.get("tensor_parallel", 1),
+                             "pp": layout.get("pipeline_parallel", 1), "virtual_pp": int(vp.group(1)) if vp else 1})
+    return job, place, stack if stack in STACKS else "hf"
 
 
 def throughput_rows(frame: pd.DataFrame) -> pd.DataFrame:
@@ -71,18 +115,22 @@ def throughput_rows(frame: pd.DataFrame) -> pd.DataFrame:
     records, skipped = [], Counter[str]()
     for _, row in ok.iterrows():
         try:
-            job, place = row_to_inputs(row)
+            job, place, stack = _inputs(row)
             arch, gpu = get_architecture(job.model), get_gpu(place.gpu_model)
             tp.peak_flops(gpu, job.dtype)
         except (AutoconfError, ValueError) as exc:
             skipped[f"{row['source']}: {_field(exc)} not answerable"] += 1
             continue
-        link = inter_node_gbps(str(row.get("campaign", "")))
-        implied = tp.implied_efficiency(job, place, float(row["tokens_per_second"]), link)
+        link = inter_node_gbps(str(row.get("campaign", "")), str(row["source"]))
+        profile = stack_for(stack if stack != "hf" else job.framework)
+        implied = tp.implied_efficiency(job, place, float(row["tokens_per_second"]), link, profile)
         records.append({
-            "source": row["source"], "framework": job.framework, "gpu": gpu.name, "model": job.model,
+            "source": row["source"], "framework": stack if stack != "hf" else job.framework, "gpu": gpu.name,
+            "model": job.model, "stack": profile.name,
             "method": job.method, "job": job, "placement": place, "family": gpu.architecture,
             "fused": tp.fused_kernels(job), "moe": arch.is_moe, "x": tp.micro_batch_tokens(job, place),
+            "kernels": profile.fused_kernels, "compiled": bool(job.torch_compile), "gpus": place.number_gpus,
+            "layout": str(row.get("kernels") or ""),
             "q": tp.ridge_over_hidden(job, gpu, arch), "a": tp.attention_share(job, arch), "link": link,
             "implied": implied if implied is not None else math.nan, "measured": float(row["tokens_per_second"]),
         })
@@ -95,7 +143,14 @@ def _field(exc: Exception) -> str:
     """The input a refusal names: AutoconfError.field, or the first location of a pydantic error."""
     if isinstance(exc, ValidationError) and exc.errors():
         return str(exc.errors()[0]["loc"][0])
+    if not isinstance(exc, AutoconfError) and "compute precision" in str(exc):
+        return str(exc).removesuffix(" not modelled")
     return str(getattr(exc, "field", "") or type(exc).__name__)
+
+
+def _flag(rows: pd.DataFrame, column: str) -> pd.Series:
+    """A 0/1 feature column; absent = all False (rows built by hand with fewer features)."""
+    return rows[column].astype(bool) if column in rows else pd.Series(False, index=rows.index)
 
 
 def _groups(rows: pd.DataFrame, shape: Shape) -> list[tuple[str, str]]:
@@ -106,7 +161,7 @@ def _groups(rows: pd.DataFrame, shape: Shape) -> list[tuple[str, str]]:
 def _design(rows: pd.DataFrame, groups: list[tuple[str, str]], shape: Shape) -> np.ndarray:
     keys = list(zip(rows["family"] if shape.by_generation else ["*"] * len(rows), rows["method"], strict=True))
     onehot = np.array([[1.0 if k == g else 0.0 for g in groups] for k in keys]).reshape(len(rows), len(groups))
-    extra = [rows[c].astype(float).to_numpy() for c in ("fused", "moe") if rows[c].any()]
+    extra = [rows[c].astype(float).to_numpy() for c in EXTRAS if _flag(rows, c).any()]
     return np.column_stack([onehot, *extra]) if extra else onehot
 
 
@@ -117,23 +172,29 @@ def fit_efficiency(rows: pd.DataFrame, shape: Shape = SHIPPED, fitted_on: str = 
     design = _design(rows, groups, shape)
     log_implied = np.log(rows["implied"].to_numpy())
     x, q, a = rows["x"].to_numpy(), rows["q"].to_numpy(), rows["a"].to_numpy()
+    fused_stack = _flag(rows, "kernels").to_numpy(dtype=bool)
     pinv = np.linalg.pinv(design)
-    best: tuple[float, float, float, float, np.ndarray] | None = None
-    for k in K_GRID if shape.memory_term else [0.0]:
-        for alpha in A_GRID if shape.attention_term else [0.0]:
-            terms = log_implied + np.log1p(k * q) + np.log1p(alpha * a)
-            for x0 in X0_GRID:
-                target = terms - np.log(x / (x + x0))
-                coef = pinv @ target
-                sse = float(np.sum((design @ coef - target) ** 2))
-                if best is None or sse < best[0]:
-                    best = (sse, x0, k, alpha, coef)
+    x0s = np.array(X0_GRID)
+    best: tuple[float, float, float, float, float, np.ndarray] | None = None
+    for phi in PHI_GRID if shape.memory_term and fused_stack.any() else [1.0]:
+        share = np.where(fused_stack, phi, 1.0)  # scales K·R/w and X0 (throughput.EfficiencyFit φ)
+        micro = np.log(x[:, None] / (x[:, None] + np.outer(share, x0s)))  # rows × X0 grid
+        # least-squares residuals are linear in the target: resid(t - micro_j) = resid(t) - resid(micro_j)
+        micro_resid = micro - design @ (pinv @ micro)
+        micro_norm = np.sum(micro_resid**2, axis=0)
+        for k in K_GRID if shape.memory_term else [0.0]:
+            for alpha in A_GRID if shape.attention_term else [0.0]:
+                terms = log_implied + np.log1p(k * q * share) + np.log1p(alpha * a)
+                resid = terms - design @ (pinv @ terms)
+                sse = resid @ resid - 2 * (resid @ micro_resid) + micro_norm
+                i = int(np.argmin(sse))
+                if best is None or sse[i] < best[0]:
+                    best = (float(sse[i]), float(x0s[i]), k, alpha, phi, pinv @ (terms - micro[:, i]))
     assert best is not None
-    _, x0, k, alpha, coef = best
+    _, x0, k, alpha, phi, coef = best
     values = {g: float(math.exp(c)) for g, c in zip(groups, coef[:len(groups)], strict=True)}
     extras = iter(coef[len(groups):])
-    fused = float(math.exp(next(extras))) if rows["fused"].any() else 1.0
-    moe = float(math.exp(next(extras))) if rows["moe"].any() else 1.0
+    factor = {c: float(math.exp(next(extras))) if _flag(rows, c).any() else 1.0 for c in EXTRAS}
     counts = Counter(zip(rows["family"] if shape.by_generation else ["*"] * len(rows), rows["method"], strict=True))
     by_method = {}
     for method in METHODS:  # pooled (count-weighted geometric mean); a method with no rows: all groups' mean
@@ -141,14 +202,15 @@ def fit_efficiency(rows: pd.DataFrame, shape: Shape = SHIPPED, fitted_on: str = 
         pooled = [(e, n) for e, n in items] or [(e, 1) for e in values.values()]
         by_method[method] = math.exp(sum(n * math.log(e) for e, n in pooled) / sum(n for _, n in pooled))
     by_group = {g: v for g, v in values.items() if shape.by_generation}
-    return tp.EfficiencyFit(by_group, by_method, x0, fused, moe, len(rows), k, alpha, fitted_on)
+    return tp.EfficiencyFit(by_group, by_method, x0, factor["fused"], factor["moe"], len(rows), k, alpha, fitted_on,
+                            factor["kernels"], factor["compiled"], phi)
 
 
 def predict(rows: pd.DataFrame, params: tp.EfficiencyFit) -> np.ndarray:
     """Whole-job tokens/s of each row with the given constants (the row's interconnect)."""
     return np.array([
-        tp.estimate_throughput(job, place, fit=params, inter_node_gbps=link).tokens_per_second
-        for job, place, link in zip(rows["job"], rows["placement"], rows["link"], strict=True)
+        tp.estimate_throughput(job, place, fit=params, inter_node_gbps=link, stack=stack).tokens_per_second
+        for job, place, link, stack in zip(rows["job"], rows["placement"], rows["link"], rows["stack"], strict=True)
     ])
 
 
@@ -173,5 +235,7 @@ def fitted_block(params: tp.EfficiencyFit) -> str:
         f"    microbatch_tokens={params.microbatch_tokens:.1f}, fused_loss_factor={params.fused_loss_factor:.4f}, "
         f"moe_factor={params.moe_factor:.4f}, rows={params.rows},\n"
         f"    memory_bound={params.memory_bound:.4f}, attention_cost={params.attention_cost:.4f},\n"
+        f"    stack_factor={params.stack_factor:.4f}, compile_factor={params.compile_factor:.4f}, "
+        f"fused_memory_share={params.fused_memory_share:.2f},\n"
         f"    fitted_on={params.fitted_on!r},\n)"
     )

@@ -21,11 +21,13 @@ from dataclasses import dataclass
 
 from autoconf.catalog import Architecture, GPUSpec, get_architecture, get_gpu
 from autoconf.errors import InvalidInputError
+from autoconf.estimators.theory.stacks import Stack, stack_for
 from autoconf.estimators.theory.states import trainable_params
 from autoconf.schema import Job, Placement, ThroughputEstimate
 
 # ---- fitted efficiency -----------------------------------------------------------------------------------
-# efficiency = E[GPU architecture, method] · x / (x + X0) / (1 + K · R / w) / (1 + α · a) · (F if fused) · (M if MoE).
+# efficiency = E[GPU architecture, method] · x / (x + φX0) / (1 + φK · R / w) / (1 + α · a) · (F if fused) · (M if MoE)
+#              · (S if the stack fuses its element-wise kernels) · (C if torch.compile); φ = 1 for unfused stacks.
 # x: tokens of one micro-batch on one GPU; X0 a per-micro-batch fixed cost (optimizer step, launches, data
 # loader) in tokens of compute. R / h: the GPU's ridge point (dense peak FLOP/s over memory bytes/s, FLOPs per
 # byte) over the layer's matmul width w (h; an MoE expert's intermediate size if smaller): per token and
@@ -54,17 +56,26 @@ class EfficiencyFit:
     memory_bound: float = 0.0  # K
     attention_cost: float = 0.0  # α
     fitted_on: str = ""  # which rows, for the record
+    stack_factor: float = 1.0  # S: a stack's fused kernel set (stacks.Stack.fused_kernels)
+    compile_factor: float = 1.0  # C: torch.compile (Job.torch_compile)
+    # φ: a fused-kernel stack's time outside large GEMMs relative to an unfused one; it scales both the memory-bound
+    # term K·R/w and the per-micro-batch overhead X0 (element-wise kernels, launches: what fusion removes)
+    fused_memory_share: float = 1.0
 
 
 FITTED = EfficiencyFit(
     by_group={},
-    by_method={'full': 1.0122, 'lora': 0.8839, 'qlora': 0.9062},
-    microbatch_tokens=2811.7, fused_loss_factor=1.1505, moe_factor=0.8278, rows=1283,
+    by_method={'full': 1.0098, 'lora': 0.8906, 'qlora': 0.9062},
+    microbatch_tokens=2811.7, fused_loss_factor=1.1508, moe_factor=0.8274, rows=1409,
     memory_bound=9.9763, attention_cost=0.9990,
-    fitted_on='1283 ok non-duplicate tokens/s rows of data/measurements.csv (bench/throughput_accuracy.py --fit)',
+    stack_factor=0.5657, compile_factor=1.1616, fused_memory_share=0.00,
+    fitted_on='1409 ok non-duplicate tokens/s rows of data/measurements.csv (bench/throughput_accuracy.py --fit)',
 )
 # Those rows: fms-acceleration (A100-SXM4-80GB, L40; full, LoRA, QLoRA, dense and MoE), llm-foundry (MPT
-# 125m-70b pre-training on A100-40GB/80GB and H100, 8-512 GPUs) and Liger (A100). No per-GPU-architecture E:
+# 125m-70b pre-training on A100-40GB/80GB and H100, 8-512 GPUs), Liger (A100), NVIDIA DGX Cloud NeMo recipes
+# (H100, 8-2,304 GPUs, TP/PP/CP layouts, BF16), InternEvo (A100, 8-1,024 GPUs) and fms-fsdp (A100, H100).
+# S < 1 with φ = 0: a fused-kernel stack (stacks.py) pays no memory-bound or per-micro-batch overhead term, and
+# its E·S is what is left (0.57 of the HF E: the plain GEMM-plus-attention efficiency of those stacks). No per-GPU-architecture E:
 # fitted per architecture, the leave-one-source-out error was worse (docs/accuracy.md, throughput-theory);
 # the GPU enters through its peak, its ridge point R and its links. E > 1 is not an efficiency by itself:
 # the memory-bound and attention terms always divide it (a 7B model at 2,048 tokens: 0.71 on A100, 0.57 on H100
@@ -127,7 +138,9 @@ def attention_share(job: Job, arch: Architecture) -> float:
 
 
 def micro_batch_tokens(job: Job, placement: Placement) -> float:
-    """Tokens one GPU processes per forward/backward (global batch over data-parallel ranks and micro-steps)."""
+    """Tokens one data-parallel rank processes per forward/backward (global batch over data-parallel ranks and
+    micro-steps). Not divided by tp: tried, a tensor-parallel GPU paying X0 in full made the held-out DGX Cloud
+    rows (TP 2-8) 38 % too slow, against 5 % as here."""
     return job.batch_size * job.tokens_per_sample / (placement.dp * job.gradient_accumulation_steps)
 
 
@@ -142,33 +155,52 @@ def matmul_width(arch: Architecture) -> int:
 
 
 def ridge_over_hidden(job: Job, gpu: GPUSpec, arch: Architecture) -> float:
-    """R / h: the GPU's dense peak FLOPs per byte of memory bandwidth, over the layer's matmul width."""
+    """R / w: the GPU's dense peak FLOPs per byte of memory bandwidth, over the layer's matmul width.
+
+    Tensor parallelism leaves the ratio alone when it shards the norms and activations too (Megatron's
+    sequence parallelism): the matmul FLOPs and the element-wise bytes per GPU both shrink tp times.
+    """
     return peak_flops(gpu, job.dtype) / (gpu.memory_bandwidth_gbps * 1e9) / matmul_width(arch)
 
 
-def job_factor(job: Job, gpu: GPUSpec, arch: Architecture, fit: EfficiencyFit = FITTED) -> float:
-    """Everything of the efficiency but the micro-batch term: E · memory-bound · attention · F · M."""
+def job_factor(
+    job: Job, gpu: GPUSpec, arch: Architecture, fit: EfficiencyFit = FITTED, stack: Stack | None = None,
+) -> float:
+    """Everything of the efficiency but the micro-batch term: E · memory-bound · attention · F · M · S · C.
+
+    A stack with fused element-wise kernels moves fewer bytes per token: its memory-bound term is φ · K · R / w.
+    """
+    stack = stack or stack_for(job.framework)
     base = fit.by_group.get((gpu.architecture, job.method), fit.by_method[job.method])
-    base /= 1.0 + fit.memory_bound * ridge_over_hidden(job, gpu, arch)
+    share = fit.fused_memory_share if stack.fused_kernels else 1.0
+    base /= 1.0 + share * fit.memory_bound * ridge_over_hidden(job, gpu, arch)
     base /= 1.0 + fit.attention_cost * attention_share(job, arch)
     base *= fit.fused_loss_factor if fused_kernels(job) else 1.0
+    base *= fit.stack_factor if stack.fused_kernels else 1.0
+    base *= fit.compile_factor if job.torch_compile else 1.0
     return base * (fit.moe_factor if arch.is_moe else 1.0)
 
 
-def efficiency(job: Job, placement: Placement, gpu: GPUSpec, arch: Architecture, fit: EfficiencyFit = FITTED) -> float:
+def efficiency(
+    job: Job, placement: Placement, gpu: GPUSpec, arch: Architecture, fit: EfficiencyFit = FITTED,
+    stack: Stack | None = None,
+) -> float:
     """Fraction of the dense peak reached on the counted FLOPs, from the fitted constants."""
+    stack = stack or stack_for(job.framework)
     x = micro_batch_tokens(job, placement)
-    return min(job_factor(job, gpu, arch, fit) * x / (x + fit.microbatch_tokens), MAX_EFFICIENCY)
+    factor = job_factor(job, gpu, arch, fit, stack)
+    x0 = fit.microbatch_tokens * (fit.fused_memory_share if stack.fused_kernels else 1.0)
+    return min(factor * x / (x + x0), MAX_EFFICIENCY)
 
 
 def implied_efficiency(
     job: Job, placement: Placement, measured_tokens_per_second: float,
-    inter_node_gbps: float = INTER_NODE_BANDWIDTH_GBPS,
+    inter_node_gbps: float = INTER_NODE_BANDWIDTH_GBPS, stack: Stack | None = None,
 ) -> float | None:
     """The efficiency that makes this model reproduce a measured tokens/s (None if comm-bound)."""
     arch, gpu = get_architecture(job.model), get_gpu(placement.gpu_model)
     at_peak = compute_seconds(job, arch, placement, gpu, 1.0)
-    comm = communication(job, arch, placement, gpu, inter_node_gbps)
+    comm = communication(job, arch, placement, gpu, inter_node_gbps, stack)
     busy = job.batch_size * job.tokens_per_sample / measured_tokens_per_second - comm.exposed
     return at_peak / busy if busy > comm.overlappable else None
 
@@ -190,17 +222,29 @@ def _ring_seconds(num_bytes: float, ranks: int, bandwidth_gbps: float) -> float:
     return (ranks - 1) / ranks * num_bytes / (bandwidth_gbps * 1e9 * COLLECTIVE_EFFICIENCY)
 
 
+def intra_bandwidth(gpu: GPUSpec, placement: Placement) -> float:
+    """GB/s per GPU inside a node: the Placement's figure, else the GPU's NVLink / PCIe link."""
+    return placement.intra_node_gbps or gpu.intra_node_bandwidth_gbps
+
+
 def link_bandwidth(gpu: GPUSpec, placement: Placement, inter_node_gbps: float) -> float:
-    """Bottleneck bandwidth of a data-parallel ring: the NIC as soon as the ring leaves the node."""
-    intra = gpu.intra_node_bandwidth_gbps
-    return intra if placement.workers <= 1 else min(intra, inter_node_gbps)
+    """Bottleneck bandwidth of a data-parallel ring: the NIC as soon as the ring leaves the node.
+
+    A ring that spans nodes enters and leaves each node once, so it runs at the node's network bandwidth
+    (NCCL spreads its channels over all of a node's NICs) unless the in-node link is slower.
+    """
+    intra = intra_bandwidth(gpu, placement)
+    # data-parallel ranks sit tp·pp GPUs apart: with tp·pp ≥ the node size, even dp = 2 leaves the node
+    spread = placement.workers > 1 and placement.dp > 1
+    return min(intra, placement.inter_node_gbps or inter_node_gbps) if spread else intra
 
 
 def communication(
     job: Job, arch: Architecture, placement: Placement, gpu: GPUSpec,
-    inter_node_gbps: float = INTER_NODE_BANDWIDTH_GBPS,
+    inter_node_gbps: float = INTER_NODE_BANDWIDTH_GBPS, stack: Stack | None = None,
 ) -> Communication:
-    """Collective seconds per optimizer step (per GPU), by strategy."""
+    """Collective seconds per optimizer step (per GPU), by strategy and by what the stack overlaps."""
+    stack = stack or stack_for(job.framework)
     strategy, dp, gas = placement.effective_strategy, placement.dp, job.gradient_accumulation_steps
     width = COMM_BYTES[job.dtype]
     shard = arch.total_params / placement.tp / placement.pp * width  # this rank's replica, bytes
@@ -211,6 +255,8 @@ def communication(
         hidden, exposed = 2 * scatter, 0.0  # all-reduce once per step (no_sync while accumulating)
     elif strategy in ("zero1", "zero2"):
         hidden, exposed = scatter * (gas if strategy == "zero2" else 1), gather
+        if stack.overlap_param_gather:  # the updated shards are gathered during the next forward
+            hidden, exposed = hidden + gather, 0.0
     elif strategy == "fsdp-shard-grad-op":
         hidden, exposed = gas * (gather + scatter), 0.0
     elif strategy == "fsdp-hybrid":
@@ -221,7 +267,10 @@ def communication(
         hidden, exposed = gas * inner + outer, 0.0
     else:  # fsdp full shard, zero3: gather for forward and again for backward, reduce-scatter grads
         hidden, exposed = gas * (2 * gather + scatter), 0.0
-    return Communication(hidden, exposed + gas * _tensor_parallel_seconds(job, arch, placement, gpu))
+    if not stack.overlap_grad_reduce:
+        hidden, exposed = 0.0, hidden + exposed
+    tensor = gas * _tensor_parallel_seconds(job, arch, placement, gpu)
+    return Communication(hidden + tensor, exposed) if stack.tp_overlap else Communication(hidden, exposed + tensor)
 
 
 def _tensor_parallel_seconds(job: Job, arch: Architecture, placement: Placement, gpu: GPUSpec) -> float:
@@ -232,18 +281,22 @@ def _tensor_parallel_seconds(job: Job, arch: Architecture, placement: Placement,
     message = micro * job.tokens_per_sample * arch.hidden_size * COMM_BYTES[job.dtype]
     per_layer = 6 if job.gradient_checkpointing else 4
     layers = -(-arch.num_layers // placement.pp)
-    return per_layer * layers * 2 * _ring_seconds(message, placement.tp, gpu.intra_node_bandwidth_gbps)
+    return per_layer * layers * 2 * _ring_seconds(message, placement.tp, intra_bandwidth(gpu, placement))
 
 
 def compute_seconds(
     job: Job, arch: Architecture, placement: Placement, gpu: GPUSpec, eff: float, flops: float | None = None
 ) -> float:
-    """Seconds of matmul work per optimizer step on one GPU, with the pipeline bubble."""
+    """Seconds of matmul work per optimizer step on one GPU, with the pipeline bubble.
+
+    1F1B with m micro-batches and p stages idles (p - 1) micro-batch slots per step; interleaving v model
+    chunks per GPU shrinks each slot v times (Narayanan et al. 2021, §2.2.2): bubble = (p - 1) / (v · m).
+    """
     tokens = job.batch_size * job.tokens_per_sample
     per_token = flops if flops is not None else flops_per_token(job, arch)
     seconds = tokens * per_token / (placement.number_gpus * peak_flops(gpu, job.dtype) * eff)
     micro_batches = job.gradient_accumulation_steps
-    return seconds * (micro_batches + placement.pp - 1) / micro_batches  # GPipe/1F1B bubble
+    return seconds * (1 + (placement.pp - 1) / (placement.virtual_pp * micro_batches))
 
 
 def step_seconds(compute: float, comm: Communication) -> float:
@@ -253,17 +306,22 @@ def step_seconds(compute: float, comm: Communication) -> float:
 
 def estimate_throughput(
     job: Job, placement: Placement, *, efficiency_override: float | None = None,
-    inter_node_gbps: float = INTER_NODE_BANDWIDTH_GBPS, fit: EfficiencyFit = FITTED,
+    inter_node_gbps: float = INTER_NODE_BANDWIDTH_GBPS, fit: EfficiencyFit = FITTED, stack: str | None = None,
 ) -> ThroughputEstimate:
-    """Tokens/s of the whole job and per GPU, the assumed efficiency, and the step's parts."""
+    """Tokens/s of the whole job and per GPU, the assumed efficiency, and the step's parts.
+
+    ``stack`` names a throughput profile (stacks.STACKS); default: the Job's framework.
+    """
     arch, gpu = get_architecture(job.model), get_gpu(placement.gpu_model)
     peak_flops(gpu, job.dtype)  # a GPU without a published peak is refused before anything else
-    eff = efficiency_override if efficiency_override is not None else efficiency(job, placement, gpu, arch, fit)
+    profile = stack_for(stack or job.framework)
+    eff = efficiency_override if efficiency_override is not None else efficiency(
+        job, placement, gpu, arch, fit, profile)
     if not 0 < eff <= 1:
         raise InvalidInputError("efficiency", f"must be in (0, 1]; got {eff}")
     flops = flops_per_token(job, arch)
     compute = compute_seconds(job, arch, placement, gpu, eff, flops)
-    comm = communication(job, arch, placement, gpu, inter_node_gbps)
+    comm = communication(job, arch, placement, gpu, inter_node_gbps, profile)
     step = step_seconds(compute, comm)
     tps = job.batch_size * job.tokens_per_sample / step
     return ThroughputEstimate(

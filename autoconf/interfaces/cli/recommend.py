@@ -2,7 +2,9 @@
 
 ``--objective min-gpus`` (default): the fewest GPUs (per worker × workers) on which the job fits;
 ``avoid-oom``: keep ``--number-gpus`` if the job fits there, else the fewest more (per-device batch kept);
-``throughput``: the fastest GPU count × gradient accumulation at the global batch.
+``throughput``: the fastest GPU count × gradient accumulation at the global batch; with ``--layouts``, the fastest
+parallel layout (DP × TP × PP × sharding × micro-batch × accumulation × checkpointing) on ``--number-gpus``
+(recommend/layout.py), with the runner-up and why it lost.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from autoconf.interfaces.cli.fromfile import RECOMMEND_FLAGS, add_from_argument,
 from autoconf.interfaces.cli.stack import add_stack_arguments, stack_fields
 from autoconf.interfaces.configs import FromFile
 from autoconf.recommend.by_objective import OBJECTIVES
+from autoconf.recommend.layout import LayoutChoice
 from autoconf.schema import GIB, Job, Recommendation, Strategy
 
 
@@ -37,7 +40,10 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--objective", default="min-gpus", choices=OBJECTIVES,
                    help="min-gpus (fewest GPUs) | avoid-oom (keep --number-gpus if it fits) | throughput (fastest)")
     p.add_argument("--number-gpus", type=int, default=1,
-                   help="avoid-oom: the GPUs requested; per-device batch = batch size / this (default %(default)s)")
+                   help="avoid-oom: the GPUs requested; per-device batch = batch size / this; throughput --layouts: "
+                        "the GPUs to lay out (default %(default)s)")
+    p.add_argument("--layouts", action="store_true",
+                   help="throughput: search DP × TP × PP × sharding × micro-batch × checkpointing on --number-gpus")
     add_search_arguments(p)
     p.add_argument("--json", action="store_true", help="print the Recommendation as JSON")
     p.add_argument("--plot", metavar="FILE", help="also draw peak memory and risk vs GPU count to FILE.png or .svg")
@@ -75,6 +81,36 @@ def format_text(rec: Recommendation) -> str:
     return "\n".join(lines)
 
 
+def format_layout(choice: LayoutChoice) -> str:
+    if choice.best is None:
+        return f"cannot recommend: {choice.why}"
+    best, speed = choice.best, choice.best.throughput
+    return "\n".join([
+        f"fastest layout: {best.label}",
+        f"tokens/s: {speed.tokens_per_second:,.0f} ({speed.tokens_per_second_per_gpu:,.0f} per GPU)   MFU {speed.mfu:.2f}   "
+        f"step {speed.step_seconds:.2f} s (compute {speed.compute_seconds:.2f} s, exposed communication "
+        f"{speed.communication_seconds:.2f} s)",
+        f"peak memory per GPU: {best.peak_gib:.1f} GiB   oom_risk {best.oom_risk:.3f}",
+        f"why: {choice.why}",
+    ])
+
+
+def _layouts(args: argparse.Namespace, job: Job) -> int:
+    from autoconf.recommend.layout import fastest_layout
+
+    choice = fastest_layout(job, args.gpu, args.number_gpus, get_estimator(args.estimator, args.model_version),
+                            gpus_per_node=args.gpus_per_node, max_oom_risk=args.max_oom_risk)
+    if args.json:
+        best = choice.best
+        print(json.dumps({"can_recommend": best is not None, "why": choice.why, "evaluated": choice.evaluated,
+                          "fitting": choice.fitting, "job": best.job.model_dump(mode="json") if best else None,
+                          "placement": best.placement.model_dump(mode="json") if best else None,
+                          "throughput": best.throughput.model_dump(mode="json") if best else None}, indent=2))
+    else:
+        print(format_layout(choice))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from autoconf.recommend.by_objective import recommend_for_objective
 
@@ -90,6 +126,10 @@ def run(args: argparse.Namespace) -> int:
                   gradient_accumulation_steps=args.gradient_accumulation_steps, dtype=args.dtype, lora_r=args.lora_r,
                   **stack_fields(args))
         requested = args.number_gpus
+    if args.layouts:
+        if args.objective != "throughput":
+            raise InvalidInputError("layouts", f"needs --objective throughput; got {args.objective}")
+        return _layouts(args, job)
     estimator = get_estimator(args.estimator, args.model_version)
     rec = recommend_for_objective(job, args.gpu, estimator, args.objective, requested_gpus=requested,
                                   max_gpus=args.max_gpus, gpus_per_node=args.gpus_per_node,

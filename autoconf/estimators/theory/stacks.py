@@ -1,0 +1,62 @@
+"""Throughput profiles of training stacks: which kernels a stack runs and which collectives it overlaps.
+
+A stack is named by ``Job.framework`` (HF-based stacks) or, for the pre-training stacks the measurements come
+from (NeMo / Megatron-Core, InternEvo, IBM fms-fsdp, the FlashAttention repository's trainer), by the data's
+``framework`` column; ``stack_for`` maps any name to a profile (unknown names: the HF Trainer profile).
+The profile says *what* a stack does, with a source per claim; *how much* each behaviour is worth is fitted
+(throughput.EfficiencyFit: ``stack_factor`` for the fused kernel set, ``compile_factor`` for torch.compile).
+
+- fused_kernels: fused norm / activation / rotary / bias-dropout-add kernels around the GEMMs (Transformer
+  Engine in Megatron-Core, flash_attn's ops in InternEvo and the FlashAttention trainer). The fused loss is a
+  separate feature (Job.loss_kernel).
+- overlap_param_gather: the sharded-optimizer parameter all-gather runs during the next forward instead of
+  after the step (Megatron-Core ``--overlap-param-gather``; InternEvo HybridZeroOptimizer overlap_sync_param).
+- overlap_grad_reduce: the gradient reduce-scatter / all-reduce runs bucket by bucket during backward (DDP
+  buckets, FSDP, Megatron ``--overlap-grad-reduce``). Every profile here does; a stack that does not would
+  expose it.
+- tp_overlap: tensor-parallel collectives overlapped with the GEMMs (Transformer Engine userbuffers,
+  ``tp_comm_overlap`` in NeMo's performance recipes); without it they are exposed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Stack:
+    name: str
+    fused_kernels: bool
+    overlap_param_gather: bool
+    tp_overlap: bool
+    overlap_grad_reduce: bool = True
+    source: str = ""
+
+
+_HF = Stack("hf", fused_kernels=False, overlap_param_gather=False, tp_overlap=False,
+            source="transformers Trainer / accelerate: eager PyTorch modules (RMSNorm, SiLU, RoPE unfused); DDP "
+                   "buckets and FSDP prefetch overlap gradient reduction with backward")
+_MEGATRON = Stack("megatron", fused_kernels=True, overlap_param_gather=True, tp_overlap=True,
+                  source="NVIDIA/NeMo performance recipes and dgxc-benchmarking configs: Transformer Engine layers, "
+                         "distributed optimizer with overlap_grad_reduce / overlap_param_gather, tp_comm_overlap")
+STACKS: dict[str, Stack] = {
+    "hf": _HF,
+    "megatron": _MEGATRON,
+    "nemo": Stack("nemo", True, True, True, source=_MEGATRON.source),
+    "internevo": Stack("internevo", fused_kernels=True, overlap_param_gather=False, tp_overlap=False,
+                       source="InternLM/InternEvo configs/7B_sft.py and doc/en/train_performance.md: flash_attn "
+                              "fused RMSNorm / rotary / MLP kernels (use_flash_attn=True); hybrid_zero_optimizer "
+                              "overlap_sync_grad=True, overlap_sync_param=False (the parameter all-gather after the "
+                              "step is exposed)"),
+    "flash-attention": Stack("flash-attention", fused_kernels=True, overlap_param_gather=False, tp_overlap=False,
+                             source="Dao-AILab/flash-attention training/README.md: FlashAttention plus fused MLP, "
+                                    "dropout-add-LayerNorm, cross-entropy and rotary kernels; DDP"),
+    "fms-fsdp": Stack("fms-fsdp", fused_kernels=False, overlap_param_gather=False, tp_overlap=False,
+                      source="foundation-model-stack/fms-fsdp README: PyTorch FSDP / HSDP with SDPA flash attention; "
+                             "torch.compile in the newest table (Job.torch_compile)"),
+}
+
+
+def stack_for(name: str | None) -> Stack:
+    """The profile of a stack name; HF-based frameworks (and anything unknown) use the HF Trainer profile."""
+    return STACKS.get(str(name or "hf"), _HF)

@@ -1,0 +1,109 @@
+"""Throughput at scale: the DGX Cloud / InternEvo / fms-fsdp rows, stack profiles, pipelines and links.
+
+Expected values are copied by hand from shared/data/external/<source>/*.csv or computed here from the
+formulas' definitions (Megatron GBS = MBS x GA x DP; 1F1B bubble (p - 1) / (v m)), never from the code.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from autoconf.catalog import get_architecture, get_gpu
+from autoconf.estimators.theory import throughput as tp
+from autoconf.estimators.theory.stacks import stack_for
+from autoconf.evaluation import throughput_fit as tf
+from autoconf.evaluation.data import load_measurements
+from autoconf.schema import Job, Placement
+
+
+@pytest.fixture(scope="module")
+def table() -> pd.DataFrame:
+    return load_measurements()
+
+
+def _row(table: pd.DataFrame, ref: str) -> pd.Series:
+    return table[table["source_ref"] == ref].iloc[0]
+
+
+@pytest.mark.parametrize("ref, expected", [
+    # dgxc row 0: "Llama3 70b Finetuning SFT BF16", 32 H100, TP=4 PP=4 DP=2 VP=5, MBS 1, GBS 32, 39009 tokens/s,
+    # MFU 51.1 %: GA = 32 / (1 x 2) = 16
+    ("dgxc_benchmarking_h100_throughput.csv#row=0",
+     {"model_name": "llama3-70b", "number_gpus": 32, "tensor_parallel": 4, "pipeline_parallel": 4, "batch_size": 32,
+      "gradient_accumulation_steps": 16, "tokens_per_second": 39009.0, "mfu": 0.511, "framework": "nemo"}),
+    # dgxc row 134: HF FSDP LoRA Llama-2-70B on 8 H100, 1.247 train samples/s of a 30-step run: not turned into tokens/s
+    ("dgxc_benchmarking_h100_throughput.csv#row=134",
+     {"model_name": "llama2-70b", "train_samples_per_second": 1.247, "batch_size": 8 * 4 * 8, "lora_r": 8}),
+    # InternEvo row 0: 8 A100, tp=1, micro_bsz 2, micro_num 4, TGS 4062 -> 32,496 tokens/s, global batch 2 x 4 x 8
+    ("internevo_train_performance_A100_A800.csv#row=0",
+     {"model_name": "internlm-7b", "tokens_per_second": 4062.0 * 8, "batch_size": 64, "strategy": "zero1"}),
+    # fms-fsdp row 9: Llama-2 7B HSDP, 128 A100, 4550 tokens/s/GPU (compiled)
+    ("fms_fsdp_llama2_pretrain_throughput.csv#row=9",
+     {"model_name": "llama2-7b", "tokens_per_second": 4550.0 * 128, "strategy": "fsdp-hybrid", "batch_size": 256}),
+])
+def test_converted_rows_match_the_source(table: pd.DataFrame, ref: str, expected: dict[str, object]) -> None:
+    row = _row(table, ref)
+    for key, value in expected.items():
+        assert row[key] == pytest.approx(value) if isinstance(value, float) else row[key] == value, key
+    if ref.endswith("row=134"):
+        assert pd.isna(row["tokens_per_second"])
+
+
+def test_superseded_cell_is_a_duplicate(table: pd.DataFrame) -> None:
+    row = _row(table, "fms_fsdp_llama2_pretrain_throughput.csv#row=0")
+    assert row["duplicate_of"] == "fms_fsdp_llama2_pretrain_throughput.csv#row=1" and row["scored"] == 0
+
+
+def test_proxy_configs_are_flagged_and_unanswered(table: pd.DataFrame) -> None:
+    proxies = table[(table["source"] == "dgxc-benchmarking") & table["notes"].str.contains("PROXY")]
+    assert len(proxies) == 38 and (proxies["scored"] == 0).all()
+    assert proxies["model_name"].str.contains(r"\[proxy").all()
+
+
+def test_internlm_7b_parameter_count() -> None:
+    """InternLM-7B: 103,168-token untied embeddings, 32 LLaMA blocks with q/k/v/o biases, MLP 11,008."""
+    h, v, inter, layers = 4096, 103168, 11008, 32
+    block = 4 * h * h + 4 * h + 3 * h * inter + 2 * h
+    assert get_architecture("internlm-7b").total_params == 2 * v * h + layers * block + h
+
+
+def test_interleaved_pipeline_bubble() -> None:
+    job = Job(model="llama3.1-8b", tokens_per_sample=4096, batch_size=8, gradient_accumulation_steps=4)
+    arch, gpu = get_architecture("llama3.1-8b"), get_gpu("H100")
+    flat = tp.compute_seconds(job, arch, Placement(gpu_model="H100", number_gpus=4), gpu, 0.5)
+    piped = tp.compute_seconds(job, arch, Placement(gpu_model="H100", number_gpus=4, pp=4, virtual_pp=2), gpu, 0.5)
+    assert piped / flat == pytest.approx(1 + 3 / (2 * 4))
+
+
+def test_stacks_decide_what_is_exposed() -> None:
+    job = Job(model="llama3.1-8b", tokens_per_sample=4096, batch_size=16, gradient_accumulation_steps=2)
+    arch, gpu = get_architecture("llama3.1-8b"), get_gpu("H100")
+    place = Placement(gpu_model="H100", number_gpus=16, tp=2, strategy="zero1")
+    hf = tp.communication(job, arch, place, gpu, stack=stack_for("hf-trainer"))
+    megatron = tp.communication(job, arch, place, gpu, stack=stack_for("nemo"))
+    assert hf.exposed > 0 and megatron.exposed == 0  # TP collectives and the ZeRO-1 gather overlap in Megatron
+    assert megatron.overlappable == pytest.approx(hf.overlappable + hf.exposed)
+
+
+def test_placement_network_overrides_the_default() -> None:
+    job = Job(model="llama3.1-8b", tokens_per_sample=4096, batch_size=16)
+    arch, gpu = get_architecture("llama3.1-8b"), get_gpu("H100")
+    slow = tp.communication(job, arch, Placement(gpu_model="H100", number_gpus=16), gpu)
+    fast = tp.communication(job, arch, Placement(gpu_model="H100", number_gpus=16, inter_node_gbps=400), gpu)
+    assert fast.overlappable == pytest.approx(slow.overlappable * tp.INTER_NODE_BANDWIDTH_GBPS / 400)
+
+
+@pytest.mark.parametrize("campaign, source, gbps", [
+    ("internevo/Throughput; 400 Gbps node-node interconnect (4 x 100 Gb RoCE per node, SOURCE.md)", "internevo", 50.0),
+    ("dgxc-benchmarking/llama3.1/README.md", "dgxc-benchmarking", 400.0),
+])
+def test_links_by_source(campaign: str, source: str, gbps: float) -> None:
+    assert tf.inter_node_gbps(campaign, source) == gbps
+
+
+@pytest.mark.parametrize("name", ["H100", "H200", "GB200", "H100-NVL", "B200"])
+def test_fp8_peak_doubles_bf16(name: str) -> None:
+    """Hopper and Blackwell tensor cores run FP8 at twice the BF16 rate (NVIDIA datasheets)."""
+    gpu = get_gpu(name)
+    assert gpu.fp8_tflops == pytest.approx(2 * gpu.bf16_tflops, rel=0.01)  # type: ignore[operator]
