@@ -113,10 +113,11 @@ def min_gpu_recommender(model_name: str, method: str, gpu_model: str, tokens_per
 
 
 def avoid_oom_recommender(model_name: str, method: str, gpu_model: str, tokens_per_sample: int,
-                          per_device_train_batch_size: int, number_gpus: int, gpus_per_worker: int = 8,
+                          per_device_train_batch_size: int, number_gpus: int = 1, gpus_per_worker: int = 8,
                           max_gpus: int = 64, model_version: str = MODEL_VERSION) -> dict[str, Any]:
     """Keep ``number_gpus`` if the job runs there (per-device batch kept), else the fewest powers of two above
-    it, up to ``max_gpus``, on which it runs."""
+    it, up to ``max_gpus``, on which it runs. ``number_gpus`` defaults to 1 (IBM's requires it; its consumer
+    fm-training-estimator calls without it, which IBM's answers with an error)."""
     try:
         _positive(tokens_per_sample=tokens_per_sample, per_device_train_batch_size=per_device_train_batch_size,
                   number_gpus=number_gpus, gpus_per_worker=gpus_per_worker, max_gpus=max_gpus)
