@@ -96,3 +96,27 @@ def test_engine_predictor_is_resource_estimates_fit_at_five_percent() -> None:
     said = EnginePredictor(estimator="theory").predict(pd.DataFrame(rows)).tolist()
     risks = [experiments.resource_estimate(**{**JOB, **row})["oom_risk"] for row in rows]
     assert said == [int(r <= 0.05) for r in risks]
+
+
+@pytest.mark.parametrize(("experiment", "entity"), [
+    ("min_gpu_recommender", {**{k: v for k, v in JOB.items() if k != "estimator"}, "model_version": "4.0.0",
+                             "gpus_per_worker": 8, "max_gpus": 8}),
+    ("avoid_oom_recommender", {"model_name": "llama-7b", "method": "lora", "gpu_model": A100,
+                               "tokens_per_sample": 8192, "per_device_train_batch_size": 2, "number_gpus": 16,
+                               "gpus_per_worker": 8, "max_gpus": 64, "model_version": "4.0.0"}),
+    ("throughput_recommender", {"model_name": "granite-4.0-small-base-prerelease", "method": "lora",
+                                "gpu_model": A100, "tokens_per_sample": 8192, "max_nodes": 2, "gpus_per_node": 8}),
+])
+def test_ibm_points_are_valid_entities(experiment: str, entity: dict[str, object]) -> None:
+    """IBM's points (its README's, its avoid-OOM test's, an open model name) pass ado's own validation here."""
+    from ado.modules.actuators.registry import ActuatorRegistry
+    from ado.schema.point import SpacePoint
+    from ado.schema.reference import ExperimentReference
+
+    point = SpacePoint.model_validate({"entity": entity, "experiments": [
+        {"actuatorIdentifier": "custom_experiments", "experimentIdentifier": experiment}]})
+    found = ActuatorRegistry().experimentForReference(
+        ExperimentReference(actuatorIdentifier="custom_experiments", experimentIdentifier=experiment))
+    assert found.validate_entity(point.to_entity())
+    out = getattr(experiments, experiment)(**entity)
+    assert out["can_recommend"] is True, out
