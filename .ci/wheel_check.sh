@@ -22,6 +22,14 @@ assert all((models_dir() / v / "card.json").is_file() for v in ("1.0.0", "2.0.0"
 assert measurements_path().is_file(), measurements_path()
 print("wheel: package at", pathlib.Path(autoconf.__file__).parent)
 PY
+# IBM ado-autoconf's import path answers from the wheel too (docs/dialects.md §3)
+"$work/venv/bin/python" - <<'PY'
+from autoconf.min_gpu_recommender import min_gpu_recommender
+found = min_gpu_recommender(model_name="llama-7b", method="lora", gpu_model="NVIDIA-A100-80GB-PCIe",
+                            tokens_per_sample=8192, batch_size=16, model_version="4.0.0")
+assert found["can_recommend"] is True and found["answered_by"].startswith("hybrid@"), found
+print("wheel: autoconf.min_gpu_recommender", {k: found[k] for k in ("can_recommend", "gpus", "workers")})
+PY
 cp "$repo/examples/simple.yaml" "$work/simple.yaml"
 out="$("$work/venv/bin/run_experiment" "$work/simple.yaml" 2>&1)"
 grep -E "answered_by|can_recommend" <<<"$out"

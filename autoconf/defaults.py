@@ -51,6 +51,9 @@ MAX_GPUS = 64  # largest placement searched unless the caller says otherwise
 MAX_GPUS_LIMIT = 4096  # the largest max_gpus any interface accepts (CLI, REST, page, ado: bounded work per request)
 NUMBER_GPUS_LIMIT = 65536  # the largest number_gpus a Placement (and ado's number_gpus property) accepts
 GPUS_PER_NODE = 8  # GPUs per worker (node) searched; also the most a worker may have (Placement.gpus_per_worker)
+# IBM ado-autoconf's own defaults, kept where a caller uses IBM's names (its 2.1.2 signatures and README):
+IBM_MAX_GPUS = 8  # min_gpu_recommender's max_gpus ("no recommendation" beyond one 8-GPU node)
+IBM_AVOID_OOM_MAX_GPUS = 64  # avoid_oom_recommender's max_gpus
 
 # --- names every layer shares ---------------------------------------------------------------------
 # The per-GPU memory parts of a text model, in the order every table and plot shows them (MemoryEstimate's

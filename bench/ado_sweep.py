@@ -115,10 +115,11 @@ def time_ado(space_file: Path, operation_file: str, batch_size: int, work: Path)
 
 def time_direct(points: pd.DataFrame, estimator: str, work: Path) -> dict[str, float | pd.DataFrame]:
     # like for like: the ado experiments default to ado's own stack (fms-hf-tuning); the CLI's default is
-    # hf-trainer, so the sweep input names the stack explicitly
+    # hf-trainer, so the sweep input names the stack explicitly; and min_gpu_recommender's max_gpus is IBM's 8
+    # (properties.IBM_MAX_GPUS) where the CLI's is 64
     points.assign(framework=ADO_FRAMEWORK).to_csv(work / "points.csv", index=False)
     cli_s, _ = _run([str(BIN / "autoconf-gpu"), "sweep", "--input", str(work / "points.csv"), "--output",
-                     str(work / "direct.csv"), "--estimator", estimator], dict(os.environ), work)
+                     str(work / "direct.csv"), "--estimator", estimator, "--max-gpus", "8"], dict(os.environ), work)
     from autoconf.interfaces.ado import experiments  # imported here so its import time is not in the CLI number
 
     start = time.perf_counter()

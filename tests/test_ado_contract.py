@@ -37,7 +37,7 @@ COMMON_OPTIONAL = ["model_version", "estimator", "gpus_per_node", "dtype", "grad
 CONTRACT = {
     "min_gpu_recommender": {
         "required": REQUIRED,
-        "optional": [*COMMON_OPTIONAL, "max_gpus", "max_oom_risk", "strict"],
+        "optional": [*COMMON_OPTIONAL, "max_gpus", "max_oom_risk", "strict", "gpus_per_worker"],  # IBM's name last
         "outputs": ["can_recommend", "gpus", "workers", "number_gpus", "peak_memory_gib", "oom_risk",
                     "tokens_per_second", "reason", "answered_by"],
     },
@@ -73,8 +73,9 @@ DEFAULTS = {
     "gradient_checkpointing": True, "attention": "flash", "fused_loss": False, "lora_r": 8,
     "framework": "fms-hf-tuning",  # ado's SFTTrainer stack (the CLI/REST default is hf-trainer)
     "images_per_sample": 0, "image_resolution": 0, "freeze_vision": True,  # text-only; 0 = the model's resolution
-    "max_gpus": 64, "max_oom_risk": 0.05, "strict": False, "from_config": "",
+    "max_gpus": 8, "max_oom_risk": 0.05, "strict": False, "from_config": "",  # max_gpus: IBM's 8 for min_gpu_recommender
 }
+AVOID_OOM_MAX_GPUS = 64  # IBM's avoid_oom_recommender default
 # model_name and gpu_model values of the predecessor's published space (reference/ibm-ado-autoconf-readme.md)
 PUBLISHED_SPACE_MODELS = (
     "granite-3.1-2b", "granite-20b-v2", "granite-13b-v2", "granite-3-8b", "granite-3.1-3b-a800m-instruct",
@@ -119,6 +120,8 @@ def test_defaults(registry: ActuatorRegistry, identifier: str) -> None:
     exp = _experiment(registry, identifier)
     defaults = {v.property.identifier: v.value for v in exp.defaultParameterization}
     expected = {k: v for k, v in DEFAULTS.items() if k in CONTRACT[identifier]["optional"]}
+    if identifier == "avoid_oom_recommender":
+        expected["max_gpus"] = AVOID_OOM_MAX_GPUS
     assert {k: defaults[k] for k in expected} == expected
     # design: hybrid answers by default whenever a learned version is installed (this repository ships one)
     assert any((ROOT / "AutoGluonModels").glob("*/card.json"))
@@ -128,6 +131,9 @@ def test_defaults(registry: ActuatorRegistry, identifier: str) -> None:
 def test_domains(registry: ActuatorRegistry) -> None:
     exp = _experiment(registry, "min_gpu_recommender")
     models, gpus = _domain(exp, "model_name").values, _domain(exp, "gpu_model").values
+    # open (IBM's throughput_recommender's is): any name the resolver or IBM's family mapping answers;
+    # the catalogue names are its listed values
+    assert _domain(exp, "model_name").variableType == "OPEN_CATEGORICAL_VARIABLE_TYPE"
     assert len(models) == len(set(models)) and len(gpus) == len(set(gpus))
     # the predecessor's published 3,960-point space (reference/ibm-ado-autoconf-readme.md) must stay valid
     assert set(PUBLISHED_SPACE_MODELS) <= set(models)
@@ -137,10 +143,13 @@ def test_domains(registry: ActuatorRegistry) -> None:
     assert _domain(exp, "method").values == ["full", "lora", "qlora"]
     assert _domain(exp, "estimator").values == ["theory", "learned", "hybrid", "traced"]
     assert _domain(exp, "dtype").values == ["bf16", "fp16", "fp32", "amp-bf16", "amp-fp16"]
-    assert _domain(exp, "batch_size").domainRange == [1, 1_048_577]
-    assert _domain(exp, "tokens_per_sample").domainRange == [1, 2_097_153]
-    assert _domain(exp, "gpus_per_node").domainRange == [1, 9]
+    # IBM ado-autoconf's ranges (its domains end at 10,000,001 and 1,025, exclusive)
+    assert _domain(exp, "batch_size").domainRange == [1, 10_000_001]
+    assert _domain(exp, "tokens_per_sample").domainRange == [1, 10_000_001]
+    assert _domain(exp, "gpus_per_node").domainRange == [1, 1025]
+    assert _domain(exp, "gpus_per_worker").domainRange == [1, 10_000_001]
     assert _domain(exp, "model_version").values[0] == "latest"
+    assert {"3.1.0", "4.0.0", "4.1.0"} <= set(_domain(exp, "model_version").values)  # IBM's version names
 
 
 def test_experiment_dump_validate_round_trip(registry: ActuatorRegistry) -> None:
@@ -189,9 +198,9 @@ def test_objectives_example_is_valid_for_both_experiments(registry: ActuatorRegi
 def test_domains_of_the_objective_experiments(registry: ActuatorRegistry) -> None:
     avoid, fast = _experiment(registry, "avoid_oom_recommender"), _experiment(registry, "throughput_recommender")
     assert _domain(avoid, "number_gpus").domainRange == [1, 65_537]
-    assert _domain(avoid, "per_device_train_batch_size").domainRange == [1, 1_048_577]
-    assert _domain(avoid, "gpus_per_worker").domainRange == [1, 9]
-    assert _domain(fast, "batch_size").domainRange == [0, 1_048_577]  # 0 = free
+    assert _domain(avoid, "per_device_train_batch_size").domainRange == [1, 10_000_001]
+    assert _domain(avoid, "gpus_per_worker").domainRange == [1, 10_000_001]
+    assert _domain(fast, "batch_size").domainRange == [0, 10_000_001]  # 0 = free
     assert _domain(fast, "max_nodes").domainRange == [1, 8193]
     assert _domain(fast, "model_name").values == _domain(avoid, "model_name").values
 
@@ -250,7 +259,6 @@ def test_direct_call_resource_estimate_breakdown() -> None:
 
 
 @pytest.mark.parametrize("bad", [
-    {"model_name": "gpt-5"},               # unknown model
     {"batch_size": -8},                    # negative batch
     {"tokens_per_sample": 0},
     {"model_version": "9.9.9"},            # not an installed model version
@@ -263,6 +271,8 @@ def test_bad_points_rejected_by_ado_validation(bad: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize(("experiment", "extra", "output"), [
     ("min_gpu_recommender", {"model_name": "llama3.1-405b", "method": "full", "max_gpus": 1}, "can_recommend"),
+    ("min_gpu_recommender", {"model_name": "gpt-5"}, "can_recommend"),  # open model_name: unknown is answered
+    ("min_gpu_recommender", {"tokens_per_sample": 9_000_000}, "can_recommend"),  # IBM's range, beyond ours
 ])
 def test_unanswerable_points_answered_with_reason(experiment: str, extra: dict[str, Any], output: str) -> None:
     out = getattr(experiments, experiment)(**{**SIMPLE, "estimator": "theory", **extra})

@@ -71,7 +71,7 @@ def test_corrupt_version_never_breaks_importing_the_plugin(models: Path, what: s
                         "card-list": b"[1, 2]"}[what])
     code = ("import autoconf.interfaces.ado.experiments as e; "
             "r = e.min_gpu_recommender(model_name='llama3.1-8b', method='lora', gpu_model='NVIDIA-A100-80GB-PCIe', "
-            "tokens_per_sample=2048, batch_size=16, estimator='theory'); print(r['can_recommend'])")
+            "tokens_per_sample=2048, batch_size=16, estimator='theory'); print(int(r['can_recommend']))")
     env = {**os.environ, "AUTOCONF_MODELS": str(models)}
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert res.returncode == 0 and res.stdout.strip() == "1", res.stderr[-2000:]
@@ -84,7 +84,7 @@ def test_refused_named_version_is_not_answered_by_theory(models: Path) -> None:
     code = ("import autoconf.interfaces.ado.experiments as e; "
             "r = e.min_gpu_recommender(model_name='llama3.1-8b', method='lora', gpu_model='NVIDIA-A100-80GB-PCIe', "
             "tokens_per_sample=2048, batch_size=16, estimator='hybrid', model_version='1.0.0'); "
-            "print(r['can_recommend'], r.get('answered_by', '-'), '|', r['reason'])")
+            "print(int(r['can_recommend']), r.get('answered_by', '-'), '|', r['reason'])")
     env = {**os.environ, "AUTOCONF_MODELS": str(models)}
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert res.returncode == 0, res.stderr[-2000:]

@@ -166,3 +166,17 @@ def test_checker_finds_a_deliberate_upward_import(bad_package: Path) -> None:
 
 def test_checker_finds_a_deliberate_cycle(bad_package: Path) -> None:
     assert cycles(bad_package) == [["pkg.estimators.a", "pkg.estimators.b"]]
+
+
+def test_ibm_import_paths_are_aliases_into_the_interfaces_layer() -> None:
+    """IBM ado-autoconf's top-level names (autoconf.min_gpu_recommender, .throughput_recommender, .model_paths,
+    .utils) are served by the alias finder of autoconf/__init__.py from interfaces/ado/ibm: no top-level entry
+    of their own, no layer of their own, and one module object under both names."""
+    import importlib
+
+    pytest.importorskip("ado")
+    for name in autoconf.IBM_MODULES:
+        assert not (PACKAGE / name).exists() and not (PACKAGE / f"{name}.py").exists()
+        alias = importlib.import_module(f"autoconf.{name}")
+        assert alias is importlib.import_module(f"autoconf.interfaces.ado.ibm.{name}")
+        assert layer_of(alias.__name__, "autoconf") == LAYERS.index("interfaces")

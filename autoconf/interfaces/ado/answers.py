@@ -17,9 +17,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from autoconf.defaults import ADO_FRAMEWORK, MEMORY_PARTS
+from autoconf.catalog.catalogue import alias_index
+from autoconf.defaults import ADO_FRAMEWORK, GPUS_PER_NODE, MEMORY_PARTS, NUMBER_GPUS_LIMIT
 from autoconf.errors import AutoconfError, NotBuiltError, describe
 from autoconf.estimators.contract import Estimator, get_estimator
+from autoconf.estimators.learned.versions import list_versions
+from autoconf.interfaces.ado.ibm.model_paths import IBM_VERSIONS
+from autoconf.interfaces.ado.ibm.utils.config_mapper import map_valid_model_name
 from autoconf.recommend.objectives import Choice, Chosen, avoid_oom_batch, chosen, throughput_batch
 from autoconf.recommend.search import BatchSearch, recommend_batch
 from autoconf.schema import GIB, Estimate, Job, Placement, job_of_words
@@ -31,6 +35,7 @@ LATEST = "latest"
 # Job knobs exposed as optional properties of every experiment (design §3 defaults).
 JOB_KNOBS = ("dtype", "gradient_accumulation_steps", "gradient_checkpointing", "attention", "fused_loss", "lora_r",
              "framework", "images_per_sample", "image_resolution", "freeze_vision")
+MAX_SEARCH_GPUS = NUMBER_GPUS_LIMIT  # the most GPUs a search tries (Placement.number_gpus)
 MEMORY_COMPONENTS = MEMORY_PARTS
 ANSWERABLE = (AutoconfError, NotBuiltError, ValidationError)
 Point = Mapping[str, Any]
@@ -43,6 +48,14 @@ def plain(value: Any) -> Any:  # noqa: ANN401
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
+def model_of(name: Any) -> Any:  # noqa: ANN401
+    """A catalogue name or alias as given; else IBM ado-autoconf's family name mapped (granite-8b ->
+    granite-3.1-8b-instruct); anything else as given (the resolver answers or names the closest)."""
+    if not isinstance(name, str) or name.strip().lower() in alias_index():
+        return name
+    return map_valid_model_name(name)
+
+
 def job_of(point: Point) -> Job:
     """The Job of a point (raises pydantic/typed errors for a bad one)."""
     words = {name: point[name] for name in ("model_name", "method", "tokens_per_sample", "batch_size", *JOB_KNOBS)
@@ -50,6 +63,8 @@ def job_of(point: Point) -> Job:
     if not plain(words.get("image_resolution")):  # ado spells "the model's own resolution" as 0
         words.pop("image_resolution", None)
     words = {k: plain(v) for k, v in words.items()}
+    if "model_name" in words:  # IBM ado-autoconf's family names (granite-8b -> granite-3.1-8b-instruct)
+        words["model_name"] = model_of(words["model_name"])
     if point.get("from_config"):  # a training config's fields, where the point leaves a knob at its default
         words |= config_knobs(str(point["from_config"]), {k: v for k, v in words.items() if k in JOB_KNOBS})
     return job_of_words(words)  # the one way in (schema.job_and_placement)
@@ -75,8 +90,21 @@ def config_knobs(text: str, knobs: dict[str, Any]) -> dict[str, Any]:
     return {**knobs, **dict(_config_fields(text)), **kept}
 
 
+def ibm_version(model_version: str) -> str:
+    """IBM's note for one of its version names that is not installed here ("" for any other)."""
+    if model_version in IBM_VERSIONS and model_version not in list_versions():
+        return (f"model_version {model_version} is IBM ado-autoconf's; answered by autoconf's newest model "
+                "version")
+    return ""
+
+
 def estimator_of(name: str, model_version: str) -> tuple[Estimator, str]:
-    """The cached estimator asked for; theory, with the reason noted, if it cannot be loaded."""
+    """The cached estimator asked for; theory, with the reason noted, if it cannot be loaded. One of IBM's
+    version names that is not ours is answered by the newest version, with a note."""
+    ibm = ibm_version(model_version)
+    if ibm:
+        estimator, note = estimator_of(name, LATEST)
+        return estimator, "; ".join(filter(None, [ibm, note]))
     version = None if model_version == LATEST else model_version
     try:
         return get_estimator(name, version), ""
@@ -113,7 +141,9 @@ Searcher = Callable[[list[Job], list[str], Estimator, dict[str, Any]], BatchSear
 
 
 def refused(reason: str) -> Answer:
-    return {"can_recommend": 0, "gpus": 0, "workers": 0, "number_gpus": 0, "reason": reason}
+    """No recommendation: can_recommend is a boolean, as IBM ado-autoconf's (gpus, workers 0 here, absent in
+    IBM's, so that ado's tables keep one shape)."""
+    return {"can_recommend": False, "gpus": 0, "workers": 0, "number_gpus": 0, "reason": reason}
 
 
 def search_answers(points: Sequence[Point], settings: Sequence[str], search: Searcher,
@@ -162,13 +192,22 @@ def placement_answer(found: BatchSearch, k: int, gpus_per_node: int) -> Answer:
     if not n:
         return refused(found.reasons[k])
     workers = -(-n // gpus_per_node)
-    return {"can_recommend": 1, "gpus": n // workers, "workers": workers, "number_gpus": n,
+    return {"can_recommend": True, "gpus": n // workers, "workers": workers, "number_gpus": n,
             "reason": found.reasons[k], **chosen_outputs(found, k)}
+
+
+def per_worker(point: Point, name: str) -> int:
+    """GPUs per worker of a point: the smaller of ``name`` and IBM's ``gpus_per_worker`` (both default 8),
+    at most the 8 of one node (Placement's limit)."""
+    return int(min(plain(point.get(name, GPUS_PER_NODE)), plain(point.get("gpus_per_worker", GPUS_PER_NODE)),
+                   GPUS_PER_NODE))
 
 
 def min_gpu_answers(points: Sequence[Point]) -> list[Answer]:
     """min_gpu_recommender at every point: the fewest GPUs whose oom_risk ≤ max_oom_risk."""
     settings = ("max_gpus", "gpus_per_node", "max_oom_risk", "strict")
+    points = [{**p, "gpus_per_node": per_worker(p, "gpus_per_node"),
+               "max_gpus": min(plain(p["max_gpus"]), MAX_SEARCH_GPUS)} for p in points]
 
     def search(jobs: list[Job], gpus: list[str], estimator: Estimator, o: dict[str, Any]) -> BatchSearch:
         return recommend_batch(jobs, gpus, estimator, max_gpus=int(o["max_gpus"]),
@@ -232,7 +271,7 @@ def _objective(points: Sequence[Point], settings: Sequence[str], job_point: Call
 
 def _at(pick: Chosen, gpus_per_node: int) -> Answer:
     workers = -(-pick.number_gpus // gpus_per_node)
-    out: Answer = {"can_recommend": 1, "gpus": pick.number_gpus // workers, "workers": workers,
+    out: Answer = {"can_recommend": True, "gpus": pick.number_gpus // workers, "workers": workers,
                    "number_gpus": pick.number_gpus, "peak_memory_gib": pick.peak_gib, "oom_risk": pick.oom_risk,
                    "reason": "; ".join(pick.notes[1:])}
     if pick.tokens_per_second is not None:
@@ -243,6 +282,8 @@ def _at(pick: Chosen, gpus_per_node: int) -> Answer:
 def avoid_oom_answers(points: Sequence[Point]) -> list[Answer]:
     """avoid_oom_recommender: keep number_gpus if the job fits there, else the fewest more (per-device batch kept)."""
     settings = ("max_gpus", "gpus_per_worker", "max_oom_risk")
+    points = [{**p, "gpus_per_worker": per_worker(p, "gpus_per_worker"),
+               "max_gpus": min(plain(p["max_gpus"]), MAX_SEARCH_GPUS)} for p in points]
 
     def search(jobs: list[Job], pts: list[Point], estimator: Estimator, o: dict[str, Any]) -> Choice:
         return avoid_oom_batch(jobs, [str(p["gpu_model"]) for p in pts], [int(plain(p["number_gpus"])) for p in pts],
@@ -261,6 +302,7 @@ def avoid_oom_answers(points: Sequence[Point]) -> list[Answer]:
 def throughput_answers(points: Sequence[Point]) -> list[Answer]:
     """throughput_recommender: the most tokens/s over GPUs × accumulation (× per-device batch if batch_size = 0)."""
     settings = ("max_nodes", "gpus_per_node", "max_oom_risk")
+    points = [{**p, "gpus_per_node": per_worker(p, "gpus_per_node")} for p in points]
 
     def search(jobs: list[Job], pts: list[Point], estimator: Estimator, o: dict[str, Any]) -> Choice:
         return throughput_batch(jobs, [str(p["gpu_model"]) for p in pts], estimator,

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from ado.modules.actuators.custom_experiments import custom_experiment
 
-from autoconf.defaults import MAX_GPUS, MAX_OOM_RISK
+from autoconf.defaults import IBM_MAX_GPUS, MAX_GPUS, MAX_OOM_RISK
 from autoconf.interfaces.ado import answers
 from autoconf.interfaces.ado.answers import LATEST, MEMORY_COMPONENTS
 from autoconf.interfaces.ado.guard import prevalidated
@@ -57,7 +57,7 @@ JOB = JOB_DEFAULTS
 # --- experiments ------------------------------------------------------------------------------
 
 @_experiment(
-    required_properties=REQUIRED, optional_properties=[*COMMON_OPTIONAL, *SEARCH_OPTIONAL],
+    required_properties=REQUIRED, optional_properties=[*COMMON_OPTIONAL, *SEARCH_OPTIONAL, GPUS_PER_WORKER],
     output_property_identifiers=RECOMMENDER_OUTPUTS, use_ray=USE_RAY,
     metadata={"description": "Fewest GPUs (gpus per worker x workers) on which the job fits, with the "
               "peak memory, OOM risk and tokens/s there; can_recommend = 0 and the reason otherwise."},
@@ -70,9 +70,10 @@ def min_gpu_recommender(
     fused_loss: bool = JOB["fused_loss"], lora_r: int = JOB["lora_r"], framework: str = JOB["framework"],
     images_per_sample: int = JOB["images_per_sample"], image_resolution: int = JOB["image_resolution"],
     freeze_vision: bool = JOB["freeze_vision"], from_config: str = "",
-    max_gpus: int = MAX_GPUS, max_oom_risk: float = MAX_OOM_RISK, strict: bool = False,
+    max_gpus: int = IBM_MAX_GPUS, max_oom_risk: float = MAX_OOM_RISK, strict: bool = False,
+    gpus_per_worker: int = GPUS_PER_NODE_LIMIT,
 ) -> dict[str, Any]:
-    """Recommend the minimum number of GPUs and workers for one fine-tuning job."""
+    """Recommend the minimum number of GPUs and workers for one fine-tuning job (IBM's default max_gpus 8)."""
     return answers.min_gpu_answers([locals()])[0]
 
 
@@ -137,7 +138,8 @@ def throughput_recommender(
 
 # Wrong types (a string for a number, NaN, a 400-digit integer) are answered by our own check before
 # ado's domain check can crash on them (interfaces/ado/guard.py); ado loads the experiments by name.
-min_gpu_recommender = prevalidated(min_gpu_recommender, {"can_recommend": 0, "gpus": 0, "workers": 0, "number_gpus": 0})
+min_gpu_recommender = prevalidated(min_gpu_recommender,
+                                   {"can_recommend": False, "gpus": 0, "workers": 0, "number_gpus": 0})
 resource_estimate = prevalidated(resource_estimate, {"fits": 0})
-avoid_oom_recommender = prevalidated(avoid_oom_recommender, {"can_recommend": 0, "gpus": 0, "workers": 0})
-throughput_recommender = prevalidated(throughput_recommender, {"can_recommend": 0, "gpus": 0, "workers": 0})
+avoid_oom_recommender = prevalidated(avoid_oom_recommender, {"can_recommend": False, "gpus": 0, "workers": 0})
+throughput_recommender = prevalidated(throughput_recommender, {"can_recommend": False, "gpus": 0, "workers": 0})

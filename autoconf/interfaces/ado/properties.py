@@ -23,6 +23,7 @@ from autoconf.estimators.learned.domain import answerable_domain as catalogue_do
 from autoconf.estimators.learned.domain import job_field_range
 from autoconf.estimators.learned.versions import CARD, list_versions
 from autoconf.interfaces.ado.answers import JOB_KNOBS, LATEST, MEMORY_COMPONENTS
+from autoconf.interfaces.ado.ibm.model_paths import IBM_VERSIONS
 from autoconf.schema import Job
 
 logger = logging.getLogger(__name__)
@@ -35,6 +36,11 @@ logger = logging.getLogger(__name__)
 OOM_RISK_STEP = 0.001
 # Per-worker GPU limit: Placement.gpus_per_worker is at most one node (defaults.GPUS_PER_NODE).
 GPUS_PER_NODE_LIMIT = GPUS_PER_NODE
+# IBM ado-autoconf's upper bound for batch sizes, lengths, GPUs per worker and max_gpus (its domains end at
+# 10,000,001, exclusive). Accepted here too; what our estimators cannot answer gets can_recommend = false.
+IBM_LIMIT = 10_000_000
+# IBM's throughput_recommender's gpus_per_node and max_nodes domains end at 1,024.
+IBM_GPUS_PER_NODE = 1024
 
 
 @dataclass(frozen=True)
@@ -119,26 +125,34 @@ def _job_knob(name: str) -> ConstitutiveProperty:
 
 DOMAIN = answerable_domain()
 VERSIONS = [LATEST, *list_versions()]
+# IBM's version names are accepted too: one that is not also ours is answered by our newest, with a note.
+ACCEPTED_VERSIONS = [*VERSIONS, *(v for v in IBM_VERSIONS if v not in VERSIONS)]
 DEFAULT_ESTIMATOR_NAME = _default_estimator()
 JOB_DEFAULTS = {name: Job.model_fields[name].default for name in JOB_KNOBS}
 JOB_DEFAULTS["image_resolution"] = 0  # the model's own resolution (None in Job)
 JOB_DEFAULTS["framework"] = ADO_FRAMEWORK  # ado's SFTTrainer stack, not the CLI's hf-trainer
 
 REQUIRED = [
-    _categorical("model_name", "Model in ado's spelling (catalogue name).", list(DOMAIN.models)),
+    # Open: any name our resolver knows (catalogue names and aliases, Hugging Face ids, local config.json
+    # paths) and IBM's family names (granite-8b -> granite-3.1-8b-instruct, ...); an unknown one is answered
+    # with can_recommend = false and the closest names. The catalogue names are listed as the known values.
+    _prop("model_name", "Model: catalogue name or alias, Hugging Face id, local config.json path, or one of IBM "
+          "ado-autoconf's family names.", variableType=VariableTypeEnum.OPEN_CATEGORICAL_VARIABLE_TYPE,
+          values=list(DOMAIN.models)),
     _categorical("method", "Fine-tuning method: full, lora or qlora.", list(DOMAIN.methods)),
     _categorical("gpu_model", "GPU in ado's spelling, e.g. NVIDIA-A100-80GB-PCIe.", list(DOMAIN.gpus)),
-    _integer("tokens_per_sample", Job.model_fields["tokens_per_sample"].description, *DOMAIN.tokens_per_sample),
-    _integer("batch_size", Job.model_fields["batch_size"].description, *DOMAIN.batch_size),
+    _integer("tokens_per_sample", Job.model_fields["tokens_per_sample"].description, 1, IBM_LIMIT),
+    _integer("batch_size", Job.model_fields["batch_size"].description, 1, IBM_LIMIT),
 ]
 NUMBER_GPUS = _integer("number_gpus", "Total GPUs across all workers; per-device batch = batch_size / number_gpus.",
                        1, NUMBER_GPUS_LIMIT)
 COMMON_OPTIONAL = [
-    _categorical("model_version", "Learned model version (AutoGluonModels/<version>); 'latest' = newest installed.",
-                 VERSIONS),
+    _categorical("model_version", "Learned model version (AutoGluonModels/<version>); 'latest' = newest installed; "
+                 "IBM ado-autoconf's names (4.0.0, ...) = our newest, said in reason.", ACCEPTED_VERSIONS),
     _categorical("estimator", "Estimator: theory, learned, hybrid (default once built) or traced.", list(ESTIMATORS)),
-    _integer("gpus_per_node", "GPUs per worker (node); more GPUs than this means more workers.", 1,
-             GPUS_PER_NODE_LIMIT),
+    # IBM's throughput_recommender accepts up to 1,024; one worker here holds at most 8 (Placement).
+    _integer("gpus_per_node", f"GPUs per worker (node), at most {GPUS_PER_NODE_LIMIT} used; more GPUs than this "
+             "means more workers.", 1, IBM_GPUS_PER_NODE),
     *[_job_knob(name) for name in JOB_KNOBS],
     _prop("from_config", "The text of your training config (axolotl, torchtune, LLaMA-Factory, LitGPT, TRL / "
           "Transformers, fms-hf-tuning, ms-swift; docs/from.md): it sets the job fields this point leaves at their "
@@ -147,7 +161,8 @@ COMMON_OPTIONAL = [
           variableType=VariableTypeEnum.UNKNOWN_VARIABLE_TYPE),
 ]
 SEARCH_OPTIONAL = [
-    _integer("max_gpus", "Largest total number of GPUs the search may recommend.", 1, MAX_GPUS_LIMIT),
+    _integer("max_gpus", f"Largest total number of GPUs the search may recommend (searched up to {MAX_GPUS_LIMIT}).",
+             1, IBM_LIMIT),
     # A 0.001 grid rather than a continuous range: ado's continuous check compares a string with a
     # number and crashes (TypeError), its discrete check rejects a string cleanly.
     _prop("max_oom_risk", "Highest accepted out-of-memory risk (0-1, steps of 0.001) at the recommended placement.",
@@ -166,12 +181,12 @@ ESTIMATE_OUTPUTS = [*(f"{c}_gib" for c in MEMORY_COMPONENTS), "peak_memory_gib",
 USE_RAY = False
 # IBM ado-autoconf's spellings for the avoid-OOM and throughput recommenders.
 PER_DEVICE_BATCH = _integer("per_device_train_batch_size", "Samples per GPU per step; kept when GPUs are added.",
-                            *DOMAIN.batch_size)
+                            1, IBM_LIMIT)
 REQUESTED_GPUS = _integer("number_gpus", "GPUs requested; kept if the job fits there.", 1, NUMBER_GPUS_LIMIT)
-GPUS_PER_WORKER = _integer("gpus_per_worker", "GPUs per worker (node); more GPUs than this means more workers.", 1,
-                           GPUS_PER_NODE_LIMIT)
+GPUS_PER_WORKER = _integer("gpus_per_worker", "GPUs per worker (IBM's name; at most gpus_per_node and 8 are used); "
+                           "more GPUs than this means more workers.", 1, IBM_LIMIT)
 FREE_BATCH = _integer("batch_size", "Global batch per optimizer step; 0 = free (per-device batch 1-256 searched).", 0,
-                      DOMAIN.batch_size[1])
+                      IBM_LIMIT)
 MAX_NODES = _integer("max_nodes", "Most workers (nodes) the search may use.", 1, NUMBER_GPUS_LIMIT // GPUS_PER_NODE_LIMIT)
 SEARCH_KNOBS = [_job_knob(name) for name in JOB_KNOBS if name != "gradient_accumulation_steps"]
 COMMON_SEARCH = [COMMON_OPTIONAL[0], COMMON_OPTIONAL[1]]  # model_version, estimator

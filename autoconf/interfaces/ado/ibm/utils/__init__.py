@@ -1,0 +1,1 @@
+"""IBM ado-autoconf's ``autoconf.utils``: model-name mapper, JobConfig, rule-based classifier, recommender."""
