@@ -1,0 +1,336 @@
+"""One rank of an N-GPU job, traced on fake tensors: load, first step, steady step, clipping, checkpoint save.
+
+The worker: ``python -m autoconf.estimators.traced.dist SPEC.json OUT.npz``. It joins a fake process
+group of the job's world size (torch's ``FakeStore`` and ``fake`` backend: collectives return at once
+and move no data, their output buffers are allocated as on a GPU), builds the device mesh, then wraps
+the transformers model (LoRA by peft where asked) as the HF Trainer does through accelerate:
+
+* **FSDP2** (``fsdp``: full shard; ``fsdp-shard-grad-op``: no reshard after forward): accelerate's
+  ``fsdp2_prepare_model`` (accelerate/utils/fsdp_utils.py, 1.15): ``fully_shard`` every module whose
+  class is in ``model._no_split_modules`` (the decoder layers; transformer_auto_wrap_policy), the input
+  embedding alone when untied, ``[final norm, lm_head]`` as one unit with ``reshard_after_forward=False``,
+  then the root, with ``MixedPrecisionPolicy()`` for pure-dtype training.
+* **DDP** (``ddp``): ``DistributedDataParallel`` as the Trainer builds it (its gradient buckets are
+  allocated at construction), with changes that fake tensors need and that allocate nothing: no
+  parameter-shape check or initial broadcast (both read data), the no-op communication hook (torch's
+  ``debugging_hooks.noop_hook``), and steps under ``no_sync()``: the reducer's in-place bucket all-reduce
+  and its bucket rebuild after step 1 read data, and skipping them frees or allocates nothing.
+
+Then, under one tracker (autoconf/estimators/traced/step.py's ``LiveBytes`` with an allocation log):
+materialisation of the rank's parameters (``to_empty``: the load phase), two training steps (forward with
+the model's loss, backward, ``clip_grad_norm_(1.0)`` as the Trainer's ``max_grad_norm``, AdamW step,
+``zero_grad``): the first creates the optimizer states, the second is steady; and a checkpoint save as
+accelerate's FULL_STATE_DICT default for several processes (torch.distributed.checkpoint.state_dict
+``get_model_state_dict`` / ``get_optimizer_state_dict`` with ``full_state_dict``, ``cpu_offload``): each
+parameter is gathered whole on the device, copied to the host and dropped. Host copies are not counted.
+FSDP2 frees and re-allocates gathered parameters by resizing their storage, outside the dispatcher: its
+``alloc_storage``/``free_storage`` are wrapped to tell the tracker. All-gathers are charged to weights,
+reduce-scatters to gradients.
+
+Every rank of these strategies holds the same bytes (FSDP2 pads each shard to ⌈rows/world⌉), so rank 0
+is every rank; the trace runs as rank 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import transformers.masking_utils
+from torch.nn.parallel import DistributedDataParallel
+from torch.overrides import TorchFunctionMode
+
+from autoconf.estimators.traced.allocator import replay
+from autoconf.estimators.traced.hf_config import DTYPES
+from autoconf.estimators.traced.model import build_optimizer, finish, meta_model
+from autoconf.estimators.traced.step import (
+    ACTIVATIONS,
+    BACKWARD,
+    FORWARD,
+    GRADIENTS,
+    LOGITS,
+    OPT_STEP,
+    OPTIMIZER,
+    WEIGHTS,
+    LiveBytes,
+    StepHooks,
+    _no_packed_sequences,
+)
+
+# Phase codes of the samples: step.py's four, then these (the estimator maps them to schema phases).
+CLIP, LOAD, SAVE = 4, 5, 6
+PHASES = ("forward", "loss", "backward", "optimizer", "clip", "load", "save")
+STRATEGIES = ("ddp", "fsdp", "fsdp-shard-grad-op")
+MAX_GRAD_NORM = 1.0  # transformers TrainingArguments.max_grad_norm default
+
+
+class RankBytes(LiveBytes):  # type: ignore[no-untyped-call]  # torch's __init_subclass__ is unannotated
+    """LiveBytes whose samples also carry the step number (0 = load, 1 = first, 2 = steady, 3 = save)."""
+
+    def __init__(self) -> None:
+        super().__init__(events=True)
+        self.step = 0
+        self.event_ops: list[int] = []  # samples index at each allocation event
+
+    def sample(self) -> None:
+        self.samples.append((*self.totals, self.phase, self.step))
+
+    def enter(self, step: int, phase: int, category: int) -> None:
+        """Start ``phase`` of ``step`` (0 = load, 1 = first step, 2 = steady step, 3 = save)."""
+        self.sample()
+        self.step, self.phase, self.category = step, phase, category
+        self.sample()
+
+    def _event(self, block: int, nbytes: int) -> None:
+        if self.events is not None and nbytes:
+            self.events.append((block, nbytes))
+            self.event_ops.append(len(self.samples))
+
+    @contextlib.contextmanager
+    def charged(self, category: int) -> Iterator[None]:
+        """New storages of the enclosed calls go to ``category``."""
+        before, self.category = self.category, category
+        try:
+            yield
+        finally:
+            self.category = before
+
+
+class HostCopies(TorchFunctionMode):
+    """``Tensor.to("cpu")`` in a checkpoint save is a device-to-host copy: make it, uncounted."""
+
+    def __init__(self, tracker: RankBytes) -> None:
+        super().__init__()
+        self.tracker = tracker
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
+        kwargs = kwargs or {}
+        target = kwargs.get("device", args[1] if len(args) > 1 else None)
+        if func is torch.Tensor.to and str(target) == "cpu":
+            self.tracker.skip = True
+            try:
+                return args[0].detach().clone()
+            finally:
+                self.tracker.skip = False
+        return func(*args, **kwargs)
+
+
+def join_world(world: int) -> Any:
+    """Rank 0 of a fake process group of ``world`` ranks, and its 1-D device mesh."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
+    return init_device_mesh("cpu", (world,))
+
+
+def _final_norm(model: torch.nn.Module) -> torch.nn.Module | None:
+    """The last ``*Norm*`` child of the decoder stack (accelerate's ``_find_final_norm``)."""
+    base: Any = model.get_base_model() if hasattr(model, "get_base_model") else model  # type: ignore[operator]
+    inner: torch.nn.Module = getattr(base, str(base.base_model_prefix), base)
+    norms = [m for _, m in inner.named_children() if "Norm" in type(m).__name__]
+    return norms[-1] if norms else None
+
+
+def wrap_fsdp2(model: torch.nn.Module, mesh: Any, reshard: bool) -> torch.nn.Module:
+    """accelerate's fsdp2_prepare_model, in its order (see the module docstring)."""
+    from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+
+    kwargs: dict[str, Any] = {"mesh": mesh, "mp_policy": MixedPrecisionPolicy(), "reshard_after_forward": reshard}
+    layer_types = set(getattr(model, "_no_split_modules", None) or [])
+    for module in reversed(list(model.modules())[1:]):  # bottom-up, the root last
+        if type(module).__name__ in layer_types and not isinstance(module, FSDPModule):
+            fully_shard(module, **kwargs)
+    embed = model.get_input_embeddings()  # type: ignore[operator]
+    head = model.get_output_embeddings()  # type: ignore[operator]
+    tied = head is not None and embed.weight is head.weight
+    if not tied:
+        fully_shard(embed, **kwargs)
+    tail = [m for m in ((_final_norm(model), embed, head) if tied else (_final_norm(model), head)) if m is not None]
+    fully_shard(tail, **{**kwargs, "reshard_after_forward": False})
+    fully_shard(model, mesh=mesh, mp_policy=kwargs["mp_policy"])
+    return model
+
+
+def wrap_ddp(model: torch.nn.Module) -> torch.nn.Module:
+    from torch.distributed.algorithms.ddp_comm_hooks.debugging_hooks import noop_hook
+    from torch.nn.parallel import distributed as ddp_module
+
+    setattr(ddp_module, "_verify_param_shape_across_processes", lambda *a, **k: None)  # noqa: B010  # reads data
+    wrapped = ddp_module.DistributedDataParallel(model, init_sync=False)
+    wrapped.register_comm_hook(None, noop_hook)
+    return wrapped
+
+
+def _patch_fsdp(tracker: RankBytes) -> None:
+    """Tell the tracker about FSDP2's storage resizes; charge all-gathers and reduce-scatters."""
+    from torch.distributed.fsdp._fully_shard import _fsdp_param, _fsdp_param_group
+
+    def resized(fn: Callable[[torch.Tensor], None]) -> Callable[[torch.Tensor], None]:
+        @functools.wraps(fn)
+        def call(tensor: torch.Tensor) -> None:
+            fn(tensor)
+            tracker.track(tensor, WEIGHTS)
+        return call
+
+    for module in (_fsdp_param, _fsdp_param_group):
+        for name in ("alloc_storage", "free_storage"):
+            if hasattr(module, name):
+                setattr(module, name, resized(getattr(_fsdp_param, name)))
+
+    group = _fsdp_param_group.FSDPParamGroup
+
+    def charged(method: Callable[..., Any], category: int) -> Callable[..., Any]:
+        @functools.wraps(method)
+        def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if category == GRADIENTS:
+                for param in self.fsdp_params:
+                    unsharded = getattr(param, "_unsharded_param", None)
+                    if unsharded is not None and unsharded.grad is not None:
+                        tracker.reclassify(unsharded.grad, GRADIENTS)
+            with tracker.charged(category):
+                out = method(self, *args, **kwargs)
+            if category == GRADIENTS:
+                for param in self.fsdp_params:
+                    if param.sharded_param.grad is not None:
+                        tracker.reclassify(param.sharded_param.grad, GRADIENTS)
+            return out
+        return call
+
+    for name, category in (("unshard", WEIGHTS), ("wait_for_unshard", WEIGHTS), ("post_backward", GRADIENTS)):
+        setattr(group, name, charged(getattr(group, name), category))
+
+
+def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, hooks: StepHooks, shape: tuple[int, int],
+               spec: dict[str, Any], tracker: RankBytes) -> None:
+    """The HF Trainer's step: forward with the model's loss, backward, clip, optimizer step, zero_grad."""
+    batch, seq = shape
+    ids = torch.randint(0, spec["arch"]["vocab_size"], (batch, seq))
+    labels = ids.clone()
+    autocast_dtype = DTYPES[spec["dtype"]][1]
+    amp = torch.autocast("cpu", dtype=autocast_dtype) if autocast_dtype else contextlib.nullcontext()
+    hooks.tracker = tracker
+    # DDP: the reducer's bucket all-reduce (and its bucket rebuild after step 1) reads data; its buckets are
+    # allocated at construction and the all-reduce works in place, so no_sync() leaves the bytes unchanged
+    sync = model.no_sync() if isinstance(model, DistributedDataParallel) else contextlib.nullcontext()
+    with sync:
+        with amp:
+            out = model(input_ids=ids, labels=labels)
+        loss = out.loss
+        del out
+        tracker.set_phase(BACKWARD, LOGITS)
+        loss.backward()
+        del loss, ids, labels
+    tracker.set_phase(CLIP, OPTIMIZER)
+    torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], MAX_GRAD_NORM)
+    tracker.set_phase(OPT_STEP, OPTIMIZER)
+    opt.step()
+    tracker.sample()
+    opt.zero_grad(set_to_none=True)
+    tracker.sample()
+    hooks.tracker = None
+
+
+def save_checkpoint(model: torch.nn.Module, opt: torch.optim.Optimizer, strategy: str, tracker: RankBytes) -> None:
+    """accelerate's save for several processes: full state dicts offloaded to the host (FSDP2); DDP's
+    ``state_dict()`` holds references only."""
+    tracker.enter(3, SAVE, WEIGHTS)
+    with HostCopies(tracker):
+        if strategy == "ddp":
+            state = [model.state_dict(), opt.state_dict()]
+        else:
+            from torch.distributed.checkpoint.state_dict import (
+                StateDictOptions,
+                get_model_state_dict,
+                get_optimizer_state_dict,
+            )
+            options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+            state = [get_model_state_dict(model, options=options)]
+            state.append(get_optimizer_state_dict(model, opt, options=options))
+    tracker.sample()
+    del state
+    tracker.sample()
+
+
+def trace_rank(spec: dict[str, Any]) -> dict[str, Any]:
+    """Load, two steps at ``spec['shape']`` and a checkpoint save of rank 0 of ``spec['world']`` ranks."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    strategy, world = spec["strategy"], int(spec["world"])
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}; got {strategy}")
+    transformers.masking_utils.find_packed_sequence_indices = _no_packed_sequences
+    torch.manual_seed(0)
+    start = time.perf_counter()
+    mesh = join_world(world)
+    model = meta_model(spec)
+    tracker = RankBytes()
+    if strategy != "ddp":
+        _patch_fsdp(tracker)
+        model = wrap_fsdp2(model, mesh, reshard=strategy == "fsdp")
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+    with fake_mode, tracker:
+        tracker.enter(0, LOAD, WEIGHTS)
+        model.to_empty(device="cpu")
+        if strategy == "ddp":
+            with tracker.charged(GRADIENTS):  # the reducer's gradient buckets
+                model = wrap_ddp(model)
+        inner: torch.nn.Module = model.module if isinstance(model, DistributedDataParallel) else model
+        finish(inner, spec)
+        tracker.sample()
+        opt = build_optimizer(inner, spec)
+        hooks = StepHooks(inner, spec["arch"]["num_layers"])
+        for step in (1, 2):
+            tracker.enter(step, FORWARD, ACTIVATIONS)
+            train_step(model, opt, hooks, tuple(spec["shape"]), spec, tracker)
+        save_checkpoint(inner, opt, strategy, tracker)
+    params = {id(p): p for p in inner.parameters()}.values()
+    return {
+        "samples": np.asarray(tracker.samples, dtype=np.int64),
+        "events": np.asarray(tracker.events, dtype=np.int64).reshape(-1, 2),
+        "event_ops": np.asarray(tracker.event_ops, dtype=np.int64),
+        "total_params": sum(p.numel() for p in params),
+        "seconds": time.perf_counter() - start, "num_ops": tracker.num_ops,
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+    }
+
+
+def summarise(out: dict[str, Any], expandable: bool) -> dict[str, Any]:
+    """Peak per (step, phase) with its breakdown, and the allocator replay's reserved peak."""
+    samples = out["samples"][1:]  # the first sample precedes the load
+    totals = samples[:, :5].sum(axis=1)
+    phases = []
+    for step, phase in sorted({(int(s), int(p)) for p, s in samples[:, 5:7]}):
+        rows = np.flatnonzero((samples[:, 5] == phase) & (samples[:, 6] == step))
+        i = rows[int(np.argmax(totals[rows]))]
+        phases.append({"step": step, "phase": PHASES[phase], "peak": int(totals[i]),
+                       "parts": [int(v) for v in samples[i, :5]]})
+    sim = replay([(int(b), int(n)) for b, n in out["events"]], expandable=expandable)
+    return {"phases": phases, "allocated_peak": int(totals.max()), "replayed_allocated_peak": sim.max_allocated,
+            "reserved_peak": sim.max_reserved, "segments": sim.num_segments, "total_params": out["total_params"],
+            "seconds": round(out["seconds"], 3), "num_ops": out["num_ops"], "versions": out["versions"]}
+
+
+def main(argv: list[str]) -> int:
+    """Worker entry point: SPEC.json holds one spec; prints one JSON summary line; OUT.npz gets the samples."""
+    spec = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
+    out = trace_rank(spec)
+    np.savez_compressed(argv[1], samples=out["samples"], events=out["events"])
+    print(json.dumps(summarise(out, bool(spec.get("expandable_segments")))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

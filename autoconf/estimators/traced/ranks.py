@@ -1,0 +1,110 @@
+"""One GPU of a multi-GPU job from a trace of its rank (autoconf/estimators/traced/dist.py), cached on disk.
+
+No torch here: the trace runs in a subprocess (``python -m autoconf.estimators.traced.dist``) and its
+JSON summary is cached (next to the fits) by everything it depends on.
+From the summary: allocated = the traced per-rank peak (every phase: load, first and steady step,
+clipping, checkpoint save); reserved = the caching-allocator replay's peak (autoconf/estimators/traced/allocator.py)
++ cuBLAS workspaces; device = reserved + CUDA context + NCCL communicators (theory/cuda.py's constants).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from autoconf.catalog import Architecture, get_gpu
+from autoconf.estimators.theory import cuda
+from autoconf.estimators.theory.frameworks import resolve
+from autoconf.estimators.traced.cache import cache_dir
+from autoconf.estimators.traced.fit import TRACE_TIMEOUT_S, TraceFailed
+from autoconf.schema import Job, MemoryEstimate, Phase, Placement
+
+RANK_VERSION = 1  # part of the cache key: bump when the rank trace changes meaning
+STRATEGIES = ("ddp", "fsdp", "fsdp-shard-grad-op")  # dist.STRATEGIES (that module imports torch)
+# Stacks whose multi-GPU step is the HF Trainer's through accelerate (FSDP2 wrapping of dist.py, or DDP).
+ACCELERATE_STACKS = ("hf-trainer", "peft")
+# dist.PHASES -> schema Phase: clipping is part of the optimizer phase; a checkpoint save happens between
+# steps with the states live, theory's "static" phase.
+PHASE: dict[str, Phase] = {"forward": "forward", "loss": "loss", "backward": "backward", "optimizer": "optimizer",
+         "clip": "optimizer", "load": "load", "save": "static"}
+PHASE_TEXT = {"clip": "gradient clipping", "save": "checkpoint save (full state dict)", "load": "model load"}
+
+
+def rank_unsupported(job: Job, placement: Placement) -> str | None:
+    """Why this job's ranks cannot be traced one by one (None: they can)."""
+    strategy = placement.effective_strategy
+    if strategy not in STRATEGIES:
+        return f"strategy {strategy} (rank traces cover {', '.join(STRATEGIES)})"
+    if placement.tp > 1 or placement.pp > 1:
+        return "tensor/pipeline parallel splits"
+    if placement.offload != "none":
+        return f"offload {placement.offload}"
+    if job.framework not in ACCELERATE_STACKS:
+        return f"{job.framework} wraps its model its own way (rank traces follow {', '.join(ACCELERATE_STACKS)})"
+    return None
+
+
+def _key(spec: dict[str, Any]) -> str:
+    structure = {**spec, "arch": {k: v for k, v in spec["arch"].items() if k != "name"}}
+    versions = {pkg: metadata.version(pkg) for pkg in ("torch", "transformers", "peft")}
+    payload = {"spec": structure, "version": RANK_VERSION, "versions": versions}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def trace_ranks(spec: dict[str, Any], timeout_s: float = TRACE_TIMEOUT_S) -> dict[str, Any]:
+    """The summary of ``spec``'s rank trace: from the disk cache or a new worker run."""
+    path = cache_dir() / f"rank-{_key(spec)}.json"
+    if path.is_file():
+        try:
+            found: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+            return found
+        except (OSError, ValueError):
+            pass
+    with tempfile.TemporaryDirectory(prefix="autoconf-rank-") as tmp:
+        spec_path = Path(tmp) / "spec.json"
+        spec_path.write_text(json.dumps(spec), encoding="utf-8")
+        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-m", "autoconf.estimators.traced.dist", str(spec_path), str(Path(tmp) / "out.npz")],
+                capture_output=True, text=True, timeout=timeout_s, env=env, check=False)
+        except subprocess.TimeoutExpired as exc:
+            raise TraceFailed(f"rank trace of {spec['arch']['name']} took more than {timeout_s:.0f} s") from exc
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise TraceFailed(f"rank trace of {spec['arch']['name']} exited with {proc.returncode}: {tail}")
+    summary: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp_path = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp_path.write_text(json.dumps(summary), encoding="utf-8")
+    os.replace(tmp_path, path)
+    return summary
+
+
+def rank_memory(job: Job, placement: Placement, arch: Architecture, spec: dict[str, Any],
+                batch: int) -> tuple[MemoryEstimate, dict[str, Any]]:
+    """Per-GPU memory of ``job`` from its rank trace (``spec``: the replica's trace spec)."""
+    expandable = resolve(job).expandable_segments
+    rank_spec = {**spec, "world": placement.dp, "strategy": placement.effective_strategy,
+                 "shape": [batch, job.tokens_per_sample], "expandable_segments": expandable}
+    summary = trace_ranks(rank_spec)
+    top = max(summary["phases"], key=lambda p: p["peak"])
+    gpu = get_gpu(placement.gpu_model)
+    allocated = float(summary["allocated_peak"])
+    reserved = float(summary["reserved_peak"]) + cuda.workspace_bytes(gpu)
+    context = cuda.CONTEXT_BYTES.get(gpu.architecture, cuda.DEFAULT_CONTEXT_BYTES)
+    device = reserved + context + cuda.communicators(placement, job) * cuda.NCCL_COMMUNICATOR_BYTES
+    w, g, o, a, lg = (float(v) for v in top["parts"])
+    memory = MemoryEstimate(
+        weights_bytes=w, gradients_bytes=g, optimizer_bytes=o, activations_bytes=a, logits_bytes=lg,
+        overhead_bytes=device - allocated, peak_bytes=device, peak_allocated_bytes=allocated,
+        peak_reserved_bytes=reserved, peak_phase=PHASE[top["phase"]],
+        capacity_bytes=gpu.memory_bytes, fits=device <= gpu.memory_bytes, oom_risk=0.0, estimator="traced")
+    return memory, {**summary, "peak": top}

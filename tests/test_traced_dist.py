@@ -1,0 +1,109 @@
+"""Rank traces of multi-GPU jobs (FSDP2, DDP on a fake process group) against per-rank sums derived by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("peft")
+
+from autoconf.catalog import get_architecture
+from autoconf.estimators.contract import get_estimator
+from autoconf.estimators.traced.estimator import trace_spec
+from autoconf.estimators.traced.ranks import trace_ranks
+from autoconf.schema import Job, Placement
+
+pytestmark = pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
+
+TINY = "tiny-llama-test"
+GPU = "NVIDIA-A100-80GB-PCIe"
+SHAPE = (1, 256)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    mp = pytest.MonkeyPatch()
+    mp.setenv("AUTOCONF_CACHE", str(tmp_path_factory.mktemp("autoconf-cache")))
+    yield
+    mp.undo()
+
+
+def _job(method: str) -> Job:
+    return Job(model=TINY, method=method, tokens_per_sample=SHAPE[1], batch_size=SHAPE[0],
+               gradient_checkpointing=False, optimizer_impl="fused")
+
+
+def _single_gpu_backward_peak(job: Job) -> np.ndarray:
+    """The one-GPU trace's breakdown at its backward peak (the trace a real CPU step matches to the byte,
+    tests/test_traced.py): what a replica's activations and logits are, whatever the sharding."""
+    from autoconf.estimators.traced.step import trace
+
+    samples = trace({**trace_spec(job, get_architecture(TINY)), "shapes": [list(SHAPE)]})["results"][0]["samples"]
+    rows = np.flatnonzero(samples[:, 5] == 2)
+    return samples[rows[np.argmax(samples[rows, :5].sum(axis=1))], :5]
+
+
+def _phase(summary: dict, step: int, phase: str) -> dict:
+    return next(p for p in summary["phases"] if p["step"] == step and p["phase"] == phase)
+
+
+@pytest.mark.slow
+def test_fsdp2_rank_peak_is_the_sum_of_what_the_rank_holds() -> None:
+    """World of 4, full fine-tuning, bf16, fused AdamW: rank 0's peak, phase by phase, by hand."""
+    job = _job("full")
+    arch = get_architecture(TINY)
+    spec = {**trace_spec(job, arch), "world": 4, "strategy": "fsdp", "shape": list(SHAPE)}
+    summary = trace_ranks(spec)
+    h, v, world = arch.hidden_size, arch.vocab_size, 4
+    psi = summary["total_params"]
+    assert psi == arch.total_params
+    buffers = 2 * 4 * arch.head_dim // 2  # two fp32 rotary inv_freq buffers, never sharded
+    shard = 2 * psi // world  # bf16 parameters / 4 (every dimension of this model divides by 4: no padding)
+    tensors = 2 + 1 + arch.num_layers * 9  # parameter tensors: embed, lm_head, final norm; 7 linears + 2 norms
+    adam = 2 * 2 * psi // world + 4 * tensors  # m and v in bf16, sharded; one fp32 step per tensor
+    # load: only the rank's shards are materialised
+    assert _phase(summary, 0, "load")["peak"] == shard + buffers
+    # optimizer step: weights, gradients (bf16, reduce-scattered) and AdamW states, all sharded
+    assert _phase(summary, 2, "optimizer")["peak"] == shard + buffers + shard + adam
+    # steady backward peak (inside the loss backward): the shards and states, plus the [final norm, lm_head]
+    # unit that accelerate keeps gathered (reshard_after_forward=False), plus one replica's activations and
+    # logits at that op (no gradient exists yet)
+    tail = 2 * (v * h + h)
+    act = _single_gpu_backward_peak(job)
+    backward = _phase(summary, 2, "backward")
+    assert backward["parts"] == [shard + buffers + tail, 0, adam, int(act[3]), int(act[4])]
+    assert backward["peak"] == summary["allocated_peak"]
+    # the replay of the same allocations: rounded blocks >= tensors; reserved in whole segments
+    assert summary["replayed_allocated_peak"] >= summary["allocated_peak"]
+    assert summary["reserved_peak"] % (2 << 20) == 0 and summary["reserved_peak"] >= summary["replayed_allocated_peak"]
+
+
+@pytest.mark.slow
+def test_ddp_rank_holds_a_replica_plus_gradient_buckets() -> None:
+    """DDP, LoRA: the replica's single-GPU backward peak plus the reducer's buckets (one fp32 copy of the
+    trainable adapters, allocated when DDP wraps the model)."""
+    job = _job("lora")
+    arch = get_architecture(TINY)
+    spec = {**trace_spec(job, arch), "world": 4, "strategy": "ddp", "shape": list(SHAPE)}
+    summary = trace_ranks(spec)
+    layers, h, kv = arch.num_layers, arch.hidden_size, arch.num_kv_heads * arch.head_dim
+    r = job.lora_r
+    trainable = layers * (r * (h + h) + r * (h + kv))  # q_proj and v_proj adapters: A (r × in) + B (out × r)
+    buckets = 4 * trainable
+    assert _phase(summary, 0, "load")["parts"][1] == buckets
+    single = _single_gpu_backward_peak(job)
+    assert _phase(summary, 2, "backward")["peak"] == int(single.sum()) + buckets
+
+
+@pytest.mark.slow
+def test_estimator_uses_the_rank_trace_for_fsdp() -> None:
+    est = get_estimator("traced")
+    job = _job("full").model_copy(update={"batch_size": 4})  # global batch: micro-batch 1 on each of 4 GPUs
+    answer = est.estimate(job, Placement(gpu_model=GPU, number_gpus=4, strategy="fsdp")).memory
+    assert answer.estimator == "traced" and any("rank 0 of 4" in n for n in answer.notes)
+    assert answer.peak_allocated_bytes is not None and answer.peak_reserved_bytes is not None
+    assert answer.peak_allocated_bytes <= answer.peak_reserved_bytes < answer.peak_bytes
+    other = est.estimate(job, Placement(gpu_model=GPU, number_gpus=4, strategy="zero3")).memory
+    assert any("ranks are not traced for strategy zero3" in n for n in other.notes)
