@@ -17,9 +17,11 @@ the transformers model (LoRA by peft where asked) as the HF Trainer does through
   and its bucket rebuild after step 1 read data, and skipping them frees or allocates nothing.
 
 Then, under one tracker (autoconf/estimators/traced/step.py's ``LiveBytes`` with an allocation log):
-materialisation of the rank's parameters (``to_empty``: the load phase), two training steps (forward with
-the model's loss, backward, ``clip_grad_norm_(1.0)`` as the Trainer's ``max_grad_norm``, AdamW step,
-``zero_grad``): the first creates the optimizer states, the second is steady; and a checkpoint save as
+materialisation of the rank's parameters (``to_empty``: the load phase), the first step's clipping and
+AdamW step, which create the optimizer states (its forward and backward are the steady step's without
+them; ``full_first_step`` in the spec traces them too), a steady training step (forward with the
+model's loss, backward, ``clip_grad_norm_(1.0)`` as the Trainer's ``max_grad_norm``, AdamW step,
+``zero_grad``), and a checkpoint save as
 accelerate's FULL_STATE_DICT default for several processes (torch.distributed.checkpoint.state_dict
 ``get_model_state_dict`` / ``get_optimizer_state_dict`` with ``full_state_dict``, ``cpu_offload``): each
 parameter is gathered whole on the device, copied to the host and dropped. Host copies are not counted.
@@ -233,6 +235,12 @@ def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, hooks: StepHo
         tracker.set_phase(BACKWARD, LOGITS)
         loss.backward()
         del loss, ids, labels
+    update(model, opt, tracker)
+    hooks.tracker = None
+
+
+def update(model: torch.nn.Module, opt: torch.optim.Optimizer, tracker: RankBytes) -> None:
+    """Clip the gradients, step the optimizer, drop the gradients (the Trainer's ``zero_grad``)."""
     tracker.set_phase(CLIP, OPTIMIZER)
     torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], MAX_GRAD_NORM)
     tracker.set_phase(OPT_STEP, OPTIMIZER)
@@ -240,7 +248,17 @@ def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, hooks: StepHo
     tracker.sample()
     opt.zero_grad(set_to_none=True)
     tracker.sample()
-    hooks.tracker = None
+
+
+def first_update(model: torch.nn.Module, opt: torch.optim.Optimizer, tracker: RankBytes) -> None:
+    """Step 1's clipping and optimizer step, where AdamW creates its states, from gradients of the rank's
+    size and layout (zeros: values do not change bytes). Step 1's forward and backward are step 2's
+    without the states, so they are not traced again."""
+    tracker.enter(1, CLIP, GRADIENTS)
+    for param in model.parameters():
+        if param.requires_grad:
+            param.grad = torch.zeros_like(param)
+    update(model, opt, tracker)
 
 
 def save_checkpoint(model: torch.nn.Module, opt: torch.optim.Optimizer, strategy: str, tracker: RankBytes) -> None:
@@ -292,9 +310,13 @@ def trace_rank(spec: dict[str, Any]) -> dict[str, Any]:
         tracker.sample()
         opt = build_optimizer(inner, spec)
         hooks = StepHooks(inner, spec["arch"]["num_layers"])
-        for step in (1, 2):
-            tracker.enter(step, FORWARD, ACTIVATIONS)
+        if spec.get("full_first_step"):
+            tracker.enter(1, FORWARD, ACTIVATIONS)
             train_step(model, opt, hooks, tuple(spec["shape"]), spec, tracker)
+        else:
+            first_update(inner, opt, tracker)
+        tracker.enter(2, FORWARD, ACTIVATIONS)
+        train_step(model, opt, hooks, tuple(spec["shape"]), spec, tracker)
         save_checkpoint(inner, opt, strategy, tracker)
     params = {id(p): p for p in inner.parameters()}.values()
     return {

@@ -8,8 +8,10 @@ step) and counts live tensor bytes op by op (autoconf/estimators/traced/step.py)
 functions of the micro-batch shape and cached on disk (autoconf/estimators/traced/fit.py), so a sweep over batch
 sizes and sequence lengths needs no new trace.
 
-A trace is one unsharded data-parallel replica at the per-GPU micro-batch. Sharding (FSDP/ZeRO),
-offload, gathered FSDP units, framework buckets and everything outside torch's tensors (CUDA context,
+A job on several GPUs with DDP or FSDP under the HF Trainer is answered from a trace of its rank on a
+fake process group (autoconf/estimators/traced/ranks.py, dist.py; allocator replay for reserved).
+Otherwise a trace is one unsharded data-parallel replica at the per-GPU micro-batch: sharding (ZeRO),
+offload, gathered units, framework buckets and everything outside torch's tensors (CUDA context,
 NCCL buffers, allocator fragmentation) come from the theory (autoconf/estimators/theory/), as does throughput.
 What cannot run on fake CPU tensors (QLoRA, 8-bit AdamW, fused cross-entropy kernels, tensor and
 pipeline parallelism) is answered by the theory with a note saying so.
