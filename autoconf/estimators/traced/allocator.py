@@ -45,6 +45,10 @@ ROUND_LARGE = 2 << 20  # kRoundLarge, 2 MiB
 class OutOfMemory(RuntimeError):
     """A request that no free block fits and no new segment can hold, even after releasing the cache."""
 
+    def __init__(self, nbytes: int, left: int) -> None:
+        super().__init__(f"{nbytes} B more than the {left} B left")
+        self.nbytes = nbytes
+
 
 def round_size(size: int) -> int:
     return MIN_BLOCK if size < MIN_BLOCK else MIN_BLOCK * -(-size // MIN_BLOCK)
@@ -100,6 +104,7 @@ class Replay:
     max_reserved: int = 0
     num_segments: int = 0
     releases: int = 0  # times the cache was released to make room (free-and-retry)
+    out_of_memory: bool = False  # a segment did not fit even after the release; max_reserved is what it needed
 
 
 class CachingAllocator:
@@ -199,7 +204,7 @@ class CachingAllocator:
             self._release_cached()
             self.stats.releases += 1
             if self.reserved + nbytes > self.capacity:
-                raise OutOfMemory(f"{nbytes} B more than the {self.capacity - self.reserved} B left")
+                raise OutOfMemory(nbytes, self.capacity - self.reserved)
         self.reserved += nbytes
         self.stats.max_reserved = max(self.stats.max_reserved, self.reserved)
 
@@ -218,11 +223,18 @@ class CachingAllocator:
 
 def replay(events: list[tuple[int, int]], capacity: int | None = None, expandable: bool = False) -> Replay:
     """Play (block id, +bytes allocated / −bytes freed) events; the peaks. Frees of blocks never
-    allocated in the sequence (tensors alive before it began) are ignored."""
+    allocated in the sequence (tensors alive before it began) are ignored. With a ``capacity`` (bytes
+    the allocator may reserve), the first allocation that cannot fit ends the replay as out of memory,
+    its ``max_reserved`` being the bytes it would have needed."""
     alloc = CachingAllocator(capacity, expandable)
     for key, nbytes in events:
         if nbytes > 0:
-            alloc.malloc(key, nbytes)
+            try:
+                alloc.malloc(key, nbytes)
+            except OutOfMemory as exc:
+                alloc.stats.out_of_memory = True
+                alloc.stats.max_reserved = max(alloc.stats.max_reserved, alloc.reserved + exc.nbytes)
+                break
         elif key in alloc.live:
             alloc.free(key)
     return alloc.stats

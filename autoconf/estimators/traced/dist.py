@@ -17,11 +17,11 @@ the transformers model (LoRA by peft where asked) as the HF Trainer does through
   and its bucket rebuild after step 1 read data, and skipping them frees or allocates nothing.
 
 Then, under one tracker (autoconf/estimators/traced/step.py's ``LiveBytes`` with an allocation log):
-materialisation of the rank's parameters (``to_empty``: the load phase), the first step's clipping and
-AdamW step, which create the optimizer states (its forward and backward are the steady step's without
-them; ``full_first_step`` in the spec traces them too), a steady training step (forward with the
-model's loss, backward, ``clip_grad_norm_(1.0)`` as the Trainer's ``max_grad_norm``, AdamW step,
-``zero_grad``), and a checkpoint save as
+materialisation of the rank's parameters (``to_empty``: the load phase), two training steps (forward with
+the model's loss, backward, ``clip_grad_norm_(1.0)`` as the Trainer's ``max_grad_norm``, AdamW step,
+``zero_grad``): the first creates the optimizer states, the second is steady (``short_first_step`` traces
+only step 1's clipping and AdamW step: a fifth less CPU, but the allocator then sees the states before any
+activation, not in the real order, and its reserved peak differs); and a checkpoint save as
 accelerate's FULL_STATE_DICT default for several processes (torch.distributed.checkpoint.state_dict
 ``get_model_state_dict`` / ``get_optimizer_state_dict`` with ``full_state_dict``, ``cpu_offload``): each
 parameter is gathered whole on the device, copied to the host and dropped. Host copies are not counted.
@@ -310,11 +310,11 @@ def trace_rank(spec: dict[str, Any]) -> dict[str, Any]:
         tracker.sample()
         opt = build_optimizer(inner, spec)
         hooks = StepHooks(inner, spec["arch"]["num_layers"])
-        if spec.get("full_first_step"):
+        if spec.get("short_first_step"):
+            first_update(inner, opt, tracker)
+        else:
             tracker.enter(1, FORWARD, ACTIVATIONS)
             train_step(model, opt, hooks, tuple(spec["shape"]), spec, tracker)
-        else:
-            first_update(inner, opt, tracker)
         tracker.enter(2, FORWARD, ACTIVATIONS)
         train_step(model, opt, hooks, tuple(spec["shape"]), spec, tracker)
         save_checkpoint(inner, opt, strategy, tracker)

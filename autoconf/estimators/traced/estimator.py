@@ -205,6 +205,8 @@ class TracedEstimator(Estimator):
             "reserved: the traced allocations replayed through a model of the CUDA caching allocator; device adds "
             "the CUDA context, cuBLAS workspaces and NCCL buffers",
         ]
+        if summary["replay"].out_of_memory:
+            notes.append("traced: the allocator replay runs out of memory on this GPU even after releasing its cache")
         if job.dtype.startswith("amp"):
             notes.append("amp traced with torch's CPU autocast op lists (CUDA autocast casts a few ops differently)")
         if arch.approximate:

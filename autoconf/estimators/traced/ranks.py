@@ -3,12 +3,15 @@
 No torch here: the trace runs in a subprocess (``python -m autoconf.estimators.traced.dist``) and its
 JSON summary is cached (next to the fits) by everything it depends on.
 From the summary: allocated = the traced per-rank peak (every phase: load, first and steady step,
-clipping, checkpoint save); reserved = the caching-allocator replay's peak (autoconf/estimators/traced/allocator.py)
-+ cuBLAS workspaces; device = reserved + CUDA context + NCCL communicators (theory/cuda.py's constants).
+clipping, checkpoint save); reserved = the peak of the trace's allocations replayed through the caching
+allocator (autoconf/estimators/traced/allocator.py) on this GPU, whose room is its memory less the CUDA
+context, NCCL and the cuBLAS workspaces (so a cache release and retry happen where they would), plus the
+workspaces; device = reserved + CUDA context + NCCL communicators (theory/cuda.py's constants).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -22,6 +25,7 @@ from typing import Any
 from autoconf.catalog import Architecture, get_gpu
 from autoconf.estimators.theory import cuda
 from autoconf.estimators.theory.frameworks import resolve
+from autoconf.estimators.traced.allocator import Replay, replay
 from autoconf.estimators.traced.cache import cache_dir
 from autoconf.estimators.traced.fit import TRACE_TIMEOUT_S, TraceFailed
 from autoconf.schema import Job, MemoryEstimate, Phase, Placement
@@ -59,14 +63,17 @@ def _key(spec: dict[str, Any]) -> str:
 
 
 def trace_ranks(spec: dict[str, Any], timeout_s: float = TRACE_TIMEOUT_S) -> dict[str, Any]:
-    """The summary of ``spec``'s rank trace: from the disk cache or a new worker run."""
+    """The summary of ``spec``'s rank trace: from the disk cache or a new worker run. Its allocation
+    events are cached beside it (``events_path``)."""
     path = cache_dir() / f"rank-{_key(spec)}.json"
-    if path.is_file():
+    events = path.with_suffix(".npz")
+    if path.is_file() and events.is_file():
         try:
             found: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-            return found
+            return {**found, "events_path": str(events)}
         except (OSError, ValueError):
             pass
+    path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="autoconf-rank-") as tmp:
         spec_path = Path(tmp) / "spec.json"
         spec_path.write_text(json.dumps(spec), encoding="utf-8")
@@ -77,15 +84,26 @@ def trace_ranks(spec: dict[str, Any], timeout_s: float = TRACE_TIMEOUT_S) -> dic
                 capture_output=True, text=True, timeout=timeout_s, env=env, check=False)
         except subprocess.TimeoutExpired as exc:
             raise TraceFailed(f"rank trace of {spec['arch']['name']} took more than {timeout_s:.0f} s") from exc
-    if proc.returncode != 0:
-        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise TraceFailed(f"rank trace of {spec['arch']['name']} exited with {proc.returncode}: {tail}")
+        if proc.returncode != 0:
+            tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+            raise TraceFailed(f"rank trace of {spec['arch']['name']} exited with {proc.returncode}: {tail}")
+        os.replace(Path(tmp) / "out.npz", events.with_suffix(f".{os.getpid()}.tmp.npz"))
+    os.replace(events.with_suffix(f".{os.getpid()}.tmp.npz"), events)
     summary: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp_path = path.with_suffix(f".{os.getpid()}.tmp")
     tmp_path.write_text(json.dumps(summary), encoding="utf-8")
     os.replace(tmp_path, path)
-    return summary
+    return {**summary, "events_path": str(events)}
+
+
+@functools.lru_cache(maxsize=64)
+def reserved_peak(events_path: str, capacity: int, expandable: bool) -> Replay:
+    """The allocator replay of a cached rank trace on a GPU whose allocator may reserve ``capacity`` bytes."""
+    import numpy as np
+
+    with np.load(events_path) as data:
+        pairs = data["events"].tolist()
+    return replay([(int(k), int(n)) for k, n in pairs], capacity=capacity, expandable=expandable)
 
 
 def rank_memory(job: Job, placement: Placement, arch: Architecture, spec: dict[str, Any],
@@ -98,13 +116,18 @@ def rank_memory(job: Job, placement: Placement, arch: Architecture, spec: dict[s
     top = max(summary["phases"], key=lambda p: p["peak"])
     gpu = get_gpu(placement.gpu_model)
     allocated = float(summary["allocated_peak"])
-    reserved = float(summary["reserved_peak"]) + cuda.workspace_bytes(gpu)
     context = cuda.CONTEXT_BYTES.get(gpu.architecture, cuda.DEFAULT_CONTEXT_BYTES)
-    device = reserved + context + cuda.communicators(placement, job) * cuda.NCCL_COMMUNICATOR_BYTES
+    outside = context + cuda.communicators(placement, job) * cuda.NCCL_COMMUNICATOR_BYTES
+    workspace = cuda.workspace_bytes(gpu)
+    # what the caching allocator may reserve for tensors: the GPU less what lives outside it and the workspaces
+    room = int(max(0.0, gpu.memory_bytes - outside - workspace))
+    sim = reserved_peak(summary["events_path"], room, expandable)
+    reserved = float(sim.max_reserved) + workspace
+    device = reserved + outside
     w, g, o, a, lg = (float(v) for v in top["parts"])
     memory = MemoryEstimate(
         weights_bytes=w, gradients_bytes=g, optimizer_bytes=o, activations_bytes=a, logits_bytes=lg,
         overhead_bytes=device - allocated, peak_bytes=device, peak_allocated_bytes=allocated,
         peak_reserved_bytes=reserved, peak_phase=PHASE[top["phase"]],
         capacity_bytes=gpu.memory_bytes, fits=device <= gpu.memory_bytes, oom_risk=0.0, estimator="traced")
-    return memory, {**summary, "peak": top}
+    return memory, {**summary, "peak": top, "replay": sim}
