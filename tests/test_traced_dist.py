@@ -107,3 +107,29 @@ def test_estimator_uses_the_rank_trace_for_fsdp() -> None:
     assert answer.peak_allocated_bytes <= answer.peak_reserved_bytes < answer.peak_bytes
     other = est.estimate(job, Placement(gpu_model=GPU, number_gpus=4, strategy="zero3")).memory
     assert any("ranks are not traced for strategy zero3" in n for n in other.notes)
+
+
+@pytest.mark.slow
+def test_last_rank_of_an_uneven_world() -> None:
+    """World of 3 over dimensions of 64, 176 and 512 rows: FSDP2 pads every shard to ceil(rows / 3) rows,
+    but AdamW's states follow the last rank's unpadded shard (fewer rows), so its steady peak is lower by
+    exactly those missing rows' states; the estimator traces both and reports the larger."""
+    arch = get_architecture(TINY)
+    spec = {**trace_spec(_job("full"), arch), "world": 3, "strategy": "fsdp", "shape": list(SHAPE)}
+    first, last = trace_ranks(spec), trace_ranks({**spec, "rank": 2})
+    h, f, v, kv = arch.hidden_size, arch.intermediate_size, arch.vocab_size, arch.num_kv_heads * arch.head_dim
+
+    def rows_short(rows: int) -> int:  # rows the last of 3 ranks lacks against a padded shard
+        return -(-rows // 3) * 3 - rows
+
+    # elements missing on the last rank, per parameter: (rows short) × columns
+    per_layer = (2 * rows_short(h) * h + 2 * rows_short(kv) * h  # q, o (h × h); k, v (kv × h)
+                 + 2 * rows_short(f) * h + rows_short(h) * f  # gate, up (f × h); down (h × f)
+                 + 2 * rows_short(h))  # two norms (h)
+    missing = arch.num_layers * per_layer + 2 * rows_short(v) * h + rows_short(h)  # embed, lm_head, final norm
+    steady = _phase(first, 2, "backward")["peak"] - _phase(last, 2, "backward")["peak"]
+    assert steady == 2 * 2 * missing  # AdamW m and v in bf16
+    est = get_estimator("traced").estimate(_job("full").model_copy(update={"batch_size": 3}),
+                                           Placement(gpu_model=GPU, number_gpus=3, strategy="fsdp")).memory
+    assert any("ranks traced: 0, 2" in n for n in est.notes)
+    assert est.peak_allocated_bytes == max(first["allocated_peak"], last["allocated_peak"])

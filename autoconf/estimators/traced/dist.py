@@ -29,8 +29,10 @@ FSDP2 frees and re-allocates gathered parameters by resizing their storage, outs
 ``alloc_storage``/``free_storage`` are wrapped to tell the tracker. All-gathers are charged to weights,
 reduce-scatters to gradients.
 
-Every rank of these strategies holds the same bytes (FSDP2 pads each shard to ⌈rows/world⌉), so rank 0
-is every rank; the trace runs as rank 0.
+The trace runs as rank 0, or the spec's ``rank``. When every sharded dimension divides by the world,
+all ranks hold the same bytes. Otherwise FSDP2 pads each shard to ⌈rows/world⌉, but the last rank's
+optimizer states follow its shorter unpadded shard and its load copies the padding, so phases differ
+by rank: the estimator (ranks.py) then traces the last rank too and reports the larger.
 """
 
 from __future__ import annotations
@@ -127,14 +129,14 @@ class HostCopies(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-def join_world(world: int) -> Any:
-    """Rank 0 of a fake process group of ``world`` ranks, and its 1-D device mesh."""
+def join_world(world: int, rank: int = 0) -> Any:
+    """``rank`` of a fake process group of ``world`` ranks, and its 1-D device mesh."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     if dist.is_initialized():
         dist.destroy_process_group()
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world)
     return init_device_mesh("cpu", (world,))
 
 
@@ -292,13 +294,14 @@ def trace_rank(spec: dict[str, Any]) -> dict[str, Any]:
     transformers.masking_utils.find_packed_sequence_indices = _no_packed_sequences
     torch.manual_seed(0)
     start = time.perf_counter()
-    mesh = join_world(world)
+    mesh = join_world(world, int(spec.get("rank", 0)))
     model = meta_model(spec)
     tracker = RankBytes()
     if strategy != "ddp":
         _patch_fsdp(tracker)
         model = wrap_fsdp2(model, mesh, reshard=strategy == "fsdp")
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+    clock = {"build": time.perf_counter() - start}
     with fake_mode, tracker:
         tracker.enter(0, LOAD, WEIGHTS)
         model.to_empty(device="cpu")
@@ -310,14 +313,18 @@ def trace_rank(spec: dict[str, Any]) -> dict[str, Any]:
         tracker.sample()
         opt = build_optimizer(inner, spec)
         hooks = StepHooks(inner, spec["arch"]["num_layers"])
+        clock["load"] = time.perf_counter() - start - sum(clock.values())
         if spec.get("short_first_step"):
             first_update(inner, opt, tracker)
         else:
             tracker.enter(1, FORWARD, ACTIVATIONS)
             train_step(model, opt, hooks, tuple(spec["shape"]), spec, tracker)
+        clock["step1"] = time.perf_counter() - start - sum(clock.values())
         tracker.enter(2, FORWARD, ACTIVATIONS)
         train_step(model, opt, hooks, tuple(spec["shape"]), spec, tracker)
+        clock["step2"] = time.perf_counter() - start - sum(clock.values())
         save_checkpoint(inner, opt, strategy, tracker)
+        clock["save"] = time.perf_counter() - start - sum(clock.values())
     params = {id(p): p for p in inner.parameters()}.values()
     return {
         "samples": np.asarray(tracker.samples, dtype=np.int64),
@@ -325,6 +332,7 @@ def trace_rank(spec: dict[str, Any]) -> dict[str, Any]:
         "event_ops": np.asarray(tracker.event_ops, dtype=np.int64),
         "total_params": sum(p.numel() for p in params),
         "seconds": time.perf_counter() - start, "num_ops": tracker.num_ops,
+        "stage_seconds": {k: round(v, 3) for k, v in clock.items()},
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
     }
 
@@ -342,7 +350,8 @@ def summarise(out: dict[str, Any], expandable: bool) -> dict[str, Any]:
     sim = replay([(int(b), int(n)) for b, n in out["events"]], expandable=expandable)
     return {"phases": phases, "allocated_peak": int(totals.max()), "replayed_allocated_peak": sim.max_allocated,
             "reserved_peak": sim.max_reserved, "segments": sim.num_segments, "total_params": out["total_params"],
-            "seconds": round(out["seconds"], 3), "num_ops": out["num_ops"], "versions": out["versions"]}
+            "seconds": round(out["seconds"], 3), "stage_seconds": out["stage_seconds"], "num_ops": out["num_ops"],
+            "versions": out["versions"]}
 
 
 def main(argv: list[str]) -> int:

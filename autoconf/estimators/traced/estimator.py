@@ -192,16 +192,17 @@ class TracedEstimator(Estimator):
         )
 
     def _rank_memory(self, job: Job, placement: Placement, arch: Architecture, batch: int) -> MemoryEstimate:
-        """Rank 0 of the job's world, traced with its strategy (every rank holds the same bytes)."""
+        """The largest rank of the job's world, traced with its strategy."""
         memory, summary = rank_memory(job, placement, arch, trace_spec(job, arch), batch)
         peak = summary["peak"]
         phase = PHASE_TEXT.get(peak["phase"], peak["phase"])
         notes = [
-            f"traced: rank 0 of {placement.dp} on a fake process group, {placement.effective_strategy} as the HF "
+            f"traced: rank {summary['rank']} of {placement.dp} on a fake process group (ranks traced: "
+            f"{', '.join(map(str, summary['ranks']))}; the largest), {placement.effective_strategy} as the HF "
             f"Trainer wraps it (torch {summary['versions']['torch']}, transformers "
             f"{summary['versions']['transformers']}), micro-batch {batch} × {job.tokens_per_sample}; peak in "
             f"step {peak['step']} {phase}" if peak["step"] in (1, 2) else
-            f"traced: rank 0 of {placement.dp}, {placement.effective_strategy}; peak in the {phase}",
+            f"traced: rank {summary['rank']} of {placement.dp}, {placement.effective_strategy}; peak in the {phase}",
             "reserved: the traced allocations replayed through a model of the CUDA caching allocator; device adds "
             "the CUDA context, cuBLAS workspaces and NCCL buffers",
         ]

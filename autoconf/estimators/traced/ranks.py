@@ -106,22 +106,38 @@ def reserved_peak(events_path: str, capacity: int, expandable: bool) -> Replay:
     return replay([(int(k), int(n)) for k, n in pairs], capacity=capacity, expandable=expandable)
 
 
+def uneven(spec: dict[str, Any], world: int) -> bool:
+    """Some sharded dimension-0 does not divide by ``world``: the last rank's shards are shorter (FSDP2 pads
+    them, but the optimizer states follow the unpadded shard and the padding is copied at load)."""
+    arch = spec["arch"]
+    rows = [arch["hidden_size"], arch["intermediate_size"], arch["vocab_size"], arch["num_heads"] * arch["head_dim"],
+            arch["num_kv_heads"] * arch["head_dim"]]
+    if spec["method"] == "lora":
+        rows.append(spec["lora_r"])
+    return any(r % world for r in rows if r)
+
+
 def rank_memory(job: Job, placement: Placement, arch: Architecture, spec: dict[str, Any],
                 batch: int) -> tuple[MemoryEstimate, dict[str, Any]]:
-    """Per-GPU memory of ``job`` from its rank trace (``spec``: the replica's trace spec)."""
+    """Per-GPU memory of ``job`` from its rank traces (``spec``: the replica's trace spec): rank 0 and, when
+    the shards are uneven, the last rank; the largest of them."""
     expandable = resolve(job).expandable_segments
-    rank_spec = {**spec, "world": placement.dp, "strategy": placement.effective_strategy,
-                 "shape": [batch, job.tokens_per_sample], "expandable_segments": expandable}
-    summary = trace_ranks(rank_spec)
-    top = max(summary["phases"], key=lambda p: p["peak"])
+    world, strategy = placement.dp, placement.effective_strategy
+    rank_spec = {**spec, "world": world, "strategy": strategy, "shape": [batch, job.tokens_per_sample],
+                 "expandable_segments": expandable}
+    ranks = [0, world - 1] if strategy != "ddp" and uneven(spec, world) else [0]
+    summaries = [trace_ranks({**rank_spec, "rank": r} if r else rank_spec) for r in ranks]
     gpu = get_gpu(placement.gpu_model)
-    allocated = float(summary["allocated_peak"])
     context = cuda.CONTEXT_BYTES.get(gpu.architecture, cuda.DEFAULT_CONTEXT_BYTES)
     outside = context + cuda.communicators(placement, job) * cuda.NCCL_COMMUNICATOR_BYTES
     workspace = cuda.workspace_bytes(gpu)
     # what the caching allocator may reserve for tensors: the GPU less what lives outside it and the workspaces
     room = int(max(0.0, gpu.memory_bytes - outside - workspace))
-    sim = reserved_peak(summary["events_path"], room, expandable)
+    sims = [reserved_peak(s["events_path"], room, expandable) for s in summaries]
+    worst = max(range(len(ranks)), key=lambda i: (sims[i].max_reserved, summaries[i]["allocated_peak"]))
+    summary, sim = summaries[worst], sims[worst]
+    top = max(summary["phases"], key=lambda p: p["peak"])
+    allocated = float(max(s["allocated_peak"] for s in summaries))
     reserved = float(sim.max_reserved) + workspace
     device = reserved + outside
     w, g, o, a, lg = (float(v) for v in top["parts"])
@@ -130,4 +146,4 @@ def rank_memory(job: Job, placement: Placement, arch: Architecture, spec: dict[s
         overhead_bytes=device - allocated, peak_bytes=device, peak_allocated_bytes=allocated,
         peak_reserved_bytes=reserved, peak_phase=PHASE[top["phase"]],
         capacity_bytes=gpu.memory_bytes, fits=device <= gpu.memory_bytes, oom_risk=0.0, estimator="traced")
-    return memory, {**summary, "peak": top, "replay": sim}
+    return memory, {**summary, "peak": top, "replay": sim, "ranks": ranks, "rank": ranks[worst]}
