@@ -54,7 +54,8 @@ def test_fsdp2_rank_peak_is_the_sum_of_what_the_rank_holds() -> None:
     """World of 4, full fine-tuning, bf16, fused AdamW: rank 0's peak, phase by phase, by hand."""
     job = _job("full")
     arch = get_architecture(TINY)
-    spec = {**trace_spec(job, arch), "world": 4, "strategy": "fsdp", "shape": list(SHAPE)}
+    spec = {**trace_spec(job, arch), "world": 4, "strategy": "fsdp", "shape": list(SHAPE),
+            "expandable_segments": False}  # the estimator's spec for this job: its test below reuses the trace
     summary = trace_ranks(spec)
     h, v, world = arch.hidden_size, arch.vocab_size, 4
     psi = summary["total_params"]
@@ -115,7 +116,8 @@ def test_last_rank_of_an_uneven_world() -> None:
     but AdamW's states follow the last rank's unpadded shard (fewer rows), so its steady peak is lower by
     exactly those missing rows' states; the estimator traces both and reports the larger."""
     arch = get_architecture(TINY)
-    spec = {**trace_spec(_job("full"), arch), "world": 3, "strategy": "fsdp", "shape": list(SHAPE)}
+    spec = {**trace_spec(_job("full"), arch), "world": 3, "strategy": "fsdp", "shape": list(SHAPE),
+            "expandable_segments": False}
     first, last = trace_ranks(spec), trace_ranks({**spec, "rank": 2})
     h, f, v, kv = arch.hidden_size, arch.intermediate_size, arch.vocab_size, arch.num_kv_heads * arch.head_dim
 
