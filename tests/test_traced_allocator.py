@@ -76,3 +76,10 @@ def test_expandable_segments_grow_by_pages() -> None:
     grow = [(1, 25 * MIB), (1, -25 * MIB), (2, 30 * MIB)]
     assert replay(grow).max_reserved == 56 * MIB
     assert replay(grow, expandable=True).max_reserved == 40 * MIB
+
+
+def test_blocks_are_reused_only_on_their_stream() -> None:
+    # 40 MiB freed on stream 1 (FSDP's all-gather stream) cannot serve 40 MiB on stream 0: a second segment;
+    # on stream 1 again it is reused.
+    assert replay([(1, 40 * MIB, 1), (1, -40 * MIB, 1), (2, 40 * MIB, 0)]).max_reserved == 80 * MIB
+    assert replay([(1, 40 * MIB, 1), (1, -40 * MIB, 1), (2, 40 * MIB, 1)]).max_reserved == 40 * MIB

@@ -5,12 +5,13 @@ this module plays them through the rules of ``DeviceCachingAllocator`` in
 c10/cuda/CUDACachingAllocator.cpp (pytorch/pytorch, read at eb42ad6e) to get ``max_memory_reserved``:
 the bytes of the segments cudaMalloc'd, free blocks included. Pure Python: no torch.
 
-Rules modelled (default settings: one stream, ``max_split_size`` unlimited, no roundup_power2_divisions):
+Rules modelled (default settings: ``max_split_size`` unlimited, no roundup_power2_divisions):
 
 * ``round_size``: requests are rounded up to a multiple of ``kMinBlockSize`` = 512 B.
 * ``get_pool``: ≤ ``kSmallSize`` (1 MiB) → the small pool, else the large pool.
-* ``get_free_block``: best fit: ``pool.blocks.lower_bound(search_key)`` on blocks ordered by (size, address),
-  so the smallest free block that fits, the lowest address among equals.
+* ``get_free_block``: best fit: ``pool.blocks.lower_bound(search_key)`` on blocks ordered by (stream, size,
+  address), failing when the block found belongs to another stream: the smallest free block of the
+  request's stream that fits, the lowest address among equals. A block returns to its allocation stream.
 * ``get_allocation_size``: a new segment is ``kSmallBuffer`` (2 MiB) for small requests, ``kLargeBuffer``
   (20 MiB) for requests below ``kMinLargeAlloc`` (10 MiB), else the request rounded up to ``kRoundLarge``
   (2 MiB).
@@ -25,8 +26,8 @@ Rules modelled (default settings: one stream, ``max_split_size`` unlimited, no r
   pool->is_small ? kSmallBuffer : kLargeBuffer``); a request that no free block fits extends the mapped end,
   using the free block already there.
 
-Not modelled: several streams (FSDP2's all-gather and reduce-scatter streams on a GPU keep their own free
-blocks), CUDA graphs' private pools, garbage_collection_threshold.
+Not modelled: CUDA graphs' private pools, garbage_collection_threshold, ``record_stream`` delaying a
+free until another stream's work is done (the trace frees when Python drops the storage).
 """
 
 from __future__ import annotations
@@ -63,18 +64,18 @@ def allocation_size(size: int) -> int:
     return ROUND_LARGE * -(-size // ROUND_LARGE)
 
 
-@dataclass
+@dataclass(eq=False)
 class _Block:
     ptr: int
     size: int
     segment: int
-    small: bool
+    pool: _Pool = field(repr=False)
     free: bool = True
     prev: _Block | None = None
     next: _Block | None = None
 
 
-@dataclass
+@dataclass(eq=False)
 class _Pool:
     small: bool
     free: list[tuple[int, int]] = field(default_factory=list)  # sorted (size, ptr) of free blocks
@@ -112,16 +113,16 @@ class CachingAllocator:
 
     def __init__(self, capacity: int | None = None, expandable: bool = False) -> None:
         self.capacity, self.expandable = capacity, expandable
-        self.pools = (_Pool(small=True), _Pool(small=False))
+        self.pools: dict[tuple[int, bool], _Pool] = {}  # (stream, small) -> pool: blocks are reused per stream
         self.segments: dict[int, int] = {}  # segment id -> bytes reserved
         self.next_ptr = 0
         self.live: dict[int, tuple[_Block, int]] = {}  # block id -> (block, requested bytes)
         self.requested = self.allocated = self.reserved = 0
         self.stats = Replay()
 
-    def malloc(self, key: int, nbytes: int) -> None:
+    def malloc(self, key: int, nbytes: int, stream: int = 0) -> None:
         size = round_size(nbytes)
-        pool = self.pools[0] if size <= SMALL_SIZE else self.pools[1]
+        pool = self.pools.setdefault((stream, size <= SMALL_SIZE), _Pool(small=size <= SMALL_SIZE))
         block = pool.best_fit(size)
         if block is None:
             block = self._grow(pool, size)
@@ -129,7 +130,7 @@ class CachingAllocator:
             pool.remove(block)
         rest = block.size - size
         if rest >= MIN_BLOCK if (pool.small or self.expandable) else rest > SMALL_SIZE:  # should_split
-            tail = _Block(block.ptr + size, rest, block.segment, pool.small, prev=block, next=block.next)
+            tail = _Block(block.ptr + size, rest, block.segment, pool, prev=block, next=block.next)
             if block.next is not None:
                 block.next.prev = tail
             block.next, block.size = tail, size
@@ -147,7 +148,7 @@ class CachingAllocator:
         block, nbytes = self.live.pop(key)
         self.requested -= nbytes
         self.allocated -= block.size
-        pool = self.pools[0] if block.small else self.pools[1]
+        pool = block.pool
         block.free = True
         for other in (block.prev, block.next):  # try_merge_blocks with free neighbours
             if other is not None and other.free:
@@ -190,7 +191,7 @@ class CachingAllocator:
     def _segment(self, pool: _Pool, nbytes: int, after: _Block | None) -> _Block:
         seg = after.segment if after is not None else len(self.segments)
         self.segments[seg] = self.segments.get(seg, 0) + nbytes
-        block = _Block(self.next_ptr, nbytes, seg, pool.small, prev=after)
+        block = _Block(self.next_ptr, nbytes, seg, pool, prev=after)
         if after is not None:
             after.next = block
         self.next_ptr += nbytes
@@ -210,7 +211,7 @@ class CachingAllocator:
 
     def _release_cached(self) -> None:
         """release_cached_blocks: give back every segment that is one free block (whole pages, expandable)."""
-        for pool in self.pools:
+        for pool in self.pools.values():
             for _, ptr in list(pool.free):
                 block = pool.by_ptr[ptr]
                 if block.prev is None and block.next is None:
@@ -221,16 +222,18 @@ class CachingAllocator:
                         pool.tail = None
 
 
-def replay(events: list[tuple[int, int]], capacity: int | None = None, expandable: bool = False) -> Replay:
-    """Play (block id, +bytes allocated / −bytes freed) events; the peaks. Frees of blocks never
+def replay(events: list[tuple[int, int]] | list[tuple[int, int, int]], capacity: int | None = None,
+           expandable: bool = False) -> Replay:
+    """Play (block id, +bytes allocated / −bytes freed[, stream of the allocation]) events; the peaks. Frees of blocks never
     allocated in the sequence (tensors alive before it began) are ignored. With a ``capacity`` (bytes
     the allocator may reserve), the first allocation that cannot fit ends the replay as out of memory,
     its ``max_reserved`` being the bytes it would have needed."""
     alloc = CachingAllocator(capacity, expandable)
-    for key, nbytes in events:
+    for event in events:
+        key, nbytes = event[0], event[1]
         if nbytes > 0:
             try:
-                alloc.malloc(key, nbytes)
+                alloc.malloc(key, nbytes, event[2] if len(event) > 2 else 0)
             except OutOfMemory as exc:
                 alloc.stats.out_of_memory = True
                 alloc.stats.max_reserved = max(alloc.stats.max_reserved, alloc.reserved + exc.nbytes)

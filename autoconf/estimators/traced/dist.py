@@ -96,7 +96,7 @@ class RankBytes(LiveBytes):  # type: ignore[no-untyped-call]  # torch's __init_s
 
     def _event(self, block: int, nbytes: int) -> None:
         if self.events is not None and nbytes:
-            self.events.append((block, nbytes))
+            self.events.append((block, nbytes, self.stream))
             self.event_ops.append(len(self.samples))
 
     @contextlib.contextmanager
@@ -216,6 +216,25 @@ def _patch_fsdp(tracker: RankBytes) -> None:
     for name, category in (("unshard", WEIGHTS), ("wait_for_unshard", WEIGHTS), ("post_backward", GRADIENTS)):
         setattr(group, name, charged(getattr(group, name), category))
 
+    # FSDP2 allocates the all-gather output on its copy-in stream and the reduce-scatter output on its
+    # reduce-scatter stream (``with device_handle.stream(...)`` in _fsdp_collectives.py); on a GPU the caching
+    # allocator reuses a freed block only on the stream that allocated it. The CPU device handle's stream
+    # context is a no-op: wrap it to tag the allocations made inside it with that stream.
+    numbers: dict[int, int] = {id(torch.cpu.current_stream()): 0}  # FSDP's streams live as long as the model
+    plain = torch.cpu.stream
+
+    @contextlib.contextmanager
+    def tagged(stream: Any) -> Iterator[None]:
+        before = tracker.stream
+        tracker.stream = numbers.setdefault(id(stream), len(numbers))
+        try:
+            with plain(stream):
+                yield
+        finally:
+            tracker.stream = before
+
+    torch.cpu.stream = tagged
+
 
 def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, hooks: StepHooks, shape: tuple[int, int],
                spec: dict[str, Any], tracker: RankBytes) -> None:
@@ -328,7 +347,7 @@ def trace_rank(spec: dict[str, Any]) -> dict[str, Any]:
     params = {id(p): p for p in inner.parameters()}.values()
     return {
         "samples": np.asarray(tracker.samples, dtype=np.int64),
-        "events": np.asarray(tracker.events, dtype=np.int64).reshape(-1, 2),
+        "events": np.asarray(tracker.events, dtype=np.int64).reshape(-1, 3),
         "event_ops": np.asarray(tracker.event_ops, dtype=np.int64),
         "total_params": sum(p.numel() for p in params),
         "seconds": time.perf_counter() - start, "num_ops": tracker.num_ops,
@@ -347,7 +366,7 @@ def summarise(out: dict[str, Any], expandable: bool) -> dict[str, Any]:
         i = rows[int(np.argmax(totals[rows]))]
         phases.append({"step": step, "phase": PHASES[phase], "peak": int(totals[i]),
                        "parts": [int(v) for v in samples[i, :5]]})
-    sim = replay([(int(b), int(n)) for b, n in out["events"]], expandable=expandable)
+    sim = replay([(int(b), int(n), int(st)) for b, n, st in out["events"]], expandable=expandable)
     return {"phases": phases, "allocated_peak": int(totals.max()), "replayed_allocated_peak": sim.max_allocated,
             "reserved_peak": sim.max_reserved, "segments": sim.num_segments, "total_params": out["total_params"],
             "seconds": round(out["seconds"], 3), "stage_seconds": out["stage_seconds"], "num_ops": out["num_ops"],

@@ -30,7 +30,7 @@ from autoconf.estimators.traced.cache import cache_dir
 from autoconf.estimators.traced.fit import TRACE_TIMEOUT_S, TraceFailed
 from autoconf.schema import Job, MemoryEstimate, Phase, Placement
 
-RANK_VERSION = 1  # part of the cache key: bump when the rank trace changes meaning
+RANK_VERSION = 2  # part of the cache key: bump when the rank trace changes meaning
 STRATEGIES = ("ddp", "fsdp", "fsdp-shard-grad-op")  # dist.STRATEGIES (that module imports torch)
 # Stacks whose multi-GPU step is the HF Trainer's through accelerate (FSDP2 wrapping of dist.py, or DDP).
 ACCELERATE_STACKS = ("hf-trainer", "peft")
@@ -103,7 +103,7 @@ def reserved_peak(events_path: str, capacity: int, expandable: bool) -> Replay:
 
     with np.load(events_path) as data:
         pairs = data["events"].tolist()
-    return replay([(int(k), int(n)) for k, n in pairs], capacity=capacity, expandable=expandable)
+    return replay([(int(k), int(n), int(st)) for k, n, st in pairs], capacity=capacity, expandable=expandable)
 
 
 def uneven(spec: dict[str, Any], world: int) -> bool:

@@ -60,8 +60,9 @@ class LiveBytes(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
     def __init__(self, events: bool = False) -> None:
         super().__init__()  # type: ignore[no-untyped-call]  # TorchDispatchMode.__init__ is unannotated
         self.totals = [0] * len(CATEGORIES)
-        # (block, signed bytes) per allocation (+) and free (−), for the caching-allocator replay
-        self.events: list[tuple[int, int]] | None = [] if events else None
+        # (block, signed bytes, stream) per allocation (+) and free (−), for the caching-allocator replay
+        self.events: list[tuple[int, int, int]] | None = [] if events else None
+        self.stream = 0  # the stream new storages are allocated on (0: the compute stream)
         self.serial = 0
         self.skip = False  # host-side copies (checkpoint offload) are not device memory
         # id(storage) -> [nbytes, category, weakref]; the weakref's callback drops the entry at free
@@ -102,7 +103,7 @@ class LiveBytes(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
 
     def _event(self, block: int, nbytes: int) -> None:
         if self.events is not None and nbytes:
-            self.events.append((block, nbytes))
+            self.events.append((block, nbytes, self.stream))
 
     def reclassify(self, tensor: torch.Tensor, category: int) -> None:
         record = self.records.get(id(tensor.untyped_storage()))
