@@ -135,3 +135,14 @@ def test_last_rank_of_an_uneven_world() -> None:
                                            Placement(gpu_model=GPU, number_gpus=3, strategy="fsdp")).memory
     assert any("ranks traced: 0, 2" in n for n in est.notes)
     assert est.peak_allocated_bytes == max(first["allocated_peak"], last["allocated_peak"])
+
+
+@pytest.mark.slow
+def test_cli_estimate_on_four_gpus(capsys: pytest.CaptureFixture[str]) -> None:
+    """The CLI reaches the rank trace through the estimator contract (the same job as above: cached)."""
+    from autoconf.interfaces.cli import main
+
+    assert main(["estimate", "--model", TINY, "--seq-len", str(SHAPE[1]), "--per-device-batch", "1",
+                 "--no-grad-checkpoint", "--estimator", "traced", "--dp", "4", "--strategy", "fsdp"]) == 0
+    out = capsys.readouterr().out
+    assert "rank 0 of 4 on a fake process group" in out and "caching allocator" in out
