@@ -35,8 +35,8 @@ ROWS = [("llama3.1-8b", 8, "fsdp"), ("llama3.1-8b", 8, "ddp"), ("llama3.1-70b", 
 LIMIT_S = 30.0
 NOTE = ("Reserved here is the worker's own replay without a capacity; the estimator replays the cached events again "
         "with each GPU's room. Tracing only step 1's optimizer step (`short_first_step`) took the 70B row to 22.4 CPU s "
-        "in an earlier run of this script, but moved its replayed reserved peak from 76.7 to 92.9 GiB (the states are "
-        "then allocated before any activation), so the estimator traces both steps.")
+        "in an earlier run of this script (replay on one stream then), but moved its replayed reserved peak from 76.7 to "
+        "92.9 GiB (the states are then allocated before any activation), so the estimator traces both steps.")
 
 
 def run(model: str, world: int, strategy: str) -> dict[str, float]:
