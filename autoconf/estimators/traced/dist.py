@@ -9,7 +9,10 @@ the transformers model (LoRA by peft where asked) as the HF Trainer does through
   ``fsdp2_prepare_model`` (accelerate/utils/fsdp_utils.py, 1.15): ``fully_shard`` every module whose
   class is in ``model._no_split_modules`` (the decoder layers; transformer_auto_wrap_policy), the input
   embedding alone when untied, ``[final norm, lm_head]`` as one unit with ``reshard_after_forward=False``,
-  then the root, with ``MixedPrecisionPolicy()`` for pure-dtype training.
+  then the root, with ``MixedPrecisionPolicy()`` for pure-dtype training and the autocast dtype as
+  ``param_dtype`` and ``reduce_dtype`` for amp-* (accelerate's ``set_mixed_precision``). With FSDP2 the
+  Trainer keeps this policy for LoRA too: it applies peft's ``fsdp_auto_wrap_policy`` only when it delays
+  the optimizer's creation, which it never does with FSDP2 (transformers 5.24 trainer.py, ``is_fsdp2``).
 * **DDP** (``ddp``): ``DistributedDataParallel`` as the Trainer builds it (its gradient buckets are
   allocated at construction), with changes that fake tensors need and that allocate nothing: no
   parameter-shape check or initial broadcast (both read data), the no-op communication hook (torch's
@@ -148,11 +151,14 @@ def _final_norm(model: torch.nn.Module) -> torch.nn.Module | None:
     return norms[-1] if norms else None
 
 
-def wrap_fsdp2(model: torch.nn.Module, mesh: Any, reshard: bool) -> torch.nn.Module:
-    """accelerate's fsdp2_prepare_model, in its order (see the module docstring)."""
+def wrap_fsdp2(model: torch.nn.Module, mesh: Any, reshard: bool, amp: torch.dtype | None) -> torch.nn.Module:
+    """accelerate's fsdp2_prepare_model, in its order (see the module docstring). Mixed precision (``amp``,
+    the autocast dtype of amp-* jobs) gathers and reduces in that dtype, as accelerate's
+    ``FullyShardedDataParallelPlugin.set_mixed_precision`` sets ``param_dtype`` and ``reduce_dtype`` for FSDP2."""
     from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
-    kwargs: dict[str, Any] = {"mesh": mesh, "mp_policy": MixedPrecisionPolicy(), "reshard_after_forward": reshard}
+    policy = MixedPrecisionPolicy(param_dtype=amp, reduce_dtype=amp) if amp is not None else MixedPrecisionPolicy()
+    kwargs: dict[str, Any] = {"mesh": mesh, "mp_policy": policy, "reshard_after_forward": reshard}
     layer_types = set(getattr(model, "_no_split_modules", None) or [])
     for module in reversed(list(model.modules())[1:]):  # bottom-up, the root last
         if type(module).__name__ in layer_types and not isinstance(module, FSDPModule):
@@ -318,7 +324,7 @@ def trace_rank(spec: dict[str, Any]) -> dict[str, Any]:
     tracker = RankBytes()
     if strategy != "ddp":
         _patch_fsdp(tracker)
-        model = wrap_fsdp2(model, mesh, reshard=strategy == "fsdp")
+        model = wrap_fsdp2(model, mesh, reshard=strategy == "fsdp", amp=DTYPES[spec["dtype"]][1])
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
     clock = {"build": time.perf_counter() - start}
     with fake_mode, tracker:
