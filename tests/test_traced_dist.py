@@ -82,6 +82,22 @@ def test_fsdp2_rank_peak_is_the_sum_of_what_the_rank_holds() -> None:
 
 
 @pytest.mark.slow
+def test_hybrid_sharding_holds_what_full_sharding_over_one_node_holds() -> None:
+    """8 GPUs as 2 nodes of 4, fsdp-hybrid: shards over the 4 GPUs of a node, replicas across nodes; rank 0
+    allocates what a 4-GPU full-shard rank does (same shards, same activations; the cross-node all-reduce
+    works in place)."""
+    job = _job("full")
+    spec = {**trace_spec(job, get_architecture(TINY)), "world": 4, "strategy": "fsdp", "shape": list(SHAPE),
+            "expandable_segments": False}
+    four = trace_ranks(spec)
+    hybrid = get_estimator("traced").estimate(
+        job.model_copy(update={"batch_size": 8}),
+        Placement(gpu_model=GPU, number_gpus=8, gpus_per_worker=4, strategy="fsdp-hybrid")).memory
+    assert any("rank 0 of 8" in n for n in hybrid.notes)
+    assert hybrid.peak_allocated_bytes == four["allocated_peak"]
+
+
+@pytest.mark.slow
 def test_ddp_rank_holds_a_replica_plus_gradient_buckets() -> None:
     """DDP, LoRA: the replica's single-GPU backward peak plus the reducer's buckets (one fp32 copy of the
     trainable adapters, allocated when DDP wraps the model)."""

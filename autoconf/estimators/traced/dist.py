@@ -5,7 +5,8 @@ group of the job's world size (torch's ``FakeStore`` and ``fake`` backend: colle
 and move no data, their output buffers are allocated as on a GPU), builds the device mesh, then wraps
 the transformers model (LoRA by peft where asked) as the HF Trainer does through accelerate:
 
-* **FSDP2** (``fsdp``: full shard; ``fsdp-shard-grad-op``: no reshard after forward): accelerate's
+* **FSDP2** (``fsdp``: full shard; ``fsdp-shard-grad-op``: no reshard after forward; ``fsdp-hybrid``: shard
+  within a node, replicate across nodes, on a 2-D mesh): accelerate's
   ``fsdp2_prepare_model`` (accelerate/utils/fsdp_utils.py, 1.15): ``fully_shard`` every module whose
   class is in ``model._no_split_modules`` (the decoder layers; transformer_auto_wrap_policy), the input
   embedding alone when untied, ``[final norm, lm_head]`` as one unit with ``reshard_after_forward=False``,
@@ -76,7 +77,7 @@ from autoconf.estimators.traced.step import (
 # Phase codes of the samples: step.py's four, then these (the estimator maps them to schema phases).
 CLIP, LOAD, SAVE = 4, 5, 6
 PHASES = ("forward", "loss", "backward", "optimizer", "clip", "load", "save")
-STRATEGIES = ("ddp", "fsdp", "fsdp-shard-grad-op")
+STRATEGIES = ("ddp", "fsdp", "fsdp-shard-grad-op", "fsdp-hybrid")
 MAX_GRAD_NORM = 1.0  # transformers TrainingArguments.max_grad_norm default
 
 
@@ -132,14 +133,18 @@ class HostCopies(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-def join_world(world: int, rank: int = 0) -> Any:
-    """``rank`` of a fake process group of ``world`` ranks, and its 1-D device mesh."""
+def join_world(world: int, rank: int = 0, replicas: int = 1) -> Any:
+    """``rank`` of a fake process group of ``world`` ranks, and its device mesh: 1-D, or for hybrid sharding
+    (``replicas`` > 1) 2-D (replicate across nodes, shard within one), the mesh accelerate's
+    ParallelismConfig builds for ``dp_replicate_size`` × ``dp_shard_size``."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     if dist.is_initialized():
         dist.destroy_process_group()
     dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world)
+    if replicas > 1:
+        return init_device_mesh("cpu", (replicas, world // replicas), mesh_dim_names=("dp_replicate", "dp_shard"))
     return init_device_mesh("cpu", (world,))
 
 
@@ -319,12 +324,12 @@ def trace_rank(spec: dict[str, Any]) -> dict[str, Any]:
     transformers.masking_utils.find_packed_sequence_indices = _no_packed_sequences
     torch.manual_seed(0)
     start = time.perf_counter()
-    mesh = join_world(world, int(spec.get("rank", 0)))
+    mesh = join_world(world, int(spec.get("rank", 0)), int(spec.get("replicas", 1)))
     model = meta_model(spec)
     tracker = RankBytes()
     if strategy != "ddp":
         _patch_fsdp(tracker)
-        model = wrap_fsdp2(model, mesh, reshard=strategy == "fsdp", amp=DTYPES[spec["dtype"]][1])
+        model = wrap_fsdp2(model, mesh, reshard=strategy != "fsdp-shard-grad-op", amp=DTYPES[spec["dtype"]][1])
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
     clock = {"build": time.perf_counter() - start}
     with fake_mode, tracker:

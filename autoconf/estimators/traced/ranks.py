@@ -31,7 +31,7 @@ from autoconf.estimators.traced.fit import TRACE_TIMEOUT_S, TraceFailed
 from autoconf.schema import Job, MemoryEstimate, Phase, Placement
 
 RANK_VERSION = 2  # part of the cache key: bump when the rank trace changes meaning
-STRATEGIES = ("ddp", "fsdp", "fsdp-shard-grad-op")  # dist.STRATEGIES (that module imports torch)
+STRATEGIES = ("ddp", "fsdp", "fsdp-shard-grad-op", "fsdp-hybrid")  # dist.STRATEGIES (that module imports torch)
 # Stacks whose multi-GPU step is the HF Trainer's through accelerate (FSDP2 wrapping of dist.py, or DDP).
 ACCELERATE_STACKS = ("hf-trainer", "peft")
 # dist.PHASES -> schema Phase: clipping is part of the optimizer phase; a checkpoint save happens between
@@ -48,6 +48,8 @@ def rank_unsupported(job: Job, placement: Placement) -> str | None:
         return f"strategy {strategy} (rank traces cover {', '.join(STRATEGIES)})"
     if placement.tp > 1 or placement.pp > 1:
         return "tensor/pipeline parallel splits"
+    if strategy == "fsdp-hybrid" and (placement.workers < 2 or placement.number_gpus % placement.workers):
+        return f"fsdp-hybrid over {placement.workers} node(s) of {placement.number_gpus} GPUs (needs >= 2 equal nodes)"
     if placement.offload != "none":
         return f"offload {placement.offload}"
     if job.framework not in ACCELERATE_STACKS:
@@ -125,7 +127,11 @@ def rank_memory(job: Job, placement: Placement, arch: Architecture, spec: dict[s
     world, strategy = placement.dp, placement.effective_strategy
     rank_spec = {**spec, "world": world, "strategy": strategy, "shape": [batch, job.tokens_per_sample],
                  "expandable_segments": expandable}
-    ranks = [0, world - 1] if strategy != "ddp" and uneven(spec, world) else [0]
+    shards = world
+    if strategy == "fsdp-hybrid":
+        rank_spec["replicas"] = placement.workers
+        shards = world // placement.workers
+    ranks = [0, shards - 1] if strategy != "ddp" and uneven(spec, shards) else [0]
     summaries = [trace_ranks({**rank_spec, "rank": r} if r else rank_spec) for r in ranks]
     gpu = get_gpu(placement.gpu_model)
     context = cuda.CONTEXT_BYTES.get(gpu.architecture, cuda.DEFAULT_CONTEXT_BYTES)
