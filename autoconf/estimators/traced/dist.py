@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import json
 import sys
 import time
@@ -87,6 +88,8 @@ class RankBytes(LiveBytes):  # type: ignore[no-untyped-call]  # torch's __init_s
     def __init__(self) -> None:
         super().__init__(events=True)
         self.step = 0
+        # stream object id -> number (0: the compute stream); FSDP's streams live as long as the model
+        self.streams: dict[int, int] = {id(torch.cpu.current_stream()): 0}
         self.event_ops: list[int] = []  # samples index at each allocation event
 
     def sample(self) -> None:
@@ -189,15 +192,25 @@ def wrap_ddp(model: torch.nn.Module) -> torch.nn.Module:
     return wrapped
 
 
-def _patch_fsdp(tracker: RankBytes) -> None:
-    """Tell the tracker about FSDP2's storage resizes; charge all-gathers and reduce-scatters."""
+# The tracker of the trace in progress: FSDP2's hooks are patched once per process (a serving worker runs
+# many traces) and report to it.
+_ACTIVE: list[RankBytes] = []
+
+
+def _patch_fsdp() -> None:
+    """Tell the active tracker about FSDP2's storage resizes; charge all-gathers and reduce-scatters."""
     from torch.distributed.fsdp._fully_shard import _fsdp_param, _fsdp_param_group
+
+    if getattr(_fsdp_param_group, "_autoconf_patched", False):
+        return
+    setattr(_fsdp_param_group, "_autoconf_patched", True)  # noqa: B010  # a flag on torch's module
 
     def resized(fn: Callable[[torch.Tensor], None]) -> Callable[[torch.Tensor], None]:
         @functools.wraps(fn)
         def call(tensor: torch.Tensor) -> None:
             fn(tensor)
-            tracker.track(tensor, WEIGHTS)
+            if _ACTIVE:
+                _ACTIVE[-1].track(tensor, WEIGHTS)
         return call
 
     for module in (_fsdp_param, _fsdp_param_group):
@@ -210,6 +223,9 @@ def _patch_fsdp(tracker: RankBytes) -> None:
     def charged(method: Callable[..., Any], category: int) -> Callable[..., Any]:
         @functools.wraps(method)
         def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if not _ACTIVE:
+                return method(self, *args, **kwargs)
+            tracker = _ACTIVE[-1]
             if category == GRADIENTS:
                 for param in self.fsdp_params:
                     unsharded = getattr(param, "_unsharded_param", None)
@@ -231,13 +247,17 @@ def _patch_fsdp(tracker: RankBytes) -> None:
     # reduce-scatter stream (``with device_handle.stream(...)`` in _fsdp_collectives.py); on a GPU the caching
     # allocator reuses a freed block only on the stream that allocated it. The CPU device handle's stream
     # context is a no-op: wrap it to tag the allocations made inside it with that stream.
-    numbers: dict[int, int] = {id(torch.cpu.current_stream()): 0}  # FSDP's streams live as long as the model
     plain = torch.cpu.stream
 
     @contextlib.contextmanager
     def tagged(stream: Any) -> Iterator[None]:
+        if not _ACTIVE:
+            with plain(stream):
+                yield
+            return
+        tracker = _ACTIVE[-1]
         before = tracker.stream
-        tracker.stream = numbers.setdefault(id(stream), len(numbers))
+        tracker.stream = tracker.streams.setdefault(id(stream), len(tracker.streams))
         try:
             with plain(stream):
                 yield
@@ -327,8 +347,9 @@ def trace_rank(spec: dict[str, Any]) -> dict[str, Any]:
     mesh = join_world(world, int(spec.get("rank", 0)), int(spec.get("replicas", 1)))
     model = meta_model(spec)
     tracker = RankBytes()
+    _ACTIVE[:] = [tracker]
     if strategy != "ddp":
-        _patch_fsdp(tracker)
+        _patch_fsdp()
         model = wrap_fsdp2(model, mesh, reshard=strategy != "fsdp-shard-grad-op", amp=DTYPES[spec["dtype"]][1])
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
     clock = {"build": time.perf_counter() - start}
@@ -355,6 +376,7 @@ def trace_rank(spec: dict[str, Any]) -> dict[str, Any]:
         clock["step2"] = time.perf_counter() - start - sum(clock.values())
         save_checkpoint(inner, opt, strategy, tracker)
         clock["save"] = time.perf_counter() - start - sum(clock.values())
+    _ACTIVE.clear()
     params = {id(p): p for p in inner.parameters()}.values()
     return {
         "samples": np.asarray(tracker.samples, dtype=np.int64),
@@ -384,12 +406,35 @@ def summarise(out: dict[str, Any], expandable: bool) -> dict[str, Any]:
             "versions": out["versions"]}
 
 
-def main(argv: list[str]) -> int:
-    """Worker entry point: SPEC.json holds one spec; prints one JSON summary line; OUT.npz gets the samples."""
-    spec = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
+def run_one(spec_path: str, out_path: str) -> dict[str, Any]:
+    """Trace SPEC.json's spec; the samples and events go to OUT.npz; the summary is returned."""
+    spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
     out = trace_rank(spec)
-    np.savez_compressed(argv[1], samples=out["samples"], events=out["events"])
-    print(json.dumps(summarise(out, bool(spec.get("expandable_segments")))))
+    np.savez_compressed(out_path, samples=out["samples"], events=out["events"])
+    return summarise(out, bool(spec.get("expandable_segments")))
+
+
+def serve() -> int:
+    """Serving worker (``--serve``): one ``SPEC.json OUT.npz`` request per stdin line, one JSON line back per
+    request (the summary, or ``{"error": ...}`` after which the worker exits). Saves the start-up (imports:
+    seconds) of every trace after the first; the caller (ranks.py) restarts it now and then."""
+    for line in sys.stdin:
+        spec_path, out_path = line.split()
+        try:
+            answer = run_one(spec_path, out_path)
+        except Exception as exc:  # noqa: BLE001  # reported to the caller, who starts a fresh worker
+            print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}), flush=True)
+            return 1
+        print(json.dumps(answer), flush=True)
+        gc.collect()
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    """Worker entry point: ``SPEC.json OUT.npz`` (prints one JSON summary line) or ``--serve``."""
+    if argv == ["--serve"]:
+        return serve()
+    print(json.dumps(run_one(argv[0], argv[1])))
     return 0
 
 

@@ -1,7 +1,9 @@
 """One GPU of a multi-GPU job from a trace of its rank (autoconf/estimators/traced/dist.py), cached on disk.
 
-No torch here: the trace runs in a subprocess (``python -m autoconf.estimators.traced.dist``) and its
-JSON summary is cached (next to the fits) by everything it depends on.
+No torch here: the trace runs in a serving subprocess (``python -m autoconf.estimators.traced.dist --serve``,
+one per process, so a crash inside a dispatch mode cannot take the caller down and only its first trace
+pays the imports) and its JSON summary and allocation events are cached (next to the fits) by everything
+they depend on.
 From the summary: allocated = the traced per-rank peak (every phase: load, first and steady step,
 clipping, checkpoint save); reserved = the peak of the trace's allocations replayed through the caching
 allocator (autoconf/estimators/traced/allocator.py) on this GPU, whose room is its memory less the CUDA
@@ -11,13 +13,16 @@ workspaces; device = reserved + CUDA context + NCCL communicators (theory/cuda.p
 
 from __future__ import annotations
 
+import atexit
 import functools
 import hashlib
 import json
 import os
+import select
 import subprocess
 import sys
 import tempfile
+import threading
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -64,8 +69,59 @@ def _key(spec: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
 
 
+class _Worker:
+    """One serving trace worker per process (``python -m autoconf.estimators.traced.dist --serve``), so only
+    the first rank trace pays the imports; restarted after an error, a timeout or ``RESTART_AFTER`` traces
+    (fake-tensor caches grow). A lock serialises callers (the API answers requests in threads)."""
+
+    RESTART_AFTER = 32
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[str] | None = None
+        self.served = 0
+        self.lock = threading.Lock()
+
+    def _start(self) -> subprocess.Popen[str]:
+        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+        # stderr is discarded (library warnings would fill a pipe); errors come back as a JSON line
+        return subprocess.Popen([sys.executable, "-m", "autoconf.estimators.traced.dist", "--serve"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                text=True, env=env)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+    def run(self, spec_path: Path, out_path: Path, timeout_s: float, name: str) -> dict[str, Any]:
+        with self.lock:
+            if self.proc is None or self.proc.poll() is not None or self.served >= self.RESTART_AFTER:
+                self.stop()
+                self.proc, self.served = self._start(), 0
+            assert self.proc.stdin is not None and self.proc.stdout is not None
+            self.proc.stdin.write(f"{spec_path} {out_path}\n")
+            self.proc.stdin.flush()
+            ready, _, _ = select.select([self.proc.stdout], [], [], timeout_s)
+            line = self.proc.stdout.readline() if ready else ""
+            self.served += 1
+            if not line:
+                self.stop()
+                raise TraceFailed(f"rank trace of {name} took more than {timeout_s:.0f} s" if not ready
+                                  else f"rank trace worker for {name} exited")
+            answer: dict[str, Any] = json.loads(line)
+            if "error" in answer:
+                self.stop()
+                raise TraceFailed(f"rank trace of {name} failed: {answer['error']}")
+            return answer
+
+
+_WORKER = _Worker()
+atexit.register(_WORKER.stop)
+
+
 def trace_ranks(spec: dict[str, Any], timeout_s: float = TRACE_TIMEOUT_S) -> dict[str, Any]:
-    """The summary of ``spec``'s rank trace: from the disk cache or a new worker run. Its allocation
+    """The summary of ``spec``'s rank trace: from the disk cache or the serving worker. Its allocation
     events are cached beside it (``events_path``)."""
     path = cache_dir() / f"rank-{_key(spec)}.json"
     events = path.with_suffix(".npz")
@@ -77,21 +133,11 @@ def trace_ranks(spec: dict[str, Any], timeout_s: float = TRACE_TIMEOUT_S) -> dic
             pass
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="autoconf-rank-") as tmp:
-        spec_path = Path(tmp) / "spec.json"
+        spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "out.npz"
         spec_path.write_text(json.dumps(spec), encoding="utf-8")
-        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-        try:
-            proc = subprocess.run(
-                [sys.executable, "-m", "autoconf.estimators.traced.dist", str(spec_path), str(Path(tmp) / "out.npz")],
-                capture_output=True, text=True, timeout=timeout_s, env=env, check=False)
-        except subprocess.TimeoutExpired as exc:
-            raise TraceFailed(f"rank trace of {spec['arch']['name']} took more than {timeout_s:.0f} s") from exc
-        if proc.returncode != 0:
-            tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-            raise TraceFailed(f"rank trace of {spec['arch']['name']} exited with {proc.returncode}: {tail}")
-        os.replace(Path(tmp) / "out.npz", events.with_suffix(f".{os.getpid()}.tmp.npz"))
+        summary = _WORKER.run(spec_path, out_path, timeout_s, spec["arch"]["name"])
+        os.replace(out_path, events.with_suffix(f".{os.getpid()}.tmp.npz"))
     os.replace(events.with_suffix(f".{os.getpid()}.tmp.npz"), events)
-    summary: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     tmp_path = path.with_suffix(f".{os.getpid()}.tmp")
     tmp_path.write_text(json.dumps(summary), encoding="utf-8")
     os.replace(tmp_path, path)
