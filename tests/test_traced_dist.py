@@ -162,3 +162,13 @@ def test_cli_estimate_on_four_gpus(capsys: pytest.CaptureFixture[str]) -> None:
                  "--no-grad-checkpoint", "--estimator", "traced", "--dp", "4", "--strategy", "fsdp"]) == 0
     out = capsys.readouterr().out
     assert "rank 0 of 4 on a fake process group" in out and "caching allocator" in out
+
+
+@pytest.mark.slow
+def test_a_job_too_large_for_the_gpu_is_out_of_memory_in_the_replay() -> None:
+    """Micro-batch 64 × 65,536 tokens of the tiny model on 4 L4s: ~26 GB of activations pass the 24 GB."""
+    job = _job("full").model_copy(update={"tokens_per_sample": 65536, "batch_size": 256})
+    mem = get_estimator("traced").estimate(job, Placement(gpu_model="NVIDIA-L4", number_gpus=4, strategy="fsdp")).memory
+    assert not mem.fits and any("runs out of memory" in n for n in mem.notes)
+    assert mem.peak_allocated_bytes is not None and mem.peak_reserved_bytes is not None
+    assert mem.peak_allocated_bytes <= mem.peak_reserved_bytes < mem.peak_bytes

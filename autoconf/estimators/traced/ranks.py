@@ -190,7 +190,10 @@ def rank_memory(job: Job, placement: Placement, arch: Architecture, spec: dict[s
     summary, sim = summaries[worst], sims[worst]
     top = max(summary["phases"], key=lambda p: p["peak"])
     allocated = float(max(s["allocated_peak"] for s in summaries))
-    reserved = float(sim.max_reserved) + workspace
+    # Out of memory: the replay stops at the allocation that fails; what the job would need is the replay
+    # without a capacity (the worker's), which is what the answer reports (fits is then false).
+    needed = max(sim.max_reserved, summary["reserved_peak"]) if sim.out_of_memory else sim.max_reserved
+    reserved = float(needed) + workspace
     device = reserved + outside
     w, g, o, a, lg = (float(v) for v in top["parts"])
     memory = MemoryEstimate(
