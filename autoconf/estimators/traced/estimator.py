@@ -8,8 +8,10 @@ step) and counts live tensor bytes op by op (autoconf/estimators/traced/step.py)
 functions of the micro-batch shape and cached on disk (autoconf/estimators/traced/fit.py), so a sweep over batch
 sizes and sequence lengths needs no new trace.
 
-A trace is one unsharded data-parallel replica at the per-GPU micro-batch. Sharding (FSDP/ZeRO),
-offload, gathered FSDP units, framework buckets and everything outside torch's tensors (CUDA context,
+A job on several GPUs with DDP or FSDP under the HF Trainer is answered from a trace of its rank on a
+fake process group (autoconf/estimators/traced/ranks.py, dist.py; allocator replay for reserved).
+Otherwise a trace is one unsharded data-parallel replica at the per-GPU micro-batch: sharding (ZeRO),
+offload, gathered units, framework buckets and everything outside torch's tensors (CUDA context,
 NCCL buffers, allocator fragmentation) come from the theory (autoconf/estimators/theory/), as does throughput.
 What cannot run on fake CPU tensors (QLoRA, 8-bit AdamW, fused cross-entropy kernels, tensor and
 pipeline parallelism) is answered by the theory with a note saying so.
@@ -32,6 +34,7 @@ from autoconf.estimators.theory.states import model_states
 from autoconf.estimators.theory.throughput import estimate_throughput
 from autoconf.estimators.traced.cache import get_fit
 from autoconf.estimators.traced.fit import PHASE_NAMES, Fit, TraceFailed, regime_of
+from autoconf.estimators.traced.ranks import PHASE_TEXT, rank_memory, rank_unsupported
 from autoconf.schema import DEFAULT_LORA_TARGETS, Estimate, EstimatorName, Job, MemoryEstimate, Placement
 
 logger = logging.getLogger(__name__)
@@ -158,6 +161,9 @@ class TracedEstimator(Estimator):
 
     def _traced_memory(self, job: Job, placement: Placement, arch: Architecture) -> MemoryEstimate:
         batch = micro_batch(job, placement)
+        why = rank_unsupported(job, placement) if placement.dp > 1 else None
+        if placement.dp > 1 and why is None:
+            return self._rank_memory(job, placement, arch, batch)
         fit = get_fit(trace_spec(job, arch), regime_of(batch), self.verify)
         scale, add = sharding(job, arch, placement)
         allocated, phase, parts = fit.peak(batch, job.tokens_per_sample, scale, add)
@@ -170,6 +176,8 @@ class TracedEstimator(Estimator):
             f"micro-batch {batch} × {job.tokens_per_sample} per GPU",
             "overhead (CUDA context, NCCL, fragmentation) and sharding from theory",
         ]
+        if why is not None:
+            notes.append(f"traced: one replica, sharded by theory; ranks are not traced for {why}")
         if job.method == "lora" and lora_targets(job, arch) != tuple(sorted(job.lora_target_modules)):
             notes.append(f"LoRA targets {', '.join(lora_targets(job, arch))} (peft's default for {arch.model_type})")
         if job.dtype.startswith("amp"):
@@ -182,6 +190,30 @@ class TracedEstimator(Estimator):
             peak_phase=phase, capacity_bytes=capacity, fits=peak <= capacity,
             oom_risk=oom_probability(peak, capacity, TRACED_REL_SIGMA), estimator="traced", notes=tuple(notes),
         )
+
+    def _rank_memory(self, job: Job, placement: Placement, arch: Architecture, batch: int) -> MemoryEstimate:
+        """The largest rank of the job's world, traced with its strategy."""
+        memory, summary = rank_memory(job, placement, arch, trace_spec(job, arch), batch)
+        peak = summary["peak"]
+        phase = PHASE_TEXT.get(peak["phase"], peak["phase"])
+        notes = [
+            f"traced: rank {summary['rank']} of {placement.dp} on a fake process group (ranks traced: "
+            f"{', '.join(map(str, summary['ranks']))}; the largest), {placement.effective_strategy} as the HF "
+            f"Trainer wraps it (torch {summary['versions']['torch']}, transformers "
+            f"{summary['versions']['transformers']}), micro-batch {batch} × {job.tokens_per_sample}; peak in "
+            f"step {peak['step']} {phase}" if peak["step"] in (1, 2) else
+            f"traced: rank {summary['rank']} of {placement.dp}, {placement.effective_strategy}; peak in the {phase}",
+            "reserved: the traced allocations replayed through a model of the CUDA caching allocator; device adds "
+            "the CUDA context, cuBLAS workspaces and NCCL buffers",
+        ]
+        if summary["replay"].out_of_memory:
+            notes.append("traced: the allocator replay runs out of memory on this GPU even after releasing its cache")
+        if job.dtype.startswith("amp"):
+            notes.append("amp traced with torch's CPU autocast op lists (CUDA autocast casts a few ops differently)")
+        if arch.approximate:
+            notes.append(f"approximate architecture: {arch.approximation_reason or arch.verification}")
+        risk = oom_probability(memory.peak_bytes, memory.capacity_bytes, TRACED_REL_SIGMA)
+        return memory.model_copy(update={"oom_risk": risk, "notes": tuple(notes)})
 
     @staticmethod
     def _throughput(job: Job, placement: Placement) -> Any:

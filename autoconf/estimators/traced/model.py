@@ -34,8 +34,8 @@ def _lora(model: nn.Module, spec: dict[str, Any]) -> nn.Module:
     return peft.get_peft_model(model, config)
 
 
-def build_model(spec: dict[str, Any], fake_mode: Any | None) -> nn.Module:
-    """The model in training mode on fake (or, without ``fake_mode``, real) CPU tensors."""
+def meta_model(spec: dict[str, Any]) -> nn.Module:
+    """The transformers model (with peft's LoRA where asked) on the meta device: no storage yet."""
     param_dtype, _ = DTYPES[spec["dtype"]]
     config = hf_config(spec["arch"], spec["attention"])
     with torch.device("meta"):
@@ -43,17 +43,28 @@ def build_model(spec: dict[str, Any], fake_mode: Any | None) -> nn.Module:
         model = transformers.AutoModelForCausalLM.from_config(config, dtype=param_dtype)  # type: ignore[no-untyped-call]
     if spec["method"] == "lora":
         model = _lora(model, spec)
+    return cast(nn.Module, model)
+
+
+def finish(model: nn.Module, spec: dict[str, Any]) -> nn.Module:
+    """Gradient checkpointing as the HF Trainer enables it, and training mode."""
+    if spec["gradient_checkpointing"]:
+        # Non-reentrant recomputation per decoder layer (HF Trainer's gradient_checkpointing=True).
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})  # type: ignore[operator]
+    model.train()
+    return model
+
+
+def build_model(spec: dict[str, Any], fake_mode: Any | None) -> nn.Module:
+    """The model in training mode on fake (or, without ``fake_mode``, real) CPU tensors."""
+    model = meta_model(spec)
     with fake_mode if fake_mode is not None else contextlib.nullcontext():
         model.to_empty(device="cpu")
         if fake_mode is None:
             _init_real(model)
     # to_empty re-creates each parameter per module: re-tie the input and output embeddings.
-    (model.get_base_model() if hasattr(model, "get_base_model") else model).tie_weights()
-    if spec["gradient_checkpointing"]:
-        # Non-reentrant recomputation per decoder layer (HF Trainer's gradient_checkpointing=True).
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-    model.train()
-    return cast(nn.Module, model)
+    (model.get_base_model() if hasattr(model, "get_base_model") else model).tie_weights()  # type: ignore[operator]
+    return finish(model, spec)
 
 
 @torch.no_grad()

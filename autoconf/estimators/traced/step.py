@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 import transformers.masking_utils
+from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
@@ -57,9 +58,14 @@ def _tensors(out: Any) -> list[torch.Tensor]:
 class LiveBytes(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's __init_subclass__ is unannotated
     """Live storage bytes per category, sampled after every dispatched op."""
 
-    def __init__(self) -> None:
+    def __init__(self, events: bool = False) -> None:
         super().__init__()  # type: ignore[no-untyped-call]  # TorchDispatchMode.__init__ is unannotated
         self.totals = [0] * len(CATEGORIES)
+        # (block, signed bytes, stream) per allocation (+) and free (−), for the caching-allocator replay
+        self.events: list[tuple[int, int, int]] | None = [] if events else None
+        self.stream = 0  # the stream new storages are allocated on (0: the compute stream)
+        self.serial = 0
+        self.skip = False  # host-side copies (checkpoint offload) are not device memory
         # id(storage) -> [nbytes, category, weakref]; the weakref's callback drops the entry at free
         self.records: dict[int, list[Any]] = {}
         self.phase, self.category = FORWARD, ACTIVATIONS
@@ -77,15 +83,28 @@ class LiveBytes(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
         self.marks[name] = len(self.samples) - 1
 
     def track(self, tensor: torch.Tensor, category: int) -> None:
+        if isinstance(tensor, DTensor):  # sharded parameters and states: the rank's local shard
+            tensor = tensor._local_tensor
         storage = tensor.untyped_storage()
         record = self.records.get(id(storage))
         if record is None:
             nbytes = storage.nbytes()
-            self.records[id(storage)] = [nbytes, category, weakref.ref(storage, partial(self._free, id(storage)))]
+            self.serial += 1
+            self.records[id(storage)] = [nbytes, category, weakref.ref(storage, partial(self._free, id(storage))),
+                                         self.serial]
             self.totals[category] += nbytes
-        elif record[0] != storage.nbytes():  # resized in place (out= variants)
+            self._event(self.serial, nbytes)
+        elif record[0] != storage.nbytes():  # resized in place (out= variants, FSDP's storage resize)
+            self._event(record[3], -record[0])
             self.totals[record[1]] += storage.nbytes() - record[0]
             record[0] = storage.nbytes()
+            self.serial += 1
+            record[3] = self.serial
+            self._event(self.serial, record[0])
+
+    def _event(self, block: int, nbytes: int) -> None:
+        if self.events is not None and nbytes:
+            self.events.append((block, nbytes, self.stream))
 
     def reclassify(self, tensor: torch.Tensor, category: int) -> None:
         record = self.records.get(id(tensor.untyped_storage()))
@@ -97,8 +116,9 @@ class LiveBytes(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
             record[1] = category
 
     def _free(self, key: int, _ref: object) -> None:
-        nbytes, category, _ = self.records.pop(key)
+        nbytes, category, _, block = self.records.pop(key)
         self.totals[category] -= nbytes
+        self._event(block, -nbytes)
 
     def _is_head_grad(self, tensor: torch.Tensor, args: tuple[Any, ...]) -> bool:
         """The lm_head weight gradient: made in the loss backward with the weight's shape, from
@@ -125,7 +145,7 @@ class LiveBytes(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
                            kwargs: dict[str, Any] | None = None) -> Any:
         out = func(*args, **(kwargs or {}))
         tensors = _tensors(out)
-        if not tensors:  # metadata queries (prim.device on fake tensors) allocate nothing
+        if not tensors or self.skip:  # metadata queries (prim.device on fake tensors) allocate nothing
             return out
         for tensor in tensors:
             self.track(tensor, GRADIENTS if self._is_head_grad(tensor, args) else self.category)

@@ -1,0 +1,264 @@
+"""One rank of an N-GPU job, traced on fake tensors: load, first step, steady step, clipping, checkpoint save.
+
+The worker: ``python -m autoconf.estimators.traced.dist SPEC.json OUT.npz``. It joins a fake process
+group of the job's world size (torch's ``FakeStore`` and ``fake`` backend: collectives return at once
+and move no data, their output buffers are allocated as on a GPU), builds the device mesh, then wraps
+the transformers model (LoRA by peft where asked) as the HF Trainer does through accelerate:
+
+FSDP2 as accelerate's ``fsdp2_prepare_model`` wraps it, or DDP (autoconf/estimators/traced/wrap.py), with
+``MixedPrecisionPolicy()`` for pure-dtype training and the autocast dtype as ``param_dtype`` and
+``reduce_dtype`` for amp-* (accelerate's ``set_mixed_precision``). With FSDP2 the Trainer keeps this
+wrapping for LoRA too: it applies peft's ``fsdp_auto_wrap_policy`` only when it delays the optimizer's
+creation, which it never does with FSDP2 (transformers 5.24 trainer.py, ``is_fsdp2``). DDP steps run
+under ``no_sync()``: the reducer's in-place bucket all-reduce and its bucket rebuild after step 1 read
+data, and skipping them frees or allocates nothing.
+
+Then, under one tracker (autoconf/estimators/traced/step.py's ``LiveBytes`` with an allocation log):
+materialisation of the rank's parameters (``to_empty``: the load phase), two training steps (forward with
+the model's loss, backward, ``clip_grad_norm_(1.0)`` as the Trainer's ``max_grad_norm``, AdamW step,
+``zero_grad``): the first creates the optimizer states, the second is steady (``short_first_step`` traces
+only step 1's clipping and AdamW step: a fifth less CPU, but the allocator then sees the states before any
+activation, not in the real order, and its reserved peak differs); and a checkpoint save as
+accelerate's FULL_STATE_DICT default for several processes (torch.distributed.checkpoint.state_dict
+``get_model_state_dict`` / ``get_optimizer_state_dict`` with ``full_state_dict``, ``cpu_offload``): each
+parameter is gathered whole on the device, copied to the host and dropped. Host copies are not counted.
+
+The trace runs as rank 0, or the spec's ``rank``. When every sharded dimension divides by the world,
+all ranks hold the same bytes. Otherwise FSDP2 pads each shard to ⌈rows/world⌉, but the last rank's
+optimizer states follow its shorter unpadded shard and its load copies the padding, so phases differ
+by rank: the estimator (ranks.py) then traces the last rank too and reports the larger.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import transformers.masking_utils
+from torch.nn.parallel import DistributedDataParallel
+from torch.overrides import TorchFunctionMode
+
+from autoconf.estimators.traced.allocator import replay
+from autoconf.estimators.traced.hf_config import DTYPES
+from autoconf.estimators.traced.model import build_optimizer, finish, meta_model
+from autoconf.estimators.traced.step import (
+    ACTIVATIONS,
+    BACKWARD,
+    FORWARD,
+    GRADIENTS,
+    LOGITS,
+    OPT_STEP,
+    OPTIMIZER,
+    WEIGHTS,
+    StepHooks,
+    _no_packed_sequences,
+)
+from autoconf.estimators.traced.wrap import ACTIVE, RankBytes, join_world, patch_fsdp, wrap_ddp, wrap_fsdp2
+
+# Phase codes of the samples: step.py's four, then these (the estimator maps them to schema phases).
+CLIP, LOAD, SAVE = 4, 5, 6
+PHASES = ("forward", "loss", "backward", "optimizer", "clip", "load", "save")
+STRATEGIES = ("ddp", "fsdp", "fsdp-shard-grad-op", "fsdp-hybrid")
+MAX_GRAD_NORM = 1.0  # transformers TrainingArguments.max_grad_norm default
+
+
+class HostCopies(TorchFunctionMode):
+    """``Tensor.to("cpu")`` in a checkpoint save is a device-to-host copy: make it, uncounted."""
+
+    def __init__(self, tracker: RankBytes) -> None:
+        super().__init__()
+        self.tracker = tracker
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
+        kwargs = kwargs or {}
+        target = kwargs.get("device", args[1] if len(args) > 1 else None)
+        if func is torch.Tensor.to and str(target) == "cpu":
+            self.tracker.skip = True
+            try:
+                return args[0].detach().clone()
+            finally:
+                self.tracker.skip = False
+        return func(*args, **kwargs)
+
+
+def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, hooks: StepHooks, shape: tuple[int, int],
+               spec: dict[str, Any], tracker: RankBytes) -> None:
+    """The HF Trainer's step: forward with the model's loss, backward, clip, optimizer step, zero_grad."""
+    batch, seq = shape
+    ids = torch.randint(0, spec["arch"]["vocab_size"], (batch, seq))
+    labels = ids.clone()
+    autocast_dtype = DTYPES[spec["dtype"]][1]
+    amp = torch.autocast("cpu", dtype=autocast_dtype) if autocast_dtype else contextlib.nullcontext()
+    hooks.tracker = tracker
+    # DDP: the reducer's bucket all-reduce (and its bucket rebuild after step 1) reads data; its buckets are
+    # allocated at construction and the all-reduce works in place, so no_sync() leaves the bytes unchanged
+    sync = model.no_sync() if isinstance(model, DistributedDataParallel) else contextlib.nullcontext()
+    with sync:
+        with amp:
+            out = model(input_ids=ids, labels=labels)
+        loss = out.loss
+        del out
+        tracker.set_phase(BACKWARD, LOGITS)
+        loss.backward()
+        del loss, ids, labels
+    update(model, opt, tracker)
+    hooks.tracker = None
+
+
+def update(model: torch.nn.Module, opt: torch.optim.Optimizer, tracker: RankBytes) -> None:
+    """Clip the gradients, step the optimizer, drop the gradients (the Trainer's ``zero_grad``)."""
+    tracker.set_phase(CLIP, OPTIMIZER)
+    torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], MAX_GRAD_NORM)
+    tracker.set_phase(OPT_STEP, OPTIMIZER)
+    opt.step()
+    tracker.sample()
+    opt.zero_grad(set_to_none=True)
+    tracker.sample()
+
+
+def first_update(model: torch.nn.Module, opt: torch.optim.Optimizer, tracker: RankBytes) -> None:
+    """Step 1's clipping and optimizer step, where AdamW creates its states, from gradients of the rank's
+    size and layout (zeros: values do not change bytes). Step 1's forward and backward are step 2's
+    without the states, so they are not traced again."""
+    tracker.enter(1, CLIP, GRADIENTS)
+    for param in model.parameters():
+        if param.requires_grad:
+            param.grad = torch.zeros_like(param)
+    update(model, opt, tracker)
+
+
+def save_checkpoint(model: torch.nn.Module, opt: torch.optim.Optimizer, strategy: str, tracker: RankBytes) -> None:
+    """accelerate's save for several processes: full state dicts offloaded to the host (FSDP2); DDP's
+    ``state_dict()`` holds references only."""
+    tracker.enter(3, SAVE, WEIGHTS)
+    with HostCopies(tracker):
+        if strategy == "ddp":
+            state = [model.state_dict(), opt.state_dict()]
+        else:
+            from torch.distributed.checkpoint.state_dict import (
+                StateDictOptions,
+                get_model_state_dict,
+                get_optimizer_state_dict,
+            )
+            options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+            state = [get_model_state_dict(model, options=options)]
+            state.append(get_optimizer_state_dict(model, opt, options=options))
+    tracker.sample()
+    del state
+    tracker.sample()
+
+
+def trace_rank(spec: dict[str, Any]) -> dict[str, Any]:
+    """Load, two steps at ``spec['shape']`` and a checkpoint save of rank 0 of ``spec['world']`` ranks."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    strategy, world = spec["strategy"], int(spec["world"])
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}; got {strategy}")
+    transformers.masking_utils.find_packed_sequence_indices = _no_packed_sequences
+    torch.manual_seed(0)
+    start = time.perf_counter()
+    mesh = join_world(world, int(spec.get("rank", 0)), int(spec.get("replicas", 1)))
+    model = meta_model(spec)
+    tracker = RankBytes()
+    ACTIVE[:] = [tracker]
+    if strategy != "ddp":
+        patch_fsdp()
+        model = wrap_fsdp2(model, mesh, reshard=strategy != "fsdp-shard-grad-op", amp=DTYPES[spec["dtype"]][1])
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+    clock = {"build": time.perf_counter() - start}
+    with fake_mode, tracker:
+        tracker.enter(0, LOAD, WEIGHTS)
+        model.to_empty(device="cpu")
+        if strategy == "ddp":
+            with tracker.charged(GRADIENTS):  # the reducer's gradient buckets
+                model = wrap_ddp(model)
+        inner: torch.nn.Module = model.module if isinstance(model, DistributedDataParallel) else model
+        finish(inner, spec)
+        tracker.sample()
+        opt = build_optimizer(inner, spec)
+        hooks = StepHooks(inner, spec["arch"]["num_layers"])
+        clock["load"] = time.perf_counter() - start - sum(clock.values())
+        if spec.get("short_first_step"):
+            first_update(inner, opt, tracker)
+        else:
+            tracker.enter(1, FORWARD, ACTIVATIONS)
+            train_step(model, opt, hooks, tuple(spec["shape"]), spec, tracker)
+        clock["step1"] = time.perf_counter() - start - sum(clock.values())
+        tracker.enter(2, FORWARD, ACTIVATIONS)
+        train_step(model, opt, hooks, tuple(spec["shape"]), spec, tracker)
+        clock["step2"] = time.perf_counter() - start - sum(clock.values())
+        save_checkpoint(inner, opt, strategy, tracker)
+        clock["save"] = time.perf_counter() - start - sum(clock.values())
+    ACTIVE.clear()
+    params = {id(p): p for p in inner.parameters()}.values()
+    return {
+        "samples": np.asarray(tracker.samples, dtype=np.int64),
+        "events": np.asarray(tracker.events, dtype=np.int64).reshape(-1, 3),
+        "event_ops": np.asarray(tracker.event_ops, dtype=np.int64),
+        "total_params": sum(p.numel() for p in params),
+        "seconds": time.perf_counter() - start, "num_ops": tracker.num_ops,
+        "stage_seconds": {k: round(v, 3) for k, v in clock.items()},
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+    }
+
+
+def summarise(out: dict[str, Any], expandable: bool) -> dict[str, Any]:
+    """Peak per (step, phase) with its breakdown, and the allocator replay's reserved peak."""
+    samples = out["samples"][1:]  # the first sample precedes the load
+    totals = samples[:, :5].sum(axis=1)
+    phases = []
+    for step, phase in sorted({(int(s), int(p)) for p, s in samples[:, 5:7]}):
+        rows = np.flatnonzero((samples[:, 5] == phase) & (samples[:, 6] == step))
+        i = rows[int(np.argmax(totals[rows]))]
+        phases.append({"step": step, "phase": PHASES[phase], "peak": int(totals[i]),
+                       "parts": [int(v) for v in samples[i, :5]]})
+    sim = replay([(int(b), int(n), int(st)) for b, n, st in out["events"]], expandable=expandable)
+    return {"phases": phases, "allocated_peak": int(totals.max()), "replayed_allocated_peak": sim.max_allocated,
+            "reserved_peak": sim.max_reserved, "segments": sim.num_segments, "total_params": out["total_params"],
+            "seconds": round(out["seconds"], 3), "stage_seconds": out["stage_seconds"], "num_ops": out["num_ops"],
+            "versions": out["versions"]}
+
+
+def run_one(spec_path: str, out_path: str) -> dict[str, Any]:
+    """Trace SPEC.json's spec; the samples and events go to OUT.npz; the summary is returned."""
+    spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
+    out = trace_rank(spec)
+    np.savez_compressed(out_path, samples=out["samples"], events=out["events"])
+    return summarise(out, bool(spec.get("expandable_segments")))
+
+
+def serve() -> int:
+    """Serving worker (``--serve``): one ``SPEC.json OUT.npz`` request per stdin line, one JSON line back per
+    request (the summary, or ``{"error": ...}`` after which the worker exits). Saves the start-up (imports:
+    seconds) of every trace after the first; the caller (ranks.py) restarts it now and then."""
+    for line in sys.stdin:
+        spec_path, out_path = line.split()
+        try:
+            answer = run_one(spec_path, out_path)
+        except Exception as exc:  # noqa: BLE001  # reported to the caller, who starts a fresh worker
+            print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}), flush=True)
+            return 1
+        print(json.dumps(answer), flush=True)
+        gc.collect()
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    """Worker entry point: ``SPEC.json OUT.npz`` (prints one JSON summary line) or ``--serve``."""
+    if argv == ["--serve"]:
+        return serve()
+    print(json.dumps(run_one(argv[0], argv[1])))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

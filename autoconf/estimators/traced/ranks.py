@@ -1,0 +1,204 @@
+"""One GPU of a multi-GPU job from a trace of its rank (autoconf/estimators/traced/dist.py), cached on disk.
+
+No torch here: the trace runs in a serving subprocess (``python -m autoconf.estimators.traced.dist --serve``,
+one per process, so a crash inside a dispatch mode cannot take the caller down and only its first trace
+pays the imports) and its JSON summary and allocation events are cached (next to the fits) by everything
+they depend on.
+From the summary: allocated = the traced per-rank peak (every phase: load, first and steady step,
+clipping, checkpoint save); reserved = the peak of the trace's allocations replayed through the caching
+allocator (autoconf/estimators/traced/allocator.py) on this GPU, whose room is its memory less the CUDA
+context, NCCL and the cuBLAS workspaces (so a cache release and retry happen where they would), plus the
+workspaces; device = reserved + CUDA context + NCCL communicators (theory/cuda.py's constants).
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import hashlib
+import json
+import os
+import select
+import subprocess
+import sys
+import tempfile
+import threading
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from autoconf.catalog import Architecture, get_gpu
+from autoconf.estimators.theory import cuda
+from autoconf.estimators.theory.frameworks import resolve
+from autoconf.estimators.traced.allocator import Replay, replay
+from autoconf.estimators.traced.cache import cache_dir
+from autoconf.estimators.traced.fit import TRACE_TIMEOUT_S, TraceFailed
+from autoconf.schema import Job, MemoryEstimate, Phase, Placement
+
+RANK_VERSION = 2  # part of the cache key: bump when the rank trace changes meaning
+STRATEGIES = ("ddp", "fsdp", "fsdp-shard-grad-op", "fsdp-hybrid")  # dist.STRATEGIES (that module imports torch)
+# Stacks whose multi-GPU step is the HF Trainer's through accelerate (FSDP2 wrapping of dist.py, or DDP).
+ACCELERATE_STACKS = ("hf-trainer", "peft")
+# dist.PHASES -> schema Phase: clipping is part of the optimizer phase; a checkpoint save happens between
+# steps with the states live, theory's "static" phase.
+PHASE: dict[str, Phase] = {"forward": "forward", "loss": "loss", "backward": "backward", "optimizer": "optimizer",
+         "clip": "optimizer", "load": "load", "save": "static"}
+PHASE_TEXT = {"clip": "gradient clipping", "save": "checkpoint save (full state dict)", "load": "model load"}
+
+
+def rank_unsupported(job: Job, placement: Placement) -> str | None:
+    """Why this job's ranks cannot be traced one by one (None: they can)."""
+    strategy = placement.effective_strategy
+    if strategy not in STRATEGIES:
+        return f"strategy {strategy} (rank traces cover {', '.join(STRATEGIES)})"
+    if placement.tp > 1 or placement.pp > 1:
+        return "tensor/pipeline parallel splits"
+    if strategy == "fsdp-hybrid" and (placement.workers < 2 or placement.number_gpus % placement.workers):
+        return f"fsdp-hybrid over {placement.workers} node(s) of {placement.number_gpus} GPUs (needs >= 2 equal nodes)"
+    if placement.offload != "none":
+        return f"offload {placement.offload}"
+    if job.framework not in ACCELERATE_STACKS:
+        return f"{job.framework} wraps its model its own way (rank traces follow {', '.join(ACCELERATE_STACKS)})"
+    return None
+
+
+def _key(spec: dict[str, Any]) -> str:
+    structure = {**spec, "arch": {k: v for k, v in spec["arch"].items() if k != "name"}}
+    versions = {pkg: metadata.version(pkg) for pkg in ("torch", "transformers", "peft")}
+    payload = {"spec": structure, "version": RANK_VERSION, "versions": versions}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
+
+
+class _Worker:
+    """One serving trace worker per process (``python -m autoconf.estimators.traced.dist --serve``), so only
+    the first rank trace pays the imports; restarted after an error, a timeout or ``RESTART_AFTER`` traces
+    (fake-tensor caches grow). A lock serialises callers (the API answers requests in threads)."""
+
+    RESTART_AFTER = 32
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[str] | None = None
+        self.served = 0
+        self.lock = threading.Lock()
+
+    def _start(self) -> subprocess.Popen[str]:
+        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+        # stderr is discarded (library warnings would fill a pipe); errors come back as a JSON line
+        return subprocess.Popen([sys.executable, "-m", "autoconf.estimators.traced.dist", "--serve"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                text=True, env=env)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+    def run(self, spec_path: Path, out_path: Path, timeout_s: float, name: str) -> dict[str, Any]:
+        with self.lock:
+            if self.proc is None or self.proc.poll() is not None or self.served >= self.RESTART_AFTER:
+                self.stop()
+                self.proc, self.served = self._start(), 0
+            assert self.proc.stdin is not None and self.proc.stdout is not None
+            self.proc.stdin.write(f"{spec_path} {out_path}\n")
+            self.proc.stdin.flush()
+            ready, _, _ = select.select([self.proc.stdout], [], [], timeout_s)
+            line = self.proc.stdout.readline() if ready else ""
+            self.served += 1
+            if not line:
+                self.stop()
+                raise TraceFailed(f"rank trace of {name} took more than {timeout_s:.0f} s" if not ready
+                                  else f"rank trace worker for {name} exited")
+            answer: dict[str, Any] = json.loads(line)
+            if "error" in answer:
+                self.stop()
+                raise TraceFailed(f"rank trace of {name} failed: {answer['error']}")
+            return answer
+
+
+_WORKER = _Worker()
+atexit.register(_WORKER.stop)
+
+
+def trace_ranks(spec: dict[str, Any], timeout_s: float = TRACE_TIMEOUT_S) -> dict[str, Any]:
+    """The summary of ``spec``'s rank trace: from the disk cache or the serving worker. Its allocation
+    events are cached beside it (``events_path``)."""
+    path = cache_dir() / f"rank-{_key(spec)}.json"
+    events = path.with_suffix(".npz")
+    if path.is_file() and events.is_file():
+        try:
+            found: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+            return {**found, "events_path": str(events)}
+        except (OSError, ValueError):
+            pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="autoconf-rank-") as tmp:
+        spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "out.npz"
+        spec_path.write_text(json.dumps(spec), encoding="utf-8")
+        summary = _WORKER.run(spec_path, out_path, timeout_s, spec["arch"]["name"])
+        os.replace(out_path, events.with_suffix(f".{os.getpid()}.tmp.npz"))
+    os.replace(events.with_suffix(f".{os.getpid()}.tmp.npz"), events)
+    tmp_path = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp_path.write_text(json.dumps(summary), encoding="utf-8")
+    os.replace(tmp_path, path)
+    return {**summary, "events_path": str(events)}
+
+
+@functools.lru_cache(maxsize=64)
+def reserved_peak(events_path: str, capacity: int, expandable: bool) -> Replay:
+    """The allocator replay of a cached rank trace on a GPU whose allocator may reserve ``capacity`` bytes."""
+    import numpy as np
+
+    with np.load(events_path) as data:
+        pairs = data["events"].tolist()
+    return replay([(int(k), int(n), int(st)) for k, n, st in pairs], capacity=capacity, expandable=expandable)
+
+
+def uneven(spec: dict[str, Any], world: int) -> bool:
+    """Some sharded dimension-0 does not divide by ``world``: the last rank's shards are shorter (FSDP2 pads
+    them, but the optimizer states follow the unpadded shard and the padding is copied at load)."""
+    arch = spec["arch"]
+    rows = [arch["hidden_size"], arch["intermediate_size"], arch["vocab_size"], arch["num_heads"] * arch["head_dim"],
+            arch["num_kv_heads"] * arch["head_dim"]]
+    if spec["method"] == "lora":
+        rows.append(spec["lora_r"])
+    return any(r % world for r in rows if r)
+
+
+def rank_memory(job: Job, placement: Placement, arch: Architecture, spec: dict[str, Any],
+                batch: int) -> tuple[MemoryEstimate, dict[str, Any]]:
+    """Per-GPU memory of ``job`` from its rank traces (``spec``: the replica's trace spec): rank 0 and, when
+    the shards are uneven, the last rank; the largest of them."""
+    expandable = resolve(job).expandable_segments
+    world, strategy = placement.dp, placement.effective_strategy
+    rank_spec = {**spec, "world": world, "strategy": strategy, "shape": [batch, job.tokens_per_sample],
+                 "expandable_segments": expandable}
+    shards = world
+    if strategy == "fsdp-hybrid":
+        rank_spec["replicas"] = placement.workers
+        shards = world // placement.workers
+    ranks = [0, shards - 1] if strategy != "ddp" and uneven(spec, shards) else [0]
+    summaries = [trace_ranks({**rank_spec, "rank": r} if r else rank_spec) for r in ranks]
+    gpu = get_gpu(placement.gpu_model)
+    context = cuda.CONTEXT_BYTES.get(gpu.architecture, cuda.DEFAULT_CONTEXT_BYTES)
+    outside = context + cuda.communicators(placement, job) * cuda.NCCL_COMMUNICATOR_BYTES
+    workspace = cuda.workspace_bytes(gpu)
+    # what the caching allocator may reserve for tensors: the GPU less what lives outside it and the workspaces
+    room = int(max(0.0, gpu.memory_bytes - outside - workspace))
+    sims = [reserved_peak(s["events_path"], room, expandable) for s in summaries]
+    worst = max(range(len(ranks)), key=lambda i: (sims[i].max_reserved, summaries[i]["allocated_peak"]))
+    summary, sim = summaries[worst], sims[worst]
+    top = max(summary["phases"], key=lambda p: p["peak"])
+    allocated = float(max(s["allocated_peak"] for s in summaries))
+    # Out of memory: the replay stops at the allocation that fails; what the job would need is the replay
+    # without a capacity (the worker's), which is what the answer reports (fits is then false).
+    needed = max(sim.max_reserved, summary["reserved_peak"]) if sim.out_of_memory else sim.max_reserved
+    reserved = float(needed) + workspace
+    device = reserved + outside
+    w, g, o, a, lg = (float(v) for v in top["parts"])
+    memory = MemoryEstimate(
+        weights_bytes=w, gradients_bytes=g, optimizer_bytes=o, activations_bytes=a, logits_bytes=lg,
+        overhead_bytes=device - allocated, peak_bytes=device, peak_allocated_bytes=allocated,
+        peak_reserved_bytes=reserved, peak_phase=PHASE[top["phase"]],
+        capacity_bytes=gpu.memory_bytes, fits=device <= gpu.memory_bytes, oom_risk=0.0, estimator="traced")
+    return memory, {**summary, "peak": top, "replay": sim, "ranks": ranks, "rank": ranks[worst]}
