@@ -58,13 +58,20 @@ def stats(results: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     return table
 
 
-def fallback_models(frame: pd.DataFrame) -> set[str]:
-    """Models whose traced estimate is theory's (the tracer refused them or failed; its note says why)."""
-    answers = estimate_rows("traced", scorable(frame, statuses=("ok", "oom")))
+def fallback_rows(frame: pd.DataFrame) -> tuple[pd.Index, dict[str, int]]:
+    """Rows whose traced estimate is theory's (the tracer refused or failed; its note says why), and the
+    count per reason (the settings the tracer cannot run)."""
     rows = scorable(frame, statuses=("ok", "oom"))
-    return {model for model, answer in zip(rows.model_name, answers, strict=True)
-            if not isinstance(answer, str) and any(n.startswith("traced:") and n.endswith("theory estimate")
-                                                   for n in answer.memory.notes)}
+    picked, why = [], {}
+    for index, answer in zip(rows.index, estimate_rows("traced", rows), strict=True):
+        notes = [] if isinstance(answer, str) else [n for n in answer.memory.notes
+                                                    if n.startswith("traced:") and n.endswith("theory estimate")]
+        if notes:
+            picked.append(index)
+            reason = notes[0].removeprefix("traced: ").removesuffix("; theory estimate")[:140]
+            key = f"{rows.at[index, 'model_name']} {rows.at[index, 'method']}: {reason}"
+            why[key] = why.get(key, 0) + 1
+    return pd.Index(picked), why
 
 
 def gate_lines(name: str, check: pd.DataFrame) -> list[str]:
@@ -92,12 +99,15 @@ def report(frame: pd.DataFrame, names: list[str]) -> str:
     for name in names:
         start = time.perf_counter()
         scored, tokens = score_memory(name, frame), score_throughput(name, frame)
-        if name == "traced":  # models the tracer cannot trace get theory's answer: scored apart, never as traced
-            fell_back = fallback_models(frame)
-            for part in (scored, tokens):
-                part.loc[part.model_name.isin(fell_back), "estimator"] = "traced→theory"
-            if fell_back:
-                gates.append(f"- traced fell back to theory (could not trace) on: {', '.join(sorted(fell_back))}")
+        if name == "traced":  # rows the tracer cannot trace get theory's answer: scored apart, never as traced
+            fell_back, why = fallback_rows(frame)
+            apart = frame.loc[fell_back]
+            kept = frame.drop(index=fell_back)
+            scored = pd.concat([score_memory(name, kept),
+                                score_memory(name, apart).assign(estimator="traced→theory")], ignore_index=True)
+            tokens = pd.concat([score_throughput(name, kept),
+                                score_throughput(name, apart).assign(estimator="traced→theory")], ignore_index=True)
+            gates += [f"- traced fell back to theory on {count} rows: {reason}" for reason, count in why.items()]
         memory.append(scored)
         speed.append(tokens)
         gates += gate_lines(name, oom_check(name, frame))
