@@ -1,6 +1,6 @@
 """Score theory, hybrid and traced on our own H100 rows (data/probe/), which nothing was fitted on.
 
-    python bench/probe_accuracy.py [--rows data/probe/h100-lease-v1.csv] [--estimators theory,hybrid,traced] [--write]
+    python bench/probe_accuracy.py [--rows data/probe/*.csv] [--estimators theory,hybrid,traced] [--write]
 
 Each ok row is compared in each metric it measured (torch allocated / reserved, the NVML device peak) with the
 estimate's peak of the same kind (``autoconf.evaluation.accuracy.PREDICTED_FOR_METRIC``), and in tokens/s. The
@@ -37,16 +37,16 @@ from autoconf.evaluation.accuracy import (  # noqa: E402
 from autoconf.evaluation.data import load_measurements  # noqa: E402
 from bench._report import update_section  # noqa: E402
 
-ROWS = Path(__file__).resolve().parents[1] / "data" / "probe" / "h100-lease-v1.csv"
+ROWS = sorted((Path(__file__).resolve().parents[1] / "data" / "probe").glob("*.csv"))
 LABELS = {"torch_allocated": "allocated", "torch_reserved": "reserved", "nvidia_smi": "device (NVML)",
           "tokens_per_second": "tokens/s"}
-INPUTS = ("model_name", "method", "tokens_per_sample", "per_device_batch_size", "gradient_checkpointing", "attention",
+INPUTS = ("model_name", "method", "optimizer", "tokens_per_sample", "per_device_batch_size", "gradient_checkpointing", "attention",
           "loss_kernel")
 
 
-def load(path: Path) -> pd.DataFrame:
-    """The probe table through the measurements loader (its column types), scored = 1 for every row."""
-    frame = load_measurements(path)
+def load(paths: list[Path]) -> pd.DataFrame:
+    """The probe tables through the measurements loader (its column types), scored = 1 for every row."""
+    frame = pd.concat([load_measurements(p) for p in paths], ignore_index=True)
     return frame.assign(scored=1, notes=frame["notes"].fillna("").astype(str),
                         loss_kernel=frame["loss_kernel"].fillna("").astype(str))
 
@@ -92,7 +92,7 @@ def gate_lines(name: str, check: pd.DataFrame) -> list[str]:
 
 def report(frame: pd.DataFrame, names: list[str]) -> str:
     ok, oom = int((frame.status == "ok").sum()), int((frame.status == "oom").sum())
-    parts = [f"Our own rows: `data/probe/h100-lease-v1.csv` ({ok} ok, {oom} oom; one H100 80GB HBM3, "
+    parts = [f"Our own rows: `data/probe/h100-lease-v1.csv` and `-v2.csv` ({ok} ok, {oom} oom; H100 80GB HBM3, "
              "data/probe/SOURCE.md). **No estimator was fitted on them** (held out by construction). "
              "Regenerate: `python bench/probe_accuracy.py --write`.", ""]
     memory, speed, gates = [], [], []
@@ -130,7 +130,7 @@ def report(frame: pd.DataFrame, names: list[str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=Path, default=ROWS)
+    parser.add_argument("--rows", type=Path, nargs="+", default=ROWS)
     parser.add_argument("--estimators", default="theory,hybrid,traced")
     parser.add_argument("--write", action="store_true", help="write section probe-h100 of docs/accuracy.md")
     args = parser.parse_args(argv)
