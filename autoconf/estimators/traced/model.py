@@ -40,7 +40,11 @@ def meta_model(spec: dict[str, Any]) -> nn.Module:
     config = hf_config(spec["arch"], spec["attention"])
     with torch.device("meta"):
         # transformers' from_config has no annotations
-        model = transformers.AutoModelForCausalLM.from_config(config, dtype=param_dtype)  # type: ignore[no-untyped-call]
+        try:
+            model = transformers.AutoModelForCausalLM.from_config(config, dtype=param_dtype)  # type: ignore[no-untyped-call]
+        except ValueError:  # a vision-language config has no *ForCausalLM: its image-text-to-text model, on text
+            model = transformers.AutoModelForImageTextToText.from_config(  # type: ignore[no-untyped-call]
+                config, dtype=param_dtype)
     if spec["method"] == "lora":
         model = _lora(model, spec)
     return cast(nn.Module, model)

@@ -1,0 +1,22 @@
+"""The traced estimator builds a vision-language model (no *ForCausalLM) and trains it on text alone."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from autoconf.catalog import get_architecture  # noqa: E402
+from autoconf.estimators.traced.estimator import trace_spec  # noqa: E402
+from autoconf.estimators.traced.model import meta_model  # noqa: E402
+from autoconf.schema import Job  # noqa: E402
+
+
+@pytest.mark.parametrize("model", ["qwen2-vl-2b"])
+def test_vlm_builds_with_the_catalogue_parameter_count(model: str) -> None:
+    arch = get_architecture(model)
+    built = meta_model(trace_spec(Job(model=model, attention="sdpa"), arch))
+    # the catalogue's exact count (autoconf/catalog: from the released config.json's shapes)
+    assert sum(p.numel() for p in built.parameters()) == arch.total_params
+    assert built.get_output_embeddings() is not None
