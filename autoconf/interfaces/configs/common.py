@@ -10,7 +10,7 @@ line naming the key and the format (``ConfigKeyError``, exit code 2 on the CLI).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,6 +102,13 @@ def take(rest: dict[str, Any], *keys: str) -> tuple[str, Any]:
         if key in rest:
             return key, rest.pop(key)
     return "", None
+
+
+def read(found: FromFile, rest: dict[str, Any], field: str, convert: Callable[[FromFile, str, Any], Any],
+         *keys: str) -> None:
+    """Take the first of ``keys`` from ``rest``, convert its value and put it as ``field`` (named by that key)."""
+    key, value = take(rest, *keys)
+    found.put(field, convert(found, key, value), key)
 
 
 def as_int(found: FromFile, key: str, value: object, low: int = 1) -> int | None:

@@ -19,6 +19,7 @@ from autoconf.interfaces.configs.common import (
     as_int,
     as_names,
     catalogue_name,
+    read,
     set_optimizer,
     take,
 )
@@ -58,10 +59,8 @@ def read_training_args(found: FromFile, rest: dict[str, Any], micro_default: int
         found.put("micro_batch", as_int(found, key, value), key)
     elif micro_default is not None:
         found.put("micro_batch", micro_default, f"{found.format} default")
-    key, value = take(rest, "gradient_accumulation_steps")
-    found.put("grad_accum", as_int(found, key, value), key)
-    key, value = take(rest, "gradient_checkpointing")
-    found.put("gradient_checkpointing", as_bool(found, key, value), key)
+    read(found, rest, "grad_accum", as_int, "gradient_accumulation_steps")
+    read(found, rest, "gradient_checkpointing", as_bool, "gradient_checkpointing")
     take(rest, "gradient_checkpointing_kwargs")
     key, value = take(rest, "optim")
     set_optimizer(found, key, value)
@@ -111,23 +110,17 @@ def read_trl(found: FromFile, data: dict[str, Any]) -> None:
     elif use_peft is False:
         found.put("method", "full", "use_peft")
     read_lora(found, rest, ("lora_r",), ("lora_target_modules",))
-    key, value = take(rest, "use_bnb_nested_quant")
-    found.put("double_quant", as_bool(found, key, value), key)
-    key, value = take(rest, "packing")
-    found.put("packing", as_bool(found, key, value), key)
+    read(found, rest, "double_quant", as_bool, "use_bnb_nested_quant")
+    read(found, rest, "packing", as_bool, "packing")
     read_training_args(found, rest)
     found.unused += [k for k, v in rest.items() if v not in (None, "", [], {})]
 
 
 def read_lora(found: FromFile, rest: dict[str, Any], ranks: tuple[str, ...], targets: tuple[str, ...]) -> None:
-    key, value = take(rest, *ranks)
-    found.put("lora_r", as_int(found, key, value), key)
-    key, value = take(rest, "lora_alpha")
-    found.put("lora_alpha", as_float(found, key, value), key)
-    key, value = take(rest, "lora_dropout")
-    found.put("lora_dropout", as_float(found, key, value), key)
-    key, value = take(rest, *targets)
-    found.put("lora_target_modules", as_names(found, key, value), key)
+    read(found, rest, "lora_r", as_int, *ranks)
+    read(found, rest, "lora_alpha", as_float, "lora_alpha")
+    read(found, rest, "lora_dropout", as_float, "lora_dropout")
+    read(found, rest, "lora_target_modules", as_names, *targets)
 
 
 def read_fms(found: FromFile, data: dict[str, Any]) -> None:
@@ -135,8 +128,7 @@ def read_fms(found: FromFile, data: dict[str, Any]) -> None:
     rest = dict(data)
     key, model = take(rest, "model_name_or_path")
     found.put("model", catalogue_name(str(model)) if model else None, key)
-    key, value = take(rest, "max_seq_length")
-    found.put("seq_len", as_int(found, key, value), key)
+    read(found, rest, "seq_len", as_int, "max_seq_length")
     key, value = take(rest, "torch_dtype")
     weights = weights_dtype(found, key, value) if key else "bf16"
     found.put("dtype", precision(weights, as_bool(found, "bf16", take(rest, "bf16")[1]),
@@ -155,8 +147,7 @@ def read_fms(found: FromFile, data: dict[str, Any]) -> None:
         method = "qlora"
     found.put("method", method, "quantized_lora_config" if method == "qlora" else key or "fms-hf-tuning default")
     read_lora(found, rest, ("r", "lora_r"), ("target_modules", "lora_target_modules"))
-    key, value = take(rest, "packing")
-    found.put("packing", as_bool(found, key, value), key)
+    read(found, rest, "packing", as_bool, "packing")
     kernels = take(rest, "fused_ops_and_kernels")[1]
     if kernels:
         found.put("loss_kernel", "fused-ce", "fused_ops_and_kernels")

@@ -19,6 +19,7 @@ from autoconf.interfaces.configs.common import (
     as_bool,
     as_int,
     catalogue_name,
+    read,
     set_optimizer,
     take,
 )
@@ -38,12 +39,9 @@ def read_axolotl(found: FromFile, data: dict[str, Any]) -> None:
     rest = dict(data)
     key, model = take(rest, "base_model")
     found.put("model", catalogue_name(str(model)) if model else None, key)
-    key, value = take(rest, "sequence_len")
-    found.put("seq_len", as_int(found, key, value), key)
-    key, value = take(rest, "micro_batch_size")
-    found.put("micro_batch", as_int(found, key, value), key)
-    key, value = take(rest, "gradient_accumulation_steps")
-    found.put("grad_accum", as_int(found, key, value), key)
+    read(found, rest, "seq_len", as_int, "sequence_len")
+    read(found, rest, "micro_batch", as_int, "micro_batch_size")
+    read(found, rest, "grad_accum", as_int, "gradient_accumulation_steps")
     adapter = take(rest, "adapter")[1]
     four = as_bool(found, "load_in_4bit", take(rest, "load_in_4bit")[1])
     eight = as_bool(found, "load_in_8bit", take(rest, "load_in_8bit")[1])
@@ -67,8 +65,7 @@ def read_axolotl(found: FromFile, data: dict[str, Any]) -> None:
         found.put("activation_offloading", True, key)
         value = True
     found.put("gradient_checkpointing", as_bool(found, key, value), key)
-    key, value = take(rest, "activation_offloading")
-    found.put("activation_offloading", as_bool(found, key, value), key)
+    read(found, rest, "activation_offloading", as_bool, "activation_offloading")
     flash = as_bool(found, "flash_attention", take(rest, "flash_attention")[1])
     sdp = as_bool(found, "sdp_attention", take(rest, "sdp_attention")[1])
     xformers = as_bool(found, "xformers_attention", take(rest, "xformers_attention")[1])
@@ -77,14 +74,12 @@ def read_axolotl(found: FromFile, data: dict[str, Any]) -> None:
               if attention else "axolotl default (the model's SDPA)")
     key, value = take(rest, "optimizer")
     set_optimizer(found, key, value)
-    key, value = take(rest, "sample_packing")
-    found.put("packing", as_bool(found, key, value), key)
+    read(found, rest, "packing", as_bool, "sample_packing")
     liger = take(rest, "liger_fused_linear_cross_entropy")[1]
     cce = take(rest, "cut_cross_entropy")[1]
     if as_bool(found, "liger_fused_linear_cross_entropy", liger) or as_bool(found, "cut_cross_entropy", cce):
         found.put("fused_loss", True, "liger_fused_linear_cross_entropy" if liger else "cut_cross_entropy")
-    key, value = take(rest, "torch_compile")
-    found.put("torch_compile", as_bool(found, key, value), key)
+    read(found, rest, "torch_compile", as_bool, "torch_compile")
     for name, knob in (("tensor_parallel_size", "tp"), ("sequence_parallel_degree", "sequence_parallel"),
                        ("context_parallel_size", "sequence_parallel")):
         key, value = take(rest, name)
@@ -133,16 +128,13 @@ def read_llama_factory(found: FromFile, data: dict[str, Any]) -> None:
     key, value = take(rest, "flash_attn")
     attention = {"fa2": "flash", "sdpa": "sdpa", "disabled": "eager", "auto": "sdpa"}.get(str(value or "auto").lower())
     found.put("attention", attention, key or "llama-factory default (auto: SDPA)")
-    key, value = take(rest, "enable_liger_kernel")
-    found.put("fused_loss", as_bool(found, key, value), key)
+    read(found, rest, "fused_loss", as_bool, "enable_liger_kernel")
     for name in ("packing", "neat_packing"):
         key, value = take(rest, name)
         if as_bool(found, key, value):
             found.put("packing", True, key)
-    key, value = take(rest, "use_dora")
-    found.put("dora", as_bool(found, key, value), key)
-    key, value = take(rest, "sequence_parallel_size")
-    found.put("sequence_parallel", as_int(found, key, value), key)
+    read(found, rest, "dora", as_bool, "use_dora")
+    read(found, rest, "sequence_parallel", as_int, "sequence_parallel_size")
     read_training_args(found, rest)
     _left(found, rest)
 

@@ -11,7 +11,7 @@ import re
 import shlex
 from typing import Any
 
-from autoconf.interfaces.configs.common import ConfigKeyError, FromFile, as_int, catalogue_name, take
+from autoconf.interfaces.configs.common import ConfigKeyError, FromFile, as_int, catalogue_name, read, take
 from autoconf.interfaces.configs.hf import read_lora, read_training_args, weights_dtype
 from autoconf.interfaces.configs.launch import read_deepspeed_ref
 
@@ -61,8 +61,7 @@ def read_swift(found: FromFile, text: str) -> None:
     rest = dict(args)
     key, model = take(rest, "model", "model_id_or_path", "model_type")
     found.put("model", catalogue_name(str(model)) if model else None, key)
-    key, value = take(rest, "max_length")
-    found.put("seq_len", as_int(found, key, value), key)
+    read(found, rest, "seq_len", as_int, "max_length")
     key, kind = take(rest, "train_type", "tuner_type", "sft_type")
     kind = str(kind or "lora").lower()  # ms-swift's default train_type
     bits = as_int(found, "quant_bits", take(rest, "quant_bits", "quantization_bit")[1])

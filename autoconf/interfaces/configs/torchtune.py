@@ -15,6 +15,7 @@ from autoconf.interfaces.configs.common import (
     as_float,
     as_int,
     catalogue_name,
+    read,
     set_optimizer,
     take,
 )
@@ -71,10 +72,8 @@ def read_torchtune(found: FromFile, data: dict[str, Any]) -> None:
     dataset = rest.get("dataset")
     if isinstance(dataset, dict) and dataset.get("packed") is not None:
         found.put("packing", as_bool(found, "dataset.packed", dataset["packed"]), "dataset.packed")
-    key, value = take(rest, "batch_size")
-    found.put("micro_batch", as_int(found, key, value), key)
-    key, value = take(rest, "gradient_accumulation_steps")
-    found.put("grad_accum", as_int(found, key, value), key)
+    read(found, rest, "micro_batch", as_int, "batch_size")
+    read(found, rest, "grad_accum", as_int, "gradient_accumulation_steps")
     key, value = take(rest, "dtype")
     if key:
         dtype = {"bf16": "bf16", "fp32": "fp32", "fp16": "fp16"}.get(str(value).lower())
