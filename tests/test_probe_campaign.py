@@ -119,3 +119,39 @@ def test_campaign_budget_stops_starting_points(tmp_path: Path) -> None:
 def test_campaign_budget_must_be_positive(tmp_path: Path, budget: str) -> None:
     done, _ = _measure(tmp_path, "--budget-s", budget)
     assert done.returncode == 2 and "budget_s" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+class _StubNvml:
+    """Just enough of pynvml for NvmlPeak (a unit test of our sampler: NVML needs a GPU)."""
+
+    def __init__(self) -> None:
+        self.used, self.closed = 1000 * 2**20, False
+
+    def nvmlInit(self) -> None: ...  # noqa: N802 (pynvml's names)
+
+    def nvmlShutdown(self) -> None:  # noqa: N802
+        self.closed = True
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:  # noqa: N802
+        return index
+
+    def nvmlDeviceGetMemoryInfo(self, handle: int) -> object:  # noqa: N802
+        return type("Info", (), {"used": self.used})()
+
+
+def test_nvml_peak_is_the_peak_above_the_first_reading() -> None:
+    import time
+
+    from autoconf.interfaces.probe.nvml import NvmlPeak
+
+    nvml = _StubNvml()
+    with NvmlPeak(nvml, "0") as meter:
+        nvml.used = 5000 * 2**20  # the job's peak
+        time.sleep(0.05)
+        nvml.used = 3000 * 2**20
+        time.sleep(0.05)
+        assert meter.reading() == (4000 * 2**20, "")
+        meter.reset()  # the peak restarts at what is in use now
+        time.sleep(0.05)
+        assert meter.reading() == (2000 * 2**20, "")
+    assert nvml.closed

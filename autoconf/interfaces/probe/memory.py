@@ -97,6 +97,9 @@ class NvidiaSmiPeak:
     one call takes with the driver loaded. None without nvidia-smi.
     """
 
+    source = "nvidia-smi"  # named in the reasons a reading is missing
+    poll_s = POLL_S
+
     def __init__(self, device_id: str | None) -> None:
         self.device_id = device_id
         self._first_mib: int | None = None
@@ -106,16 +109,22 @@ class NvidiaSmiPeak:
         self._thread: threading.Thread | None = None
 
     def __enter__(self) -> NvidiaSmiPeak:
-        if self.device_id is None or shutil.which("nvidia-smi") is None:
+        if not self._available():
             return self
         self._sample()  # the idle reading, before this process creates its CUDA context
         self._thread = threading.Thread(target=self._poll, name="nvidia-smi-peak", daemon=True)
         self._thread.start()
         return self
 
-    def _sample(self) -> None:
+    def _available(self) -> bool:
+        return self.device_id is not None and shutil.which("nvidia-smi") is not None
+
+    def _used_mib(self) -> int | None:
         assert self.device_id is not None
-        value = memory_used_mib(self.device_id)
+        return memory_used_mib(self.device_id)
+
+    def _sample(self) -> None:
+        value = self._used_mib()
         if value is None:
             return
         if self._first_mib is None:
@@ -124,7 +133,7 @@ class NvidiaSmiPeak:
         self._peak_mib = value if self._peak_mib is None else max(self._peak_mib, value)
 
     def _poll(self) -> None:
-        while not self._stop.wait(POLL_S):
+        while not self._stop.wait(self.poll_s):
             self._sample()
 
     def reset(self) -> None:
@@ -139,9 +148,9 @@ class NvidiaSmiPeak:
     def reading(self) -> tuple[float | None, str]:
         """(peak bytes above the first reading, "") or (None, why there is no figure)."""
         if self._peak_mib is None or self._first_mib is None:
-            return None, "nvidia-smi gave no reading"
+            return None, f"{self.source} gave no reading"
         if self._peak_mib < self._first_mib:  # possible after reset(): used memory fell below the idle reading
-            return None, (f"nvidia-smi peak {self._peak_mib} MiB is below the first reading {self._first_mib} MiB "
+            return None, (f"{self.source} peak {self._peak_mib} MiB is below the first reading {self._first_mib} MiB "
                           "(another process freed memory on this GPU), so the span has no measurable peak")
         return float((self._peak_mib - self._first_mib) * MIB), ""
 
