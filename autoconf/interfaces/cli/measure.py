@@ -31,7 +31,15 @@ import yaml
 
 from autoconf.errors import InvalidInputError
 from autoconf.interfaces.cli.probe import add_arguments, job_from_args, settings_from_args
-from autoconf.interfaces.probe.runner import ROW_COLUMNS, SOURCE, ProbeResult, data_row, environment, source_ref
+from autoconf.interfaces.probe.runner import (
+    ROW_COLUMNS,
+    SOURCE,
+    ProbeResult,
+    ProbeSettings,
+    data_row,
+    environment,
+    source_ref,
+)
 from autoconf.schema import Job
 
 log = logging.getLogger(__name__)
@@ -74,10 +82,11 @@ GRID_KEYS = tuple(a.dest for a in _probe_parser()._actions)
 
 @dataclass(frozen=True)
 class Point:
-    """One grid point: its probe flags, the Job they describe and the GPU it will run on."""
+    """One grid point: its probe flags, the Job they describe, how it is probed and the GPU it will run on."""
 
     flags: dict[str, object]
     job: Job
+    settings: ProbeSettings
     gpu_model: str
 
     @property
@@ -146,7 +155,7 @@ def resolve(flags: dict[str, object], gpu_models: dict[str, str]) -> Point:
     args = _probe_parser().parse_args(point_argv(flags))
     if args.device not in gpu_models:
         gpu_models[args.device] = _expected_gpu(args.device)
-    return Point(flags, job_from_args(args), gpu_models[args.device])
+    return Point(flags, job_from_args(args), settings_from_args(args), gpu_models[args.device])
 
 
 def _expected_gpu(device: str) -> str:
@@ -278,8 +287,7 @@ def _run_in_process(args: argparse.Namespace, name: str, points: list[Point]) ->
     """The whole grid in this process (autoconf.interfaces.probe.campaign); a row per point as it ends."""
     if args.budget_s is not None and not args.budget_s > 0:
         raise InvalidInputError("budget_s", f"must be a positive number of seconds; got {args.budget_s}")
-    parser = _probe_parser()
-    settings = {settings_from_args(parser.parse_args(p.argv)) for p in points}
+    settings = {p.settings for p in points}
     if len(settings) > 1:
         raise InvalidInputError("grid", "with --in-process every point must share device, warmup_steps, probe_steps, "
                                 "seed and host_memory_limit_gib (one process runs them all)")
@@ -303,5 +311,6 @@ def _run_in_process(args: argparse.Namespace, name: str, points: list[Point]) ->
     for line in counts.skipped:
         sys.stderr.write(f"skipped {line}\n")
     sys.stderr.write(f"{len(points)} points: ok {counts.ok}, oom {counts.oom}, failed {counts.failed}; skipped "
-                     f"{counts.above_oom} above an OOM boundary, {counts.out_of_time} out of time\n")
+                     f"{counts.above_oom} above an OOM boundary, {counts.out_of_time} out of time, {counts.unbuilt} in groups "
+                     "whose model could not be built\n")
     return 0

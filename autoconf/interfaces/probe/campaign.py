@@ -44,6 +44,7 @@ class Counts:
     failed: int = 0
     above_oom: int = 0
     out_of_time: int = 0
+    unbuilt: int = 0  # points of a group whose model could not be built (its smallest point has the row)
     skipped: list[str] = field(default_factory=list)  # one line per point not run, with why
 
 
@@ -82,7 +83,7 @@ def run_campaign(jobs: list[Job], settings: ProbeSettings, budget_s: float | Non
             group = _Group(members, settings, device, meter, env, emit, counts)
             group_deadline = min(deadline, time.monotonic() + share)
             if group_deadline - time.monotonic() < MIN_GROUP_S:
-                group._skip(members, "out of time")
+                group._skip(members, "out_of_time", "out of time")
                 continue
             group.run(group_deadline)
     return counts
@@ -122,7 +123,7 @@ class _Group:
             optimizer = step.make_optimizer(first, model)
         except Exception as exc:  # an OOM while building is the answer for the group's smallest point
             self.record(first, self.result("oom" if step._is_oom(exc) else "failed", f"build: {type(exc).__name__}: {exc}"))
-            self._skip(self.jobs[1:], "the model could not be built")
+            self._skip(self.jobs[1:], "unbuilt", "the model could not be built")
             _release(self.device)
             return
         built = {"build_seconds": time.perf_counter() - start,
@@ -139,12 +140,12 @@ class _Group:
         steps = self.settings.warmup_steps + self.settings.probe_steps
         for position, job in enumerate(self.jobs):
             if dominated(job, ooms):
-                self._skip([job], "above an OOM of the same settings")
+                self._skip([job], "above_oom", "above an OOM of the same settings")
                 continue
             tokens = per_device_batch(job) * job.tokens_per_sample * job.gradient_accumulation_steps
             needed = seconds_per_token * tokens * steps if seconds_per_token else 0.0
             if time.monotonic() + needed > group_deadline:
-                self._skip(self.jobs[position:], "out of time")
+                self._skip(self.jobs[position:], "out_of_time", "out of time")
                 return
             result = self._point(model, optimizer, job, built)
             self.record(job, result)
@@ -191,9 +192,8 @@ class _Group:
             fields["notes"] = "in-process campaign on CPU: speed only (the host RSS peak needs a process per point)"
         return self.result("ok", **fields)
 
-    def _skip(self, jobs: list[Job], why: str) -> None:
+    def _skip(self, jobs: list[Job], counter: str, why: str) -> None:
         for job in jobs:
-            counter = "above_oom" if why.startswith("above") else "out_of_time"
             setattr(self.counts, counter, getattr(self.counts, counter) + 1)
             self.counts.skipped.append(f"{job.model} {job.method} {job.tokens_per_sample}x{per_device_batch(job)}: {why}")
 
