@@ -98,18 +98,14 @@ def report(frame: pd.DataFrame, names: list[str]) -> str:
     memory, speed, gates = [], [], []
     for name in names:
         start = time.perf_counter()
-        scored, tokens = score_memory(name, frame), score_throughput(name, frame)
+        labelled = [(name, frame)]
         if name == "traced":  # rows the tracer cannot trace get theory's answer: scored apart, never as traced
             fell_back, why = fallback_rows(frame)
-            apart = frame.loc[fell_back]
-            kept = frame.drop(index=fell_back)
-            scored = pd.concat([score_memory(name, kept),
-                                score_memory(name, apart).assign(estimator="traced→theory")], ignore_index=True)
-            tokens = pd.concat([score_throughput(name, kept),
-                                score_throughput(name, apart).assign(estimator="traced→theory")], ignore_index=True)
+            labelled = [(name, frame.drop(index=fell_back)), ("traced→theory", frame.loc[fell_back])]
             gates += [f"- traced fell back to theory on {count} rows: {reason}" for reason, count in why.items()]
-        memory.append(scored)
-        speed.append(tokens)
+        for label, part in labelled:
+            memory.append(score_memory(name, part).assign(estimator=label))
+            speed.append(score_throughput(name, part).assign(estimator=label))
         gates += gate_lines(name, oom_check(name, frame))
         sys.stderr.write(f"{name}: {time.perf_counter() - start:.1f} s\n")
     results = pd.concat(memory + speed, ignore_index=True)
