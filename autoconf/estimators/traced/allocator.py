@@ -154,20 +154,10 @@ class CachingAllocator:
             if other is not None and other.free:
                 pool.remove(other)
                 if other is block.prev:
-                    other.size += block.size
-                    other.next = block.next
-                    if block.next is not None:
-                        block.next.prev = other
-                    if pool.tail is block:
-                        pool.tail = other
+                    _absorb(pool, other, block)
                     block = other
                 else:
-                    block.size += other.size
-                    block.next = other.next
-                    if other.next is not None:
-                        other.next.prev = block
-                    if pool.tail is other:
-                        pool.tail = block
+                    _absorb(pool, block, other)
         pool.add(block)
 
     def _grow(self, pool: _Pool, size: int) -> _Block:
@@ -241,3 +231,13 @@ def replay(events: list[tuple[int, int]] | list[tuple[int, int, int]], capacity:
         elif key in alloc.live:
             alloc.free(key)
     return alloc.stats
+
+
+def _absorb(pool: _Pool, left: _Block, right: _Block) -> None:
+    """Merge ``right`` into its free neighbour ``left`` of the same segment (try_merge_blocks' splice)."""
+    left.size += right.size
+    left.next = right.next
+    if right.next is not None:
+        right.next.prev = left
+    if pool.tail is right:
+        pool.tail = left
