@@ -1,0 +1,144 @@
+"""The Job: what is trained and how, independent of where it runs."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from autoconf import defaults
+from autoconf.schema.kinds import (
+    DEFAULT_LORA_TARGETS,
+    FRAMEWORKS,
+    Attention,
+    DType,
+    Framework,
+    LossKernel,
+    Method,
+    Optimizer,
+    OptimizerImpl,
+)
+from autoconf.schema.words import _Input
+
+
+class Job(_Input):
+    """What is trained and how: independent of where it runs."""
+
+    model: str = Field(
+        description="Catalogue model name or alias (e.g. 'llama3.1-8b'), a path to a local HF "
+        "config.json, or a bare parameter count such as '7e9'."
+    )
+    framework: Framework = Field(
+        defaults.FRAMEWORK,  # type: ignore[arg-type]
+        description="Training stack whose behaviour the estimate follows (load path, loss, adapter dtype, "
+        "quantised layers, optimizer defaults); see docs/frameworks.md.",
+    )
+    method: Method = Field("full", description="Fine-tuning method: full, lora or qlora.")
+    dtype: DType = Field(
+        "bf16",
+        description="Training precision: pure bf16/fp16/fp32 weights, or amp-* (fp32 master "
+        "weights with autocast to bf16/fp16).",
+    )
+    tokens_per_sample: int = Field(
+        4096, gt=0, le=2_097_152, description="Sequence length per sample (padded), tokens."
+    )
+    batch_size: int = Field(
+        16, gt=0, le=1_048_576,
+        description="Global batch per optimizer step across all GPUs (as in ado's SFTTrainer).",
+    )
+    gradient_accumulation_steps: int = Field(1, ge=1, le=4096, description="Micro-steps per optimizer step.")
+    lora_r: int = Field(8, gt=0, le=4096, description="LoRA rank (lora and qlora only).")
+    lora_alpha: float = Field(16.0, gt=0, description="LoRA alpha (does not change memory).")
+    lora_dropout: float = Field(0.0, ge=0, lt=1, description="LoRA dropout probability.")
+    lora_target_modules: tuple[str, ...] = Field(
+        DEFAULT_LORA_TARGETS,
+        description="Module names LoRA adapts (e.g. q_proj, v_proj), or 'all-linear'.",
+    )
+    optimizer: Optimizer = Field("adamw", description="Optimizer: adamw, adamw-8bit or sgd (momentum).")
+    optimizer_state_dtype: Literal["param", "fp32"] = Field(
+        "param",
+        description="AdamW state precision: 'param' (torch default: same dtype as the parameter) or fp32.",
+    )
+    optimizer_impl: OptimizerImpl = Field(
+        "foreach",
+        description="torch AdamW implementation: foreach (HF adamw_torch on CUDA, fms-hf-tuning's default; "
+        "a params-sized temporary in step()), fused (adamw_torch_fused) or for-loop.",
+    )
+    gradient_checkpointing: bool = Field(True, description="Full activation recomputation per decoder layer.")
+    attention: Attention = Field("flash", description="Attention kernel: flash, sdpa (memory-efficient) or eager.")
+    fused_loss: bool = Field(
+        False, description="Chunked/fused cross-entropy (Liger, fms-acceleration FOAK): no b·s·V logits."
+    )
+    loss_kernel: LossKernel | None = Field(
+        None,
+        description="Cross-entropy implementation: hf (fp32 upcast), chunked (torchtune/LitGPT chunked CE), "
+        "fused-ce (Triton CE over bf16 logits, fms-acceleration FOAK, Unsloth) or fused-linear-ce (Liger: "
+        "logits never materialised). Default: fused-linear-ce when fused_loss, else the framework's.",
+    )
+    packing: bool = Field(False, description="Pack samples to tokens_per_sample (no padding waste).")
+    samples_vary_in_length: bool = Field(
+        False,
+        description="Unpacked samples of different lengths, each batch padded to its longest: tokens_per_sample is "
+        "then the longest batch's length (e.g. max_length). The caching allocator keeps loss-sized segments of "
+        "shorter batches, so reserved and device peaks grow (framework profile; docs/frameworks.md).",
+    )
+    # --- vision-language models (ignored for text models, which refuse images_per_sample > 0) -------
+    images_per_sample: int = Field(
+        0, ge=0, le=64, description="Images per training sample (0 = text-only, even for a vision-language model).")
+    image_resolution: int | None = Field(
+        None, gt=0, le=16384,
+        description="Longer image side in pixels (default: the model's image_size; 448 for dynamic-resolution Qwen-VL).")
+    freeze_vision: bool = Field(
+        True, description="Keep the vision tower frozen (the LLaVA and Qwen2-VL fine-tuning recipes' default).")
+    freeze_projector: bool = Field(False, description="Keep the vision-to-text projector frozen.")
+    # --- settings that frameworks differ on; None = the framework profile's value ------------------
+    fsdp_cpu_ram_efficient_loading: bool | None = Field(
+        None, description="FSDP: load weights on rank 0 / meta device (true) or a full copy per rank (false).")
+    double_quant: bool | None = Field(None, description="QLoRA: quantise the NF4 absmax constants again (8-bit).")
+    quantize_lm_head: bool | None = Field(None, description="QLoRA: quantise the output head to 4 bits as well.")
+    optimizer_in_backward: bool | None = Field(
+        None, description="Step each parameter in backward and free its gradient (torchtune): no full gradient set.")
+    activation_offloading: bool | None = Field(
+        None, description="Move checkpointed layer inputs to CPU RAM during forward (torchtune, axolotl).")
+    torch_compile: bool | None = Field(None, description="torch.compile the model (memory: not modelled; speed).")
+    expandable_segments: bool | None = Field(
+        None, description="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (less allocator fragmentation).")
+    dora: bool = Field(False, description="DoRA (weight-decomposed LoRA): a magnitude vector per adapted module.")
+    sequence_parallel: int = Field(
+        1, ge=1, le=1024, description="Sequence/context-parallel degree: GPUs that split one sample's tokens.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _framework_defaults(cls, data: object) -> object:
+        """Fields whose default depends on the framework take it from defaults.FRAMEWORK_JOB_DEFAULTS."""
+        if not isinstance(data, dict):
+            return data
+        framework = data.get("framework") or defaults.FRAMEWORK
+        name = str(framework).strip().lower()
+        found = defaults.FRAMEWORK_JOB_DEFAULTS.get(name, defaults.FRAMEWORK_JOB_DEFAULT) if name in FRAMEWORKS else {}
+        missing = {k: v for k, v in found.items() if data.get(k) is None}
+        return {**data, **missing} if missing else data
+
+    @property
+    def effective_loss_kernel(self) -> str:
+        if self.loss_kernel is not None:
+            return self.loss_kernel
+        if self.fused_loss:
+            return "fused-linear-ce"
+        return defaults.FRAMEWORK_LOSS_KERNEL.get(self.framework, "hf")
+
+    @field_validator("lora_target_modules", mode="before")
+    @classmethod
+    def _split_targets(cls, value: object) -> object:
+        """Accept 'q_proj,v_proj' and '[q_proj, v_proj]' as well as lists."""
+        if isinstance(value, str):
+            text = value.strip().strip("[]")
+            return tuple(p.strip().strip("'\"") for p in text.split(",") if p.strip())
+        return value
+
+    @field_validator("model")
+    @classmethod
+    def _non_empty(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("model must be a catalogue name, a config.json path or a parameter count")
+        return value.strip()
