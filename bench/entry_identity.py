@@ -153,6 +153,11 @@ def rest_rows(jobs: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
             res = client.post("/api/estimate", json=nested)
             yield {"entry": "rest-nested-estimate", "id": i, "body": nested, "status": res.status_code,
                    "out": res.json()}
+            if i % 10 == 0:  # the one-part routes
+                for route in ("memory", "time", "tokens", "cost"):
+                    res = client.post(f"/api/{route}", json=flat)
+                    yield {"entry": f"rest-flat-{route}", "id": i, "body": flat, "status": res.status_code,
+                           "out": res.json()}
             if i % 4 == 0:
                 body = {k: v for k, v in job.items() if k != "number_gpus"} | {"max_gpus": 16}
                 res = client.post("/api/recommend", json=body)

@@ -13,6 +13,7 @@ Import them from ``autoconf.schema``; the modules behind it are an arrangement, 
 
 from __future__ import annotations
 
+from autoconf.schema.answer import Answer, sweep_arrays, sweep_columns
 from autoconf.schema.estimates import (
     Calibration,
     CostEstimate,
@@ -50,9 +51,9 @@ from autoconf.schema.placement import (
 from autoconf.schema.words import FALSE_WORDS, TRUE_WORDS, Words, is_flag, read_flag, read_word
 
 __all__ = [
-    "ALIASES", "DEFAULT_LORA_TARGETS", "FALSE_WORDS", "FRAMEWORKS", "GIB", "PER_DEVICE_BATCH", "TRUE_WORDS", "Attention",
+    "ALIASES", "Answer", "DEFAULT_LORA_TARGETS", "FALSE_WORDS", "FRAMEWORKS", "GIB", "PER_DEVICE_BATCH", "TRUE_WORDS", "Attention",
     "Calibration", "CostEstimate", "DType", "Estimate", "EstimatorName", "Framework", "Job", "LossKernel",
     "MemoryEstimate", "Method", "Offload", "Optimizer", "OptimizerImpl", "Phase", "Placement", "Recommendation",
     "Strategy", "ThroughputEstimate", "TimeEstimate", "Words", "canonical_words", "is_flag", "job_and_placement",
-    "job_of_words", "read_flag", "read_word",
+    "job_of_words", "read_flag", "read_word", "sweep_arrays", "sweep_columns",
 ]

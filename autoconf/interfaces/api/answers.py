@@ -16,7 +16,6 @@ from autoconf import defaults
 from autoconf.catalog import get_gpu
 from autoconf.errors import AutoconfError, InvalidInputError, NotBuiltError
 from autoconf.estimators.contract import DEFAULT_ESTIMATOR, Estimator, get_estimator
-from autoconf.estimators.theory.memory import VISION_PARTS
 from autoconf.estimators.theory.throughput import throughput_or_none
 from autoconf.interfaces.api.design import design_objects
 from autoconf.interfaces.api.files import check_client_dataset, read_client_dataset
@@ -26,20 +25,11 @@ from autoconf.planning.timing import estimate_time
 from autoconf.planning.tokens import TokenCount, count_texts, record_text, tokens_per_epoch
 from autoconf.recommend.by_objective import recommend_for_objective
 from autoconf.recommend.search import candidate_gpus
-from autoconf.schema import (
-    GIB,
-    CostEstimate,
-    Estimate,
-    MemoryEstimate,
-    Recommendation,
-    ThroughputEstimate,
-    TimeEstimate,
-)
+from autoconf.schema import Answer, CostEstimate, Estimate, Recommendation, ThroughputEstimate, TimeEstimate
 
 log = logging.getLogger(__name__)
 RETRY_SECONDS = 30.0  # an estimator that failed to load is retried after this long (not on every request)
 _UNAVAILABLE: dict[tuple[str, str | None], tuple[float, str]] = {}
-MEMORY_PARTS = (*defaults.MEMORY_PARTS, *VISION_PARTS)
 
 
 def pick_estimator(name: str | None, version: str | None) -> tuple[Estimator, list[str]]:
@@ -75,31 +65,6 @@ def run_estimate(item: Resolved, notes: list[str]) -> Estimate:
             raise InvalidInputError("estimator", str(exc)) from exc
         notes.append(f"hybrid estimator not built ({exc}); answered with theory")
         return get_estimator("theory").estimate(item.job, item.placement)
-
-
-def memory_dict(mem: MemoryEstimate, number_gpus: int) -> dict[str, Any]:
-    out: dict[str, Any] = {"total_memory_gib": mem.peak_bytes / GIB}
-    out.update({f"{part}_gib": getattr(mem, f"{part}_bytes") / GIB for part in MEMORY_PARTS})
-    out.update({"capacity_gib": mem.capacity_bytes / GIB, "fits": mem.fits, "oom_risk": mem.oom_risk,
-                "peak_phase": mem.peak_phase, "num_gpus": number_gpus, "estimator": mem.estimator,
-                "notes": list(mem.notes)})
-    return out
-
-
-def throughput_dict(tp: ThroughputEstimate) -> dict[str, Any]:
-    return {"tokens_per_second": tp.tokens_per_second, "tokens_per_second_per_gpu": tp.tokens_per_second_per_gpu,
-            "mfu": tp.mfu, "flops_per_token": tp.flops_per_token, "step_seconds": tp.step_seconds,
-            "compute_seconds": tp.compute_seconds, "communication_seconds": tp.communication_seconds}
-
-
-def time_dict(t: TimeEstimate) -> dict[str, Any]:
-    return {"time_seconds": t.total_seconds, "train_seconds": t.train_seconds, "load_seconds": t.load_seconds,
-            "checkpoint_seconds": t.checkpoint_seconds, "tokens": t.tokens}
-
-
-def cost_dict(c: CostEstimate) -> dict[str, Any]:
-    return {"cost_usd": c.cost_usd, "gpu_hours": c.gpu_hours, "price_per_gpu_hour_usd": c.price_per_gpu_hour_usd,
-            "price_source": c.price_source}
 
 
 def tokens_dict(count: TokenCount) -> dict[str, Any]:
@@ -180,28 +145,25 @@ def answer_one(item: Resolved, parts: tuple[str, ...]) -> dict[str, Any]:
     notes = list(item.notes)
     if item.auto_gpus:
         item = discover_gpus(item, notes)
-    out: dict[str, Any] = {"job": item.job.model_dump(mode="json"),
-                           "placement": {**item.placement.model_dump(mode="json"), "workers": item.placement.workers,
-                                         "gpu_model": get_gpu(item.placement.gpu_model).name,
-                                         "strategy": item.placement.effective_strategy}}
     estimate = run_estimate(item, notes) if "memory" in parts else None
-    if estimate is not None:
-        out.update(estimator=estimate.estimator, model_version=estimate.model_version,
-                   memory=memory_dict(estimate.memory, item.placement.number_gpus))
     tp = (estimate.throughput if estimate is not None and estimate.throughput
           else throughput_or_none(item.job, item.placement))
     if tp is None:
         notes.append(f"{item.placement.gpu_model} has no published {item.job.dtype} peak: no throughput, time or cost")
-    out["throughput"] = throughput_dict(tp) if tp else None
     count = count_tokens(item) if "tokens" in parts or "time" in parts else None
+    wall = _time(item, tp, count, notes) if tp is not None and "time" in parts else None
+    cost = _cost(item, wall, notes) if wall and "cost" in parts else None
+    answer = Answer.of(estimate, throughput=tp, time=wall, cost=cost, job=item.job, placement=item.placement)
+    out: dict[str, Any] = {"job": item.job.model_dump(mode="json"),
+                           "placement": {**item.placement.model_dump(mode="json"), "workers": item.placement.workers,
+                                         "gpu_model": get_gpu(item.placement.gpu_model).name,
+                                         "strategy": item.placement.effective_strategy}}
+    if estimate is not None:
+        out.update(estimator=answer.estimator, model_version=answer.model_version, memory=answer.section("memory"))
+    out["throughput"] = answer.section("throughput")
     if "tokens" in parts:
         out["tokens"] = tokens_dict(count) if count else None
-    wall = _time(item, tp, count, notes) if tp is not None and "time" in parts else None
-    if "time" in parts:
-        out["time"] = time_dict(wall) if wall else None
-    if "cost" in parts:
-        cost = _cost(item, wall, notes) if wall else None
-        out["cost"] = cost_dict(cost) if cost else None
+    out |= {part: answer.section(part) for part in ("time", "cost") if part in parts}
     out["notes"] = notes
     return out
 
@@ -262,9 +224,9 @@ def recommend_one(item: Resolved) -> dict[str, Any]:
                            "job": (rec.estimate.job if rec.estimate else item.job).model_dump(mode="json"),
                            "gpu_model": get_gpu(item.placement.gpu_model).name, "memory": None, "throughput": None}
     if rec.estimate is not None:
-        out["memory"] = memory_dict(rec.estimate.memory, rec.number_gpus)
         tp = rec.estimate.throughput or throughput_or_none(item.job, rec.estimate.placement)
-        out["throughput"] = throughput_dict(tp) if tp else None
+        answer = Answer.of(rec.estimate, throughput=tp, number_gpus=rec.number_gpus)
+        out["memory"], out["throughput"] = answer.section("memory"), answer.section("throughput")
     out["notes"] = notes
     return out
 
