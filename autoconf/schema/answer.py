@@ -32,7 +32,7 @@ Rounder = Callable[[Any, int], Any]
 
 
 def figure(description: str, group: str | None, *, default: Any = None, cli: bool = True,  # noqa: ANN401
-           rest: tuple[str, int] | None = None, ado: str | None = None,
+           rest: tuple[str, str, int] | None = None, ado: str | None = None,
            sweep: tuple[str, int, int | None] | None = None, ge: float | None = 0,
            fallback: str | None = None, as_int: bool = False) -> Any:  # noqa: ANN401
     """A field of Answer with where it appears (see the module's docstring); ``cli``: in the CLI's --json;
@@ -48,35 +48,35 @@ class Answer(_Strict):
 
     job: Job | None = Field(None, description="The job answered.")
     placement: Placement | None = Field(None, description="The placement answered.")
-    number_gpus: int = figure("GPUs of the placement answered (all workers).", "memory", default=1, cli=False,
-                              rest=("num_gpus", 16), ado="number_gpus")
+    number_gpus: int = figure("GPUs of the placement answered (all workers).", "placement", default=1, cli=False,
+                              rest=("memory", "num_gpus", 16), ado="number_gpus")
     # --- memory per GPU, by component, at the phase of the peak ---------------------------------------------------
     weights_bytes: float = figure("Parameters resident on the GPU.", "memory", default=0.0,
-                                  rest=("weights_gib", 1), ado="weights_gib", sweep=("weights_gib", 2, 4))
+                                  rest=("memory", "weights_gib", 1), ado="weights_gib", sweep=("weights_gib", 2, 4))
     gradients_bytes: float = figure("Gradients resident at the end of backward.", "memory", default=0.0,
-                                    rest=("gradients_gib", 2), ado="gradients_gib", sweep=("gradients_gib", 3, 4))
+                                    rest=("memory", "gradients_gib", 2), ado="gradients_gib", sweep=("gradients_gib", 3, 4))
     optimizer_bytes: float = figure("Optimizer states (and fp32 master weights).", "memory", default=0.0,
-                                    rest=("optimizer_gib", 3), ado="optimizer_gib", sweep=("optimizer_gib", 4, 4))
+                                    rest=("memory", "optimizer_gib", 3), ado="optimizer_gib", sweep=("optimizer_gib", 4, 4))
     activations_bytes: float = figure("Saved activations at the peak phase.", "memory", default=0.0,
-                                      rest=("activations_gib", 4), ado="activations_gib",
+                                      rest=("memory", "activations_gib", 4), ado="activations_gib",
                                       sweep=("activations_gib", 5, 4))
     logits_bytes: float = figure("Logits / loss tensors at the peak phase.", "memory", default=0.0,
-                                 rest=("logits_gib", 5), ado="logits_gib", sweep=("logits_gib", 6, 4))
+                                 rest=("memory", "logits_gib", 5), ado="logits_gib", sweep=("logits_gib", 6, 4))
     vision_weights_bytes: float = figure("Vision tower + projector weights (VLMs; 0 otherwise).", "memory",
-                                         default=0.0, rest=("vision_weights_gib", 7),
+                                         default=0.0, rest=("memory", "vision_weights_gib", 7),
                                          sweep=("vision_weights_gib", 20, 4))
     vision_gradients_bytes: float = figure("Gradients of the unfrozen vision parts.", "memory", default=0.0,
-                                           rest=("vision_gradients_gib", 8))
+                                           rest=("memory", "vision_gradients_gib", 8))
     vision_optimizer_bytes: float = figure("Optimizer states of the unfrozen vision parts.", "memory", default=0.0,
-                                           rest=("vision_optimizer_gib", 9))
+                                           rest=("memory", "vision_optimizer_gib", 9))
     vision_activations_bytes: float = figure("Vision tower / projector saved activations.", "memory", default=0.0,
-                                             rest=("vision_activations_gib", 10),
+                                             rest=("memory", "vision_activations_gib", 10),
                                              sweep=("vision_activations_gib", 21, 4))
     overhead_bytes: float = figure("CUDA context, workspaces, buffers, fragmentation.", "memory", default=0.0,
-                                   rest=("overhead_gib", 6), ado="overhead_gib", sweep=("overhead_gib", 7, 4))
+                                   rest=("memory", "overhead_gib", 6), ado="overhead_gib", sweep=("overhead_gib", 7, 4))
     # --- the three peaks, what torch releases before failing, the GPU, the verdict --------------------------------
     peak_bytes: float = figure("Peak per-GPU device memory (nvidia-smi scale; the max over phases).", "memory",
-                               default=0.0, rest=("total_memory_gib", 0), ado="peak_memory_gib",
+                               default=0.0, rest=("memory", "total_memory_gib", 0), ado="peak_memory_gib",
                                sweep=("peak_memory_gib", 8, 4))
     peak_allocated_bytes: float | None = figure("Peak of torch.cuda.max_memory_allocated (tensors only); null where "
                                                 "the estimator does not split it.", "memory",
@@ -87,40 +87,40 @@ class Answer(_Strict):
     releasable_bytes: float = figure("Free blocks torch keeps cached at the reserved and device peaks, released "
                                      "before an allocation fails.", "memory", default=0.0)
     peak_phase: Phase | None = figure("Phase of the training step at which the peak happens.", "memory",
-                                      rest=("peak_phase", 14), ge=None)
-    capacity_bytes: float = figure("Usable memory of one GPU.", "memory", default=0.0, rest=("capacity_gib", 11),
+                                      rest=("memory", "peak_phase", 14), ge=None)
+    capacity_bytes: float = figure("Usable memory of one GPU.", "memory", default=0.0, rest=("memory", "capacity_gib", 11),
                                    ado="capacity_gib", sweep=("capacity_gib", 9, 4))
-    fits: bool = figure("peak_bytes (device peak) <= capacity_bytes.", "memory", default=False, rest=("fits", 12),
+    fits: bool = figure("peak_bytes (device peak) <= capacity_bytes.", "memory", default=False, rest=("memory", "fits", 12),
                         ado="fits", sweep=("fits", 10, None), ge=None, as_int=True)
     oom_risk: float = figure("Probability of out-of-memory, 0-1 (of the device peak less releasable_bytes "
                              "exceeding capacity_bytes), as the estimator gives it.", "memory", default=0.0,
-                             rest=("oom_risk", 13), ado="oom_risk", sweep=("oom_risk", 11, 4), ge=None)
+                             rest=("memory", "oom_risk", 13), ado="oom_risk", sweep=("oom_risk", 11, 4), ge=None)
     # --- speed ----------------------------------------------------------------------------------------------------
     tokens_per_second: float | None = figure("Training tokens per second, whole job (all GPUs).", "throughput",
-                                             rest=("tokens_per_second", 0), ado="tokens_per_second",
+                                             rest=("throughput", "tokens_per_second", 0), ado="tokens_per_second",
                                              sweep=("tokens_per_second", 12, 2))
     tokens_per_second_per_gpu: float | None = figure("tokens_per_second / number_gpus.", "throughput",
-                                                     rest=("tokens_per_second_per_gpu", 1))
+                                                     rest=("throughput", "tokens_per_second_per_gpu", 1))
     flops_per_token: float | None = figure("Training FLOPs per token (forward + backward [+ recompute]).",
-                                           "throughput", rest=("flops_per_token", 3))
-    mfu: float | None = figure("Model FLOPs utilisation assumed.", "throughput", rest=("mfu", 2))
-    step_seconds: float | None = figure("Seconds per optimizer step.", "throughput", rest=("step_seconds", 4))
-    compute_seconds: float | None = figure("Compute part of a step.", "throughput", rest=("compute_seconds", 5))
+                                           "throughput", rest=("throughput", "flops_per_token", 3))
+    mfu: float | None = figure("Model FLOPs utilisation assumed.", "throughput", rest=("throughput", "mfu", 2))
+    step_seconds: float | None = figure("Seconds per optimizer step.", "throughput", rest=("throughput", "step_seconds", 4))
+    compute_seconds: float | None = figure("Compute part of a step.", "throughput", rest=("throughput", "compute_seconds", 5))
     communication_seconds: float | None = figure("Exposed communication part of a step.", "throughput",
-                                                 rest=("communication_seconds", 6))
+                                                 rest=("throughput", "communication_seconds", 6))
     # --- time and cost (where a token count and a price are known) --------------------------------------------------
-    total_seconds: float | None = figure("Wall time of the job.", "time", rest=("time_seconds", 0))
-    train_seconds: float | None = figure("Time spent in training steps.", "time", rest=("train_seconds", 1))
-    load_seconds: float | None = figure("Model load / start-up time.", "time", rest=("load_seconds", 2))
+    total_seconds: float | None = figure("Wall time of the job.", "time", rest=("time", "time_seconds", 0))
+    train_seconds: float | None = figure("Time spent in training steps.", "time", rest=("time", "train_seconds", 1))
+    load_seconds: float | None = figure("Model load / start-up time.", "time", rest=("time", "load_seconds", 2))
     checkpoint_seconds: float | None = figure("Time spent writing checkpoints.", "time",
-                                              rest=("checkpoint_seconds", 3))
-    tokens: float | None = figure("Tokens processed (after padding/packing, × epochs).", "time", rest=("tokens", 4))
-    cost_usd: float | None = figure("GPU-hours × price per GPU-hour.", "cost", rest=("cost_usd", 0))
-    gpu_hours: float | None = figure("GPU-hours of the job.", "cost", rest=("gpu_hours", 1))
+                                              rest=("time", "checkpoint_seconds", 3))
+    tokens: float | None = figure("Tokens processed (after padding/packing, × epochs).", "time", rest=("time", "tokens", 4))
+    cost_usd: float | None = figure("GPU-hours × price per GPU-hour.", "cost", rest=("cost", "cost_usd", 0))
+    gpu_hours: float | None = figure("GPU-hours of the job.", "cost", rest=("cost", "gpu_hours", 1))
     price_per_gpu_hour_usd: float | None = figure("Price per GPU-hour, USD.", "cost",
-                                                  rest=("price_per_gpu_hour_usd", 2))
+                                                  rest=("cost", "price_per_gpu_hour_usd", 2))
     price_source: str | None = figure("Where the price comes from, with its date, or 'user'.", "cost",
-                                      rest=("price_source", 3), ge=None)
+                                      rest=("cost", "price_source", 3), ge=None)
     # --- the recommendation, where one was asked for ---------------------------------------------------------------
     can_recommend: bool | None = figure("A placement was found (recommendations only).", "recommendation",
                                         ado="can_recommend", sweep=("can_recommend", 13, None), ge=None)
@@ -134,9 +134,9 @@ class Answer(_Strict):
                                sweep=("error", 17, None), ge=None)
     # --- provenance ------------------------------------------------------------------------------------------------
     estimator: EstimatorName = figure("Which estimator produced the memory figures.", "memory", default="theory",
-                                      rest=("estimator", 17), sweep=("estimator", 0, None), ge=None)
+                                      rest=("memory", "estimator", 17), sweep=("estimator", 0, None), ge=None)
     notes: tuple[str, ...] = figure("The estimator's assumptions and fall-backs worth knowing.", "memory",
-                                    default=(), rest=("notes", 18), ge=None)
+                                    default=(), rest=("memory", "notes", 18), ge=None)
     model_version: str | None = figure("Learned-model version used, if any.", None, cli=False,
                                        sweep=("model_version", 1, None), ge=None)
     version: str = Field(__version__, description="autoconf's version that answered.")
@@ -175,10 +175,10 @@ class Answer(_Strict):
 
     def section(self, group: str) -> dict[str, Any] | None:
         """One section of the REST results (memory, throughput, time, cost), or None where it has no figures."""
-        fields = [(spec, name) for name, spec in _views("rest") if _group(name) == group]
-        if group != "memory" and all(getattr(self, name) is None for _, name in fields):
+        fields = sorted((at, key, name) for name, (part, key, at) in _views("rest") if part == group)
+        if group != "memory" and all(getattr(self, name) is None for _, _, name in fields):
             return None
-        return {key: _value(self, name, key) for (key, _), name in sorted(fields, key=lambda f: f[0][1])}
+        return {key: _value(self, name, key) for _, key, name in fields}
 
     def cli(self) -> dict[str, Any]:
         """The CLI's --json sections: memory and throughput (null without a throughput), by field name."""
@@ -249,3 +249,8 @@ def sweep_arrays(arrays: Mapping[str, Any], rounded: Rounder) -> dict[str, Any]:
             value = arrays[name]
             out[key] = _rounded(value / GIB if name.endswith("_bytes") else value, digits, rounded)
     return out
+
+
+def ado_figures(*groups: str) -> list[str]:
+    """The ado names of the figures of ``groups``, in field order: the measured properties an experiment declares."""
+    return [key for name, key in _views("ado") if _group(name) in groups]

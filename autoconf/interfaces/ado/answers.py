@@ -26,7 +26,8 @@ from autoconf.interfaces.ado.ibm.model_paths import IBM_VERSIONS
 from autoconf.interfaces.ado.ibm.utils.config_mapper import map_valid_model_name
 from autoconf.recommend.objectives import Choice, Chosen, avoid_oom_batch, chosen, throughput_batch
 from autoconf.recommend.search import BatchSearch, recommend_batch
-from autoconf.schema import GIB, Estimate, Job, Placement, job_of_words
+from autoconf.schema import GIB, Answer, Estimate, Job, Placement, job_of_words
+from autoconf.schema.answer import ado_figures
 
 logger = logging.getLogger(__name__)
 
@@ -37,9 +38,12 @@ JOB_KNOBS = ("dtype", "gradient_accumulation_steps", "gradient_checkpointing", "
              "framework", "images_per_sample", "image_resolution", "freeze_vision")
 MAX_SEARCH_GPUS = NUMBER_GPUS_LIMIT  # the most GPUs a search tries (Placement.number_gpus)
 MEMORY_COMPONENTS = MEMORY_PARTS
+ESTIMATE_FIGURES = ado_figures("memory", "throughput")  # resource_estimate's measured properties but reason, answered_by
+CHOSEN_FIGURES = ("peak_memory_gib", "oom_risk", "tokens_per_second")  # a recommendation's figures at its placement
+RECOMMENDED_FIGURES = ("can_recommend", "gpus", "workers", "number_gpus", *CHOSEN_FIGURES)
 ANSWERABLE = (AutoconfError, NotBuiltError, ValidationError)
 Point = Mapping[str, Any]
-Answer = dict[str, Any]
+Outputs = dict[str, Any]  # one point's measured properties, as ado stores them
 
 
 def plain(value: Any) -> Any:  # noqa: ANN401
@@ -120,13 +124,9 @@ def answered_by(estimator: str, model_version: str | None) -> str:
     return f"{estimator}@{model_version}" if model_version else estimator
 
 
-def estimate_outputs(estimate: Estimate) -> Answer:
-    memory, throughput = estimate.memory, estimate.throughput
-    out: Answer = {f"{c}_gib": memory.gib(c) for c in MEMORY_COMPONENTS}
-    out.update(peak_memory_gib=memory.peak_bytes / GIB, capacity_gib=memory.capacity_bytes / GIB,
-               fits=int(memory.fits), oom_risk=memory.oom_risk,
-               tokens_per_second=throughput.tokens_per_second if throughput else None)
-    return {k: v for k, v in out.items() if v is not None}
+def estimate_outputs(estimate: Estimate) -> Outputs:
+    """resource_estimate's figures: the memory and throughput properties of the Outputs (ESTIMATE_FIGURES)."""
+    return Answer.of(estimate).ado(ESTIMATE_FIGURES)
 
 
 def grouped(points: Sequence[Point], keys: Sequence[str]) -> dict[tuple[Any, ...], list[int]]:
@@ -140,16 +140,16 @@ def grouped(points: Sequence[Point], keys: Sequence[str]) -> dict[tuple[Any, ...
 Searcher = Callable[[list[Job], list[str], Estimator, dict[str, Any]], BatchSearch]
 
 
-def refused(reason: str) -> Answer:
+def refused(reason: str) -> Outputs:
     """No recommendation: can_recommend is a boolean, as IBM ado-autoconf's (gpus, workers 0 here, absent in
     IBM's, so that ado's tables keep one shape)."""
     return {"can_recommend": False, "gpus": 0, "workers": 0, "number_gpus": 0, "reason": reason}
 
 
 def search_answers(points: Sequence[Point], settings: Sequence[str], search: Searcher,
-                   row: Callable[[BatchSearch, int, Job, dict[str, Any]], Answer]) -> list[Answer]:
+                   row: Callable[[BatchSearch, int, Job, dict[str, Any]], Outputs]) -> list[Outputs]:
     """Shared driver of the recommenders: group by settings, build jobs, search, format each row."""
-    answers: list[Answer | None] = [None] * len(points)
+    answers: list[Outputs | None] = [None] * len(points)
     for key, idx in grouped(points, ["estimator", "model_version", *settings]).items():
         options = dict(zip(settings, key[2:], strict=True))
         try:
@@ -177,16 +177,14 @@ def search_answers(points: Sequence[Point], settings: Sequence[str], search: Sea
     return [a if a is not None else refused("not answered") for a in answers]
 
 
-def chosen_outputs(found: BatchSearch, k: int) -> Answer:
+def chosen_outputs(found: BatchSearch, k: int) -> Outputs:
     """peak_memory_gib, oom_risk and tokens_per_second at the chosen placement of row ``k``."""
-    out: Answer = {"peak_memory_gib": float(found.memory["peak"][k]) / GIB,
-                   "oom_risk": float(min(max(found.memory["oom_risk"][k], 0.0), 1.0))}
-    if found.throughput[k] is not None:
-        out["tokens_per_second"] = found.throughput[k].tokens_per_second
-    return out
+    figures = Answer(peak_bytes=float(found.memory["peak"][k]), oom_risk=float(found.memory["oom_risk"][k]),
+                      tokens_per_second=found.throughput[k].tokens_per_second if found.throughput[k] else None)
+    return figures.ado(CHOSEN_FIGURES)
 
 
-def placement_answer(found: BatchSearch, k: int, gpus_per_node: int) -> Answer:
+def placement_answer(found: BatchSearch, k: int, gpus_per_node: int) -> Outputs:
     """can_recommend, gpus, workers, number_gpus (+ estimates) of row ``k`` of a search."""
     n = int(found.number_gpus[k])
     if not n:
@@ -203,7 +201,7 @@ def per_worker(point: Point, name: str) -> int:
                    GPUS_PER_NODE))
 
 
-def min_gpu_answers(points: Sequence[Point]) -> list[Answer]:
+def min_gpu_answers(points: Sequence[Point]) -> list[Outputs]:
     """min_gpu_recommender at every point: the fewest GPUs whose oom_risk ≤ max_oom_risk."""
     settings = ("max_gpus", "gpus_per_node", "max_oom_risk", "strict")
     points = [{**p, "gpus_per_node": per_worker(p, "gpus_per_node"),
@@ -214,15 +212,15 @@ def min_gpu_answers(points: Sequence[Point]) -> list[Answer]:
                                gpus_per_node=int(o["gpus_per_node"]), max_oom_risk=float(o["max_oom_risk"]),
                                strict=bool(o["strict"]))
 
-    def row(found: BatchSearch, k: int, job: Job, o: dict[str, Any]) -> Answer:
+    def row(found: BatchSearch, k: int, job: Job, o: dict[str, Any]) -> Outputs:
         return placement_answer(found, k, int(o["gpus_per_node"]))
 
     return search_answers(points, settings, search, row)
 
 
-def resource_estimate_answers(points: Sequence[Point]) -> list[Answer]:
+def resource_estimate_answers(points: Sequence[Point]) -> list[Outputs]:
     """resource_estimate at every point (one estimate per point: estimators without a batch form too)."""
-    out: list[Answer] = []
+    out: list[Outputs] = []
     for point in points:
         try:
             job = job_of(point)
@@ -241,9 +239,9 @@ def resource_estimate_answers(points: Sequence[Point]) -> list[Answer]:
 
 def _objective(points: Sequence[Point], settings: Sequence[str], job_point: Callable[[Point], Point],
                search: Callable[[list[Job], list[Point], Estimator, dict[str, Any]], Choice],
-               row: Callable[[Chosen | None, str, dict[str, Any]], Answer], node_key: str) -> list[Answer]:
+               row: Callable[[Chosen | None, str, dict[str, Any]], Outputs], node_key: str) -> list[Outputs]:
     """Shared driver of avoid-OOM and throughput: group, build jobs, one search, one annotate per group."""
-    answers: list[Answer | None] = [None] * len(points)
+    answers: list[Outputs | None] = [None] * len(points)
     for key, idx in grouped(points, ["estimator", "model_version", *settings]).items():
         options = dict(zip(settings, key[2:], strict=True))
         estimator, note = estimator_of(str(key[0]), str(key[1]))
@@ -269,17 +267,15 @@ def _objective(points: Sequence[Point], settings: Sequence[str], job_point: Call
     return out
 
 
-def _at(pick: Chosen, gpus_per_node: int) -> Answer:
+def _at(pick: Chosen, gpus_per_node: int) -> Outputs:
     workers = -(-pick.number_gpus // gpus_per_node)
-    out: Answer = {"can_recommend": True, "gpus": pick.number_gpus // workers, "workers": workers,
-                   "number_gpus": pick.number_gpus, "peak_memory_gib": pick.peak_gib, "oom_risk": pick.oom_risk,
-                   "reason": "; ".join(pick.notes[1:])}
-    if pick.tokens_per_second is not None:
-        out["tokens_per_second"] = pick.tokens_per_second
-    return out
+    figures = Answer(can_recommend=True, gpus=pick.number_gpus // workers, workers=workers,
+                      number_gpus=pick.number_gpus, peak_bytes=pick.peak_gib * GIB, oom_risk=pick.oom_risk,
+                      tokens_per_second=pick.tokens_per_second)
+    return {**figures.ado(RECOMMENDED_FIGURES), "reason": "; ".join(pick.notes[1:])}
 
 
-def avoid_oom_answers(points: Sequence[Point]) -> list[Answer]:
+def avoid_oom_answers(points: Sequence[Point]) -> list[Outputs]:
     """avoid_oom_recommender: keep number_gpus if the job fits there, else the fewest more (per-device batch kept)."""
     settings = ("max_gpus", "gpus_per_worker", "max_oom_risk")
     points = [{**p, "gpus_per_worker": per_worker(p, "gpus_per_worker"),
@@ -290,7 +286,7 @@ def avoid_oom_answers(points: Sequence[Point]) -> list[Answer]:
                                estimator, max_gpus=int(o["max_gpus"]), gpus_per_node=int(o["gpus_per_worker"]),
                                max_oom_risk=float(o["max_oom_risk"]))
 
-    def row(pick: Chosen | None, reason: str, o: dict[str, Any]) -> Answer:
+    def row(pick: Chosen | None, reason: str, o: dict[str, Any]) -> Outputs:
         if pick is None:
             return refused(reason)
         return {**_at(pick, int(o["gpus_per_worker"])), "global_batch_size": pick.batch_size}
@@ -299,7 +295,7 @@ def avoid_oom_answers(points: Sequence[Point]) -> list[Answer]:
                       row, "gpus_per_worker")
 
 
-def throughput_answers(points: Sequence[Point]) -> list[Answer]:
+def throughput_answers(points: Sequence[Point]) -> list[Outputs]:
     """throughput_recommender: the most tokens/s over GPUs × accumulation (× per-device batch if batch_size = 0)."""
     settings = ("max_nodes", "gpus_per_node", "max_oom_risk")
     points = [{**p, "gpus_per_node": per_worker(p, "gpus_per_node")} for p in points]
@@ -310,7 +306,7 @@ def throughput_answers(points: Sequence[Point]) -> list[Answer]:
                                 gpus_per_node=int(o["gpus_per_node"]), max_oom_risk=float(o["max_oom_risk"]),
                                 batches=[int(plain(p["batch_size"])) for p in pts])
 
-    def row(pick: Chosen | None, reason: str, o: dict[str, Any]) -> Answer:
+    def row(pick: Chosen | None, reason: str, o: dict[str, Any]) -> Outputs:
         if pick is None:
             return {**refused(reason), "effective_batch_size": 0, "per_device_batch_size": 0}
         out = _at(pick, int(o["gpus_per_node"]))

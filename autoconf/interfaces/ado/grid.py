@@ -46,7 +46,7 @@ ACTUATOR = "custom_experiments"
 # Points per stored measurement request: each request is one SQLite transaction for its entities,
 # results and their links; ~500 keeps a request's JSON small and the commits few (8 for 3,960 points).
 DEFAULT_BATCH = 500
-Batch = Callable[[Sequence[answers.Point]], list[answers.Answer]]
+Batch = Callable[[Sequence[answers.Point]], list[answers.Outputs]]
 _Op = TypeVar("_Op", bound=Callable[..., OperationOutput])
 # ado ships no type information: its decorator, typed here at our boundary.
 _characterize: Callable[..., Callable[[_Op], _Op]] = characterize_operation

@@ -22,7 +22,7 @@ from autoconf.estimators.contract import DEFAULT_ESTIMATOR, ESTIMATORS, get_esti
 from autoconf.estimators.learned.domain import answerable_domain as catalogue_domain
 from autoconf.estimators.learned.domain import job_field_range
 from autoconf.estimators.learned.versions import CARD, list_versions
-from autoconf.interfaces.ado.answers import JOB_KNOBS, LATEST, MEMORY_COMPONENTS
+from autoconf.interfaces.ado.answers import ESTIMATE_FIGURES, JOB_KNOBS, LATEST
 from autoconf.interfaces.ado.ibm.model_paths import IBM_VERSIONS
 from autoconf.schema import Job
 
@@ -173,8 +173,7 @@ SEARCH_OPTIONAL = [
 ]
 RECOMMENDER_OUTPUTS = ["can_recommend", "gpus", "workers", "number_gpus", "peak_memory_gib", "oom_risk",
                        "tokens_per_second", "reason", "answered_by"]
-ESTIMATE_OUTPUTS = [*(f"{c}_gib" for c in MEMORY_COMPONENTS), "peak_memory_gib", "capacity_gib", "fits",
-                    "oom_risk", "tokens_per_second", "reason", "answered_by"]
+ESTIMATE_OUTPUTS = [*ESTIMATE_FIGURES, "reason", "answered_by"]  # the Answer's memory and throughput figures
 # Run each point inside the actuator process instead of as one Ray task per point: an answer takes
 # ~1 ms and the estimator cache stays warm; measured here, 400 points of sweep/space.yaml took 36 s of
 # operation time this way against 47 s as Ray tasks.
