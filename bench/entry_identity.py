@@ -4,7 +4,8 @@
     python bench/entry_identity.py compare BASELINE_DIR NEW_DIR
 
 ``dump`` sends the same random jobs through each entry point, in this process, and writes one JSON-lines file per
-entry point to DIR: the CLI (``estimate --json``, the ``estimate`` table, ``recommend --json`` and its text), the REST
+entry point to DIR: the CLI (``estimate --json``, the ``estimate`` table and ``--format budget``, ``recommend --json`` and its
+text), the REST
 API through FastAPI's TestClient (``/api/estimate`` and ``/api/recommend`` with the flat body, ``/api/estimate`` with
 the nested EstimateInput body), ado's experiments as the tests call them (``resource_estimate`` and
 ``min_gpu_recommender``) and ``autoconf-gpu sweep`` (a CSV of all the jobs; half give ``number_gpus``).
@@ -118,6 +119,8 @@ def cli_rows(jobs: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         argv = _estimate_argv(job)
         yield {"entry": "cli-estimate-json", "id": i, "argv": argv, **_cli([*argv, "--json"])}
         yield {"entry": "cli-estimate-table", "id": i, "argv": argv, **_cli(argv)}
+        if i % 5 == 0:
+            yield {"entry": "cli-estimate-budget", "id": i, "argv": argv, **_cli([*argv, "--format", "budget"])}
         if i % 4 == 0:
             argv = _recommend_argv(job)
             yield {"entry": "cli-recommend-json", "id": i, "argv": argv, **_cli([*argv, "--json"])}

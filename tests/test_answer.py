@@ -74,6 +74,4 @@ def test_oom_risk_bounded_once(given: float, kept: float) -> None:
 
 
 def test_cli_json_sections_name_the_fields() -> None:
-    cli = Answer.of(ESTIMATE).cli()
-    assert cli["memory"] == MEMORY.model_dump(mode="json")
-    assert cli["throughput"] == SPEED.model_dump(mode="json")
+    assert Answer.of(ESTIMATE).cli() == ESTIMATE.model_dump(mode="json")

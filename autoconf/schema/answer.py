@@ -161,6 +161,12 @@ class Answer(_Strict):
                         "model_version": estimate.model_version, "number_gpus": estimate.placement.number_gpus}
         return cls(**(figures | given))
 
+    def inputs(self) -> tuple[Job, Placement]:
+        """The job and placement answered (an Answer built from an Estimate always has them)."""
+        if self.job is None or self.placement is None:
+            raise ValueError("this Answer was built without its job and placement")
+        return self.job, self.placement
+
     @property
     def allocated_bytes(self) -> float:
         """Allocator peak; estimators that do not split it give peak - overhead."""
@@ -181,8 +187,10 @@ class Answer(_Strict):
         return {key: _value(self, name, key) for _, key, name in fields}
 
     def cli(self) -> dict[str, Any]:
-        """The CLI's --json sections: memory and throughput (null without a throughput), by field name."""
-        out: dict[str, Any] = {}
+        """The CLI's --json: the job, the placement, memory and throughput (null without one) by field name, the
+        estimator and its model version."""
+        job, placement = self.inputs()
+        out: dict[str, Any] = {"job": job.model_dump(mode="json"), "placement": placement.model_dump(mode="json")}
         for group in ("memory", "throughput"):
             names = [n for n in Answer.model_fields if _spec(n).get("cli") and _group(n) == group]
             if group == "throughput" and self.tokens_per_second is None:
@@ -190,7 +198,7 @@ class Answer(_Strict):
                 continue
             out[group] = {n: list(v) if isinstance(v := getattr(self, n), tuple) else v for n in names}
             out[group]["estimator"] = self.estimator
-        return out
+        return out | {"estimator": self.estimator, "model_version": self.model_version}
 
     def ado(self, keep: Sequence[str]) -> dict[str, Any]:
         """The ado measured properties among ``keep`` (an experiment's outputs); a figure not known is left out."""

@@ -16,7 +16,7 @@ from autoconf.estimators.contract import Estimator
 from autoconf.estimators.theory import activations as act
 from autoconf.estimators.theory.memory import CUDA_CONTEXT_BYTES, NCCL_BYTES
 from autoconf.interfaces.probe.memory import gpu_facts
-from autoconf.schema import GIB, Calibration, Estimate, Job, Placement
+from autoconf.schema import GIB, Answer, Calibration, Job, Placement
 
 NO_GPU = "probe not run: no CUDA GPU on this machine (nvidia-smi finds none); the estimate above needs none"
 LABEL = 20  # width of the VRAM-budget CLI's label column ("Base weights        : ")
@@ -38,8 +38,8 @@ def attention_share(job: Job, calib: Calibration | None) -> float:
     return attention / (attention + mlp) if attention + mlp > 0 else 0.0
 
 
-def header(est: Estimate) -> list[str]:
-    job, place = est.job, est.placement
+def header(answer: Answer) -> list[str]:
+    job, place = answer.inputs()
     strategy = place.effective_strategy
     zero = strategy[4:] if strategy.startswith("zero") else f"none ({strategy})"
     micro = job.batch_size // (place.dp * job.gradient_accumulation_steps)
@@ -51,18 +51,18 @@ def header(est: Estimate) -> list[str]:
         f"DP={place.dp}, TP={place.tp}, PP={place.pp}, ZeRO={zero}, LoRA={job.method == 'lora'}, "
         f"QLoRA={job.method == 'qlora'}",
         f"GPU={place.gpu_model}, attention={job.attention}, grad_checkpoint={job.gradient_checkpointing}, "
-        f"estimator={est.estimator}" + (f" {est.model_version}" if est.model_version else ""),
+        f"estimator={answer.estimator}" + (f" {answer.model_version}" if answer.model_version else ""),
         "",
     ]
 
 
-def format_budget(est: Estimate, calib: Calibration | None) -> str:
-    mem, place = est.memory, est.placement
-    share = attention_share(est.job, calib)
+def format_budget(mem: Answer, calib: Calibration | None) -> str:
+    job, place = mem.inputs()
+    share = attention_share(job, calib)
     misc = CUDA_CONTEXT_BYTES if calib is None or calib.misc_overhead_gib is None else calib.misc_overhead_gib * GIB
     comm = NCCL_BYTES if place.number_gpus > 1 else 0.0
     fragmentation = max(mem.overhead_bytes - misc - comm, 0.0)
-    lines = header(est) + [
+    lines = header(mem) + [
         _line("Base weights", mem.weights_bytes),
         _line("Trainable state", mem.gradients_bytes + mem.optimizer_bytes),
         _line("Attention activ.", mem.activations_bytes * share),
@@ -72,7 +72,7 @@ def format_budget(est: Estimate, calib: Calibration | None) -> str:
         _line("NCCL buffers", comm),
         _line("Fragmentation", fragmentation),
         _line("Total (peak)", mem.peak_bytes),
-        f"{'Capacity':<{LABEL}}: {mem.capacity_gib:6.2f} GiB ({'fits' if mem.fits else 'DOES NOT FIT'}, "
+        f"{'Capacity':<{LABEL}}: {mem.capacity_bytes / GIB:6.2f} GiB ({'fits' if mem.fits else 'DOES NOT FIT'}, "
         f"oom_risk {mem.oom_risk:.3f}, peak at {mem.peak_phase})",
     ]
     return "\n".join(lines)

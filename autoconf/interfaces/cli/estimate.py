@@ -24,7 +24,7 @@ from autoconf.interfaces.cli.dialect import (
 )
 from autoconf.interfaces.cli.fromfile import ESTIMATE_FLAGS, add_from_argument, apply_to_estimate_args, describe, load
 from autoconf.interfaces.cli.stack import add_stack_arguments, stack_fields
-from autoconf.schema import GIB, Calibration, Estimate, Job, Placement, job_and_placement
+from autoconf.schema import GIB, Answer, Calibration, Job, Placement, job_and_placement
 
 ZERO_STAGES = (0, 1, 2, 3)
 BOOLEANS = {  # flag -> help; None (not given) = our default, noted where the VRAM-budget CLI's differs
@@ -143,25 +143,25 @@ def inputs_from_args(args: argparse.Namespace) -> tuple[Job, Placement, Calibrat
     return job, placement, calibration(args, flash=attention != "eager"), storage
 
 
-def format_table(est: Estimate) -> str:
-    mem = est.memory
-    rows = [(name, getattr(mem, f"{name}_bytes") / GIB) for name in defaults.MEMORY_PARTS]
-    lines = [f"{est.job.model} · {est.job.method} · {est.placement.number_gpus}× {est.placement.gpu_model} "
-             f"({est.placement.effective_strategy}) · estimator {est.estimator}"
-             + (f" {est.model_version}" if est.model_version else ""), f"{'component':<14}{'GiB':>10}"]
+def format_table(answer: Answer) -> str:
+    job, place = answer.inputs()
+    rows = [(name, getattr(answer, f"{name}_bytes") / GIB) for name in defaults.MEMORY_PARTS]
+    lines = [f"{job.model} · {job.method} · {place.number_gpus}× {place.gpu_model} "
+             f"({place.effective_strategy}) · estimator {answer.estimator}"
+             + (f" {answer.model_version}" if answer.model_version else ""), f"{'component':<14}{'GiB':>10}"]
     lines += [f"{name:<14}{gib:>10.2f}" for name, gib in rows]
-    vision = (("vision weights", mem.vision_weights_bytes), ("vision grads", mem.vision_gradients_bytes),
-              ("vision optim.", mem.vision_optimizer_bytes), ("vision activ.", mem.vision_activations_bytes))
+    vision = (("vision weights", answer.vision_weights_bytes), ("vision grads", answer.vision_gradients_bytes),
+              ("vision optim.", answer.vision_optimizer_bytes), ("vision activ.", answer.vision_activations_bytes))
     lines += [f"{name:<14}{part / GIB:>10.2f}" for name, part in vision if part]  # VLMs only
-    lines += [f"{'total (peak)':<14}{mem.peak_gib:>10.2f}   at phase: {mem.peak_phase} (device; torch allocated "
-              f"{mem.allocated_bytes / GIB:.2f}, reserved {mem.reserved_bytes / GIB:.2f}; {est.job.framework})",
-              f"{'capacity':<14}{mem.capacity_gib:>10.2f}",
-              f"fits: {'yes' if mem.fits else 'NO'}   oom_risk: {mem.oom_risk:.3f}"
-              + (f" (of the peak less {mem.releasable_bytes / GIB:.2f} GiB of free cached blocks, released before an "
-                 "allocation fails)" if mem.releasable_bytes >= 0.005 * GIB else "")]
-    if est.throughput:
-        lines.append(f"tokens/s: {est.throughput.tokens_per_second:,.0f}   MFU: {est.throughput.mfu:.2f}")
-    lines += [f"note: {n}" for n in mem.notes]
+    lines += [f"{'total (peak)':<14}{answer.peak_bytes / GIB:>10.2f}   at phase: {answer.peak_phase} (device; torch "
+              f"allocated {answer.allocated_bytes / GIB:.2f}, reserved {answer.reserved_bytes / GIB:.2f}; {job.framework})",
+              f"{'capacity':<14}{answer.capacity_bytes / GIB:>10.2f}",
+              f"fits: {'yes' if answer.fits else 'NO'}   oom_risk: {answer.oom_risk:.3f}"
+              + (f" (of the peak less {answer.releasable_bytes / GIB:.2f} GiB of free cached blocks, released before an "
+                 "allocation fails)" if answer.releasable_bytes >= 0.005 * GIB else "")]
+    if answer.tokens_per_second is not None:
+        lines.append(f"tokens/s: {answer.tokens_per_second:,.0f}   MFU: {answer.mfu:.2f}")
+    lines += [f"note: {n}" for n in answer.notes]
     return "\n".join(lines)
 
 
@@ -196,15 +196,16 @@ def run(args: argparse.Namespace) -> int:
     fmt = "json" if args.json else args.format
     if getattr(args, "verbose", False) or fmt == "budget":  # how our defaults differ from another tool's
         notes += default_notes(args, job, placement)
+    answer = Answer.of(est)
     if args.plot:
         from autoconf.interfaces.cli.plots import plot_estimate
 
-        plot_estimate(est, args.plot)
+        plot_estimate(answer, args.plot)
     if fmt == "json":
         origin = {"from": found.report(overridden)} if found else {}
-        print(json.dumps({**est.model_dump(mode="json"), "notes": notes, **origin}, indent=2))
+        print(json.dumps({**answer.cli(), "notes": notes, **origin}, indent=2))
         return 0
-    print(format_budget(est, calib) if fmt == "budget" else format_table(est))
+    print(format_budget(answer, calib) if fmt == "budget" else format_table(answer))
     if notes:
         print("\n".join(f"note: {n}" for n in notes))
     if found:

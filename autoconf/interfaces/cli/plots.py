@@ -18,7 +18,7 @@ from autoconf.defaults import GPUS_PER_NODE, MAX_GPUS, MEMORY_PARTS
 from autoconf.errors import AutoconfError, InvalidInputError
 from autoconf.estimators.contract import Estimator
 from autoconf.recommend.search import candidate_gpus
-from autoconf.schema import GIB, Estimate, Job, Placement, Recommendation
+from autoconf.schema import GIB, Answer, Job, Placement, Recommendation
 
 FORMATS = (".png", ".svg")
 PARTS = MEMORY_PARTS
@@ -48,10 +48,10 @@ def _save(fig: Any, path: str) -> None:
     plt.close(fig)
 
 
-def plot_estimate(est: Estimate, path: str) -> None:
+def plot_estimate(mem: Answer, path: str) -> None:
     """One horizontal bar of the per-GPU memory components, the capacity as a dashed line, the peak marked."""
     plt = _pyplot(path)
-    mem = est.memory
+    job, place = mem.inputs()
     fig, ax = plt.subplots(figsize=(7.5, 2.6))
     left = 0.0
     for part, colour in zip(PARTS, COLOURS, strict=True):
@@ -69,8 +69,7 @@ def plot_estimate(est: Estimate, path: str) -> None:
     ax.set_ylim(-0.75, 0.75)
     ax.set_yticks([])
     ax.set_xlabel("GiB per GPU")
-    place = est.placement
-    ax.set_title(f"{est.job.model} · {est.job.method} · {est.job.tokens_per_sample} tokens × batch {est.job.batch_size}"
+    ax.set_title(f"{job.model} · {job.method} · {job.tokens_per_sample} tokens × batch {job.batch_size}"
                  f" · {place.number_gpus}× {place.gpu_model} ({place.effective_strategy})", fontsize=10)
     ax.legend(ncol=6, fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.32), frameon=False)
     _save(fig, path)

@@ -20,7 +20,7 @@ from autoconf.interfaces.cli.stack import add_stack_arguments, stack_fields
 from autoconf.interfaces.configs import FromFile
 from autoconf.recommend.by_objective import OBJECTIVES
 from autoconf.recommend.layout import LayoutChoice
-from autoconf.schema import GIB, Job, Recommendation, Strategy
+from autoconf.schema import GIB, Answer, Job, Recommendation, Strategy
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -63,10 +63,11 @@ def format_text(rec: Recommendation) -> str:
     answered = f"estimator {rec.estimator}" + (f" {rec.model_version}" if rec.model_version else "")
     if not rec.can_recommend or rec.estimate is None:
         return f"cannot recommend ({answered}): {rec.reason}"
-    job, mem, tput = rec.estimate.job, rec.estimate.memory, rec.estimate.throughput
+    mem = Answer.of(rec.estimate)
+    job, place = mem.inputs()
     lines = [
         f"{job.model} · {job.method} · {job.tokens_per_sample} tokens × batch {job.batch_size} on "
-        f"{rec.estimate.placement.gpu_model} · {answered}",
+        f"{place.gpu_model} · {answered}",
         f"recommended: {rec.number_gpus} GPU{'s' if rec.number_gpus > 1 else ''} "
         f"({rec.workers} worker{'s' if rec.workers > 1 else ''} × {rec.gpus} GPU{'s' if rec.gpus > 1 else ''})",
         f"peak memory per GPU: {mem.peak_bytes / GIB:.1f} GiB of {mem.capacity_bytes / GIB:.1f} GiB   "
@@ -75,8 +76,8 @@ def format_text(rec: Recommendation) -> str:
     if job.gradient_accumulation_steps > 1:
         lines.append(f"gradient accumulation: {job.gradient_accumulation_steps} steps of "
                      f"{job.batch_size // (rec.number_gpus * job.gradient_accumulation_steps)} samples per GPU")
-    if tput is not None:
-        lines.append(f"tokens/s: {tput.tokens_per_second:,.0f}")
+    if mem.tokens_per_second is not None:
+        lines.append(f"tokens/s: {mem.tokens_per_second:,.0f}")
     lines += [f"note: {n}" for n in mem.notes]
     return "\n".join(lines)
 
@@ -136,7 +137,8 @@ def run(args: argparse.Namespace) -> int:
                                   max_oom_risk=args.max_oom_risk, strict=args.strict, strategy=strategy)
     if args.json:
         origin = {"from": found.report(overridden)} if found else {}
-        print(json.dumps({**rec.model_dump(mode="json"), **origin}, indent=2))
+        answer = Answer.of(rec.estimate).cli() if rec.estimate else None
+        print(json.dumps({**rec.model_dump(mode="json"), "estimate": answer, **origin}, indent=2))
     else:
         print("\n".join([format_text(rec), *(describe(found, overridden) if found else [])]))
     if args.plot:
