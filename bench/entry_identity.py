@@ -8,7 +8,8 @@ entry point to DIR: the CLI (``estimate --json``, the ``estimate`` table and ``-
 text), the REST
 API through FastAPI's TestClient (``/api/estimate`` and ``/api/recommend`` with the flat body, ``/api/estimate`` with
 the nested EstimateInput body), ado's experiments as the tests call them (``resource_estimate`` and
-``min_gpu_recommender``) and ``autoconf-gpu sweep`` (a CSV of all the jobs; half give ``number_gpus``).
+``min_gpu_recommender``), ``autoconf-gpu sweep`` (a CSV of all the jobs; half give ``number_gpus``; and the
+3,960-point seed space) and the estimators' ``estimate_frame``.
 Most jobs use theory; every fifth the hybrid estimator (learned + theory), where the learned models are installed.
 
 ``compare`` reads two dumps and reports each difference: a number whose relative difference exceeds 1e-9, any
@@ -217,12 +218,30 @@ def sweep_rows(jobs: list[dict[str, Any]], folder: Path) -> Iterator[dict[str, A
         yield {"entry": f"sweep-{estimator}", "id": 0, "rc": result["rc"], "stderr": stderr, "csv": text}
 
 
+def frame_rows(jobs: list[dict[str, Any]], folder: Path) -> Iterator[dict[str, Any]]:
+    """estimate_frame (each row at its own placement) and sweep over the 3,960-point seed space."""
+    import pandas as pd
+
+    from autoconf.estimators.contract import get_estimator
+    from autoconf.evaluation.space import space_frame
+
+    frame = pd.DataFrame([{c: job.get(c) for c in SWEEP_COLUMNS} for job in jobs])
+    for name in ("theory", "hybrid"):
+        text = get_estimator(name).estimate_frame(frame).to_csv(index=False, lineterminator="\n")
+        yield {"entry": f"estimate-frame-{name}", "id": 0, "csv": text}
+    source, target = folder / "space.csv", folder / "space-out.csv"
+    space_frame().to_csv(source, index=False)
+    result = _cli(["sweep", "--input", str(source), "--output", str(target), "--estimator", "hybrid"])
+    yield {"entry": "sweep-seed-space", "id": 0, "rc": result["rc"], "stderr": result["stderr"].replace(str(folder), "DIR"),
+           "csv": target.read_text(encoding="utf-8") if target.exists() else ""}
+
+
 def dump(folder: Path, n: int, seed: int) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     jobs = random_jobs(n, seed)
     (folder / "jobs.json").write_text(json.dumps(jobs, indent=1))
     for name, rows in (("cli", cli_rows(jobs)), ("rest", rest_rows(jobs)), ("ado", ado_rows(jobs)),
-                       ("sweep", sweep_rows(jobs, folder))):
+                       ("sweep", sweep_rows(jobs, folder)), ("frame", frame_rows(jobs, folder))):
         with (folder / f"{name}.jsonl").open("w", encoding="utf-8") as handle:
             count = 0
             for row in rows:
@@ -296,7 +315,7 @@ def compare(base: Path, new: Path) -> int:
     problems: list[str] = []
     counts: dict[str, int] = {}
     text_identical = True
-    for name in ("cli", "rest", "ado", "sweep"):
+    for name in ("cli", "rest", "ado", "sweep", "frame"):
         a, b = _rows(base / f"{name}.jsonl"), _rows(new / f"{name}.jsonl")
         if a.keys() != b.keys():
             problems.append(f"{name}: outputs {sorted(a.keys() ^ b.keys())[:5]} present on one side only")

@@ -14,17 +14,13 @@ from pydantic import ValidationError
 
 from autoconf.defaults import MEMORY_PARTS
 from autoconf.errors import AutoconfError, describe
-from autoconf.schema import GIB, Estimate, Job, Placement, job_and_placement
+from autoconf.schema import Answer, Estimate, Job, Placement, job_and_placement, sweep_columns
 
 JOB_FIELDS = tuple(Job.model_fields)
 PLACEMENT_FIELDS = tuple(Placement.model_fields)
 MEMORY_COLUMNS = MEMORY_PARTS
 VISION_COLUMNS = ("vision_weights", "vision_activations")  # 0 for text models
-OUTPUT_COLUMNS = (
-    "estimator", "model_version", *(f"{c}_gib" for c in MEMORY_COLUMNS), "peak_memory_gib", "capacity_gib",
-    "fits", "oom_risk", "tokens_per_second", "can_recommend", "gpus", "workers", "reason", "error",
-    "peak_allocated_gib", "peak_reserved_gib", "vision_weights_gib", "vision_activations_gib",
-)
+OUTPUT_COLUMNS = sweep_columns()  # the Answer's sweep columns, in order (schema/answer.py metadata)
 
 
 def row_inputs(row: dict[str, Any], default_gpus: int | None = None) -> tuple[Job, Placement]:
@@ -33,19 +29,8 @@ def row_inputs(row: dict[str, Any], default_gpus: int | None = None) -> tuple[Jo
 
 
 def estimate_columns(est: Estimate) -> dict[str, Any]:
-    mem = est.memory
-    out: dict[str, Any] = {
-        "estimator": est.estimator, "model_version": est.model_version,
-        **{f"{c}_gib": round(getattr(mem, f"{c}_bytes") / GIB, 4) for c in MEMORY_COLUMNS},
-        "peak_memory_gib": round(mem.peak_bytes / GIB, 4), "capacity_gib": round(mem.capacity_bytes / GIB, 4),
-        "peak_allocated_gib": round(mem.allocated_bytes / GIB, 4),
-        "peak_reserved_gib": round(mem.reserved_bytes / GIB, 4),
-        "vision_weights_gib": round(mem.vision_weights_bytes / GIB, 4),
-        "vision_activations_gib": round(mem.vision_activations_bytes / GIB, 4),
-        "fits": bool(mem.fits), "oom_risk": round(mem.oom_risk, 4),
-        "tokens_per_second": round(est.throughput.tokens_per_second, 2) if est.throughput else None,
-    }
-    return out
+    """The sweep columns of one row's estimate (the recommendation's are None: estimate_frame never recommends)."""
+    return Answer.of(est).columns()
 
 
 def map_rows(frame: pd.DataFrame, answer: Callable[[dict[str, Any]], dict[str, Any]]) -> pd.DataFrame:

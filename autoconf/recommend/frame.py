@@ -20,7 +20,7 @@ from autoconf.estimators.contract import Estimator
 from autoconf.estimators.frame import MEMORY_COLUMNS, OUTPUT_COLUMNS, VISION_COLUMNS, row_inputs
 from autoconf.estimators.theory.vector import MemoryBatch
 from autoconf.recommend.search import BatchSearch, new_search, recommend_batch
-from autoconf.schema import GIB, Job, Placement
+from autoconf.schema import Job, Placement, sweep_arrays
 
 Progress = Callable[[int, int], None]
 FRAME_CHUNK = 1000  # jobs per batch call in recommend_frame: bounds memory, paces the progress bar
@@ -70,6 +70,14 @@ def _concat(parts: list[BatchSearch]) -> BatchSearch:
         throughput=sum((p.throughput for p in parts), []))
 
 
+def _figures(mem: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The memory arrays under the Answer's field names (bytes), the risk bounded to [0, 1] as Answer bounds it."""
+    named = {"peak": "peak_bytes", "capacity": "capacity_bytes", "allocated": "peak_allocated_bytes",
+             "reserved": "peak_reserved_bytes"}
+    out = {named.get(key, f"{key}_bytes"): value for key, value in mem.items() if key != "oom_risk"}
+    return out | {"oom_risk": np.clip(mem["oom_risk"], 0.0, 1.0)}
+
+
 def recommend_frame(frame: pd.DataFrame, estimator: Estimator, *, max_gpus: int = MAX_GPUS,
                     gpus_per_node: int = GPUS_PER_NODE, max_oom_risk: float = MAX_OOM_RISK, strict: bool = False,
                     progress: Progress | None = None) -> pd.DataFrame:
@@ -116,13 +124,8 @@ def recommend_frame(frame: pd.DataFrame, estimator: Estimator, *, max_gpus: int 
             mem["allocated"][i], mem["reserved"][i] = batch.allocated[k], batch.reserved[k]
             tput[i], errors[i] = tputs[k], batch.errors[k]
     has = np.isfinite(mem["peak"])
-    for part in columns:
-        out[f"{part}_gib"] = np.round(mem[part] / GIB, 4)
-    out["peak_memory_gib"], out["capacity_gib"] = np.round(mem["peak"] / GIB, 4), np.round(mem["capacity"] / GIB, 4)
-    out["peak_allocated_gib"] = np.round(mem["allocated"] / GIB, 4)
-    out["peak_reserved_gib"] = np.round(mem["reserved"] / GIB, 4)
+    out |= sweep_arrays(_figures(mem), np.round)  # the Answer's sweep columns (schema/answer.py metadata)
     out["fits"] = np.where(has, mem["peak"] <= mem["capacity"], np.array(None, dtype=object))
-    out["oom_risk"] = np.round(np.clip(mem["oom_risk"], 0.0, 1.0), 4)
     out["tokens_per_second"] = [round(t.tokens_per_second, 2) if t is not None else None for t in tput]
     out["estimator"], out["model_version"], out["error"] = [estimator.name] * n, [estimator.model_version] * n, errors
     extra = [c for c in frame.columns if c not in OUTPUT_COLUMNS]
