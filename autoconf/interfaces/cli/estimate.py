@@ -23,7 +23,7 @@ from autoconf.interfaces.cli.dialect import (
     with_storage,
 )
 from autoconf.interfaces.cli.fromfile import ESTIMATE_FLAGS, add_from_argument, apply_to_estimate_args, describe, load
-from autoconf.interfaces.cli.stack import add_stack_arguments, stack_fields
+from autoconf.interfaces.cli.stack import add_job_arguments, stack_fields
 from autoconf.schema import GIB, Answer, Calibration, Job, Placement, job_and_placement
 
 ZERO_STAGES = (0, 1, 2, 3)
@@ -88,13 +88,14 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     probe = p.add_argument_group("probe (needs a CUDA GPU)")
     probe.add_argument("--warmup-steps", type=int, default=3, help="untimed steps first (default %(default)s)")
     probe.add_argument("--probe-steps", type=int, default=6, help="measured steps (default %(default)s)")
-    add_stack_arguments(p)
     p.add_argument("--estimator", default="theory", help=f"{' | '.join(ESTIMATORS)} (default %(default)s)")
     p.add_argument("--model-version", help="learned-model version (learned/hybrid)")
     p.add_argument("--format", choices=("table", "budget", "json"), default="table",
                    help="table (ours), budget (the VRAM-budget CLI's lines) or json")
     p.add_argument("--json", action="store_true", help="= --format json")
     p.add_argument("--plot", metavar="FILE", help="also draw the breakdown against capacity to FILE.png or .svg")
+    # last: a flag per Job field not spelled above (batch and checkpointing have the VRAM-budget CLI's spellings)
+    add_job_arguments(p, skip=("batch_size", "gradient_checkpointing"))
 
 
 def _model(args: argparse.Namespace) -> str:

@@ -16,7 +16,7 @@ from autoconf.defaults import GPUS_PER_NODE, MAX_GPUS, MAX_OOM_RISK
 from autoconf.errors import InvalidInputError
 from autoconf.estimators.contract import DEFAULT_ESTIMATOR, ESTIMATORS, get_estimator
 from autoconf.interfaces.cli.fromfile import RECOMMEND_FLAGS, add_from_argument, describe, load
-from autoconf.interfaces.cli.stack import add_stack_arguments, stack_fields
+from autoconf.interfaces.cli.stack import add_job_arguments, stack_fields
 from autoconf.interfaces.configs import FromFile
 from autoconf.recommend.by_objective import OBJECTIVES
 from autoconf.recommend.layout import LayoutChoice
@@ -36,7 +36,6 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--gradient-accumulation-steps", "--grad-accum", type=int, default=1)
     p.add_argument("--dtype", default="bf16", help="bf16 | fp16 | fp32 | amp-bf16 | amp-fp16")
     p.add_argument("--lora-r", "--lora-rank", type=int, default=8)
-    add_stack_arguments(p)
     p.add_argument("--objective", default="min-gpus", choices=OBJECTIVES,
                    help="min-gpus (fewest GPUs) | avoid-oom (keep --number-gpus if it fits) | throughput (fastest)")
     p.add_argument("--number-gpus", type=int, default=1,
@@ -47,6 +46,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     add_search_arguments(p)
     p.add_argument("--json", action="store_true", help="print the Recommendation as JSON")
     p.add_argument("--plot", metavar="FILE", help="also draw peak memory and risk vs GPU count to FILE.png or .svg")
+    add_job_arguments(p)  # last: a flag per Job field not spelled above
 
 
 def add_search_arguments(p: argparse.ArgumentParser) -> None:

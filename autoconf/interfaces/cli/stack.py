@@ -1,58 +1,72 @@
-"""Training-stack flags shared by ``estimate`` and ``recommend``: ``--framework`` and the settings it sets.
+"""Job flags shared by ``estimate`` and ``recommend``, generated from the Job's fields: ``--framework`` and every
+field the verb does not spell itself.
 
-Each flag left out takes the framework profile's value (docs/frameworks.md); a given flag overrides it.
+A verb declares its own flags first (the VRAM-budget CLI's spellings, docs/dialects.md), then calls
+``add_job_arguments``: each Job field without a flag of its name gets ``--<field-name>`` with the field's type,
+choices and description (booleans as ``--x`` / ``--no-x``). A flag left out takes the Job's default or the framework
+profile's value (docs/frameworks.md); a new Job field is a flag here without an edit.
 """
 
 from __future__ import annotations
 
 import argparse
+import types
 import typing
+from collections.abc import Iterable
 from typing import Any
 
 from autoconf import defaults
-from autoconf.schema import Framework, LossKernel
+from autoconf.schema import Framework, Job, is_flag
+from autoconf.schema.words import _choices
 
-# (flag, Job field, help) of the on/off overrides; --no-<flag> turns a profile's default off.
-_SWITCHES = (
-    ("fsdp-cpu-ram-efficient-loading", "fsdp_cpu_ram_efficient_loading", "FSDP: rank-0 / meta-device load"),
-    ("double-quant", "double_quant", "QLoRA: double quantisation of the NF4 constants"),
-    ("quantize-lm-head", "quantize_lm_head", "QLoRA: 4-bit output head"),
-    ("optimizer-in-backward", "optimizer_in_backward", "step each parameter inside backward (torchtune)"),
-    ("activation-offloading", "activation_offloading", "checkpointed activations in CPU RAM"),
-    ("torch-compile", "torch_compile", "torch.compile (memory effect not modelled)"),
-    ("expandable-segments", "expandable_segments", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"),
-)
+GROUPS = {"images_per_sample": "vision-language models", "image_resolution": "vision-language models",
+          "freeze_vision": "vision-language models", "freeze_projector": "vision-language models"}
+GENERATED = "_job_flags"  # the Namespace attribute listing the generated flags' fields
 
 
-def add_stack_arguments(p: argparse.ArgumentParser) -> None:
-    group = p.add_argument_group("training stack (default: the framework profile's behaviour)")
-    group.add_argument("--framework", choices=typing.get_args(Framework), default=defaults.FRAMEWORK,
-                       help="training stack (default %(default)s); see docs/frameworks.md")
-    group.add_argument("--loss-kernel", choices=typing.get_args(LossKernel), help="cross-entropy implementation")
-    for flag, _, text in _SWITCHES:
-        group.add_argument(f"--{flag}", action=argparse.BooleanOptionalAction, default=None, help=text)
-    group.add_argument("--dora", action="store_true", help="DoRA adapters (a magnitude vector per module)")
-    group.add_argument("--sequence-parallel", type=int, default=1, help="sequence/context-parallel degree")
-    group.add_argument("--samples-vary-in-length", action="store_true",
-                       help="unpacked samples of different lengths, each batch padded to its longest (length given = the longest)")
-    vlm = p.add_argument_group("vision-language models")
-    vlm.add_argument("--images-per-sample", type=int, default=0, help="images per sample (default 0: text only)")
-    vlm.add_argument("--image-resolution", type=int, help="longer image side in pixels (default: the model's)")
-    vlm.add_argument("--freeze-vision", action=argparse.BooleanOptionalAction, default=True,
-                     help="keep the vision tower frozen (default: frozen)")
-    vlm.add_argument("--freeze-projector", action=argparse.BooleanOptionalAction, default=False,
-                     help="keep the projector frozen (default: trained)")
+def _scalar(annotation: object) -> object:
+    """``X`` of ``X | None``; the annotation itself otherwise."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        kept = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return kept[0] if len(kept) == 1 else annotation
+    return annotation
+
+
+def _flag(name: str) -> dict[str, Any]:
+    """argparse keywords of the flag of the Job field ``name``."""
+    info = Job.model_fields[name]
+    annotation = _scalar(info.annotation)
+    words = _choices(info.annotation)
+    if is_flag(info.annotation):
+        return {"action": argparse.BooleanOptionalAction}
+    if words:
+        return {"choices": words}
+    if typing.get_origin(annotation) is tuple:
+        return {"nargs": "+", "metavar": name.upper()}
+    return {"type": annotation if annotation in (int, float) else str}
+
+
+def add_job_arguments(p: argparse.ArgumentParser, skip: Iterable[str] = ()) -> None:
+    """``--framework`` and a flag per Job field that ``p`` has no flag for (nor ``skip`` names)."""
+    p.add_argument("--framework", choices=typing.get_args(Framework), default=defaults.FRAMEWORK,
+                   help="training stack (default %(default)s); see docs/frameworks.md")
+    known = set(p._option_string_actions) | {a.dest for a in p._actions}  # noqa: SLF001 - argparse has no public view
+    fields = [n for n in Job.model_fields if f"--{n.replace('_', '-')}" not in known and n not in known and n not in skip]
+    stack = p.add_argument_group("training stack and job settings (default: the Job's or the framework profile's)")
+    groups = {"training stack": stack}
+    for name in fields:
+        title = GROUPS.get(name, "training stack")
+        group = groups.setdefault(title, p.add_argument_group(title))
+        text = (Job.model_fields[name].description or "").replace("%", "%%")
+        group.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None, help=text, **_flag(name))
+    p.set_defaults(**{GENERATED: tuple(fields)})
 
 
 def stack_fields(args: argparse.Namespace) -> dict[str, Any]:
-    """Job fields from the stack flags (None = not given: the profile decides)."""
-    out: dict[str, Any] = {"framework": args.framework, "dora": args.dora, "sequence_parallel": args.sequence_parallel,
-                           "samples_vary_in_length": args.samples_vary_in_length}
-    out |= {"images_per_sample": args.images_per_sample, "image_resolution": args.image_resolution,
-            "freeze_vision": args.freeze_vision, "freeze_projector": args.freeze_projector}
-    if args.loss_kernel is not None:
-        out["loss_kernel"] = args.loss_kernel
-    for _, field, _ in _SWITCHES:
-        if getattr(args, field) is not None:
-            out[field] = getattr(args, field)
+    """Job fields from the generated flags that were given (None = not given: the Job or the profile decides)."""
+    out: dict[str, Any] = {"framework": args.framework}
+    for name in getattr(args, GENERATED, ()):
+        value = getattr(args, name)
+        if value is not None:
+            out[name] = tuple(value) if isinstance(value, list) else value
     return out
