@@ -304,3 +304,25 @@ def test_recommend_objective(client: httpx.Client, objective: str, status: int) 
     if objective == "throughput":
         steps = got["job"]["gradient_accumulation_steps"]
         assert got["job"]["batch_size"] == 16 and 16 % (got["number_gpus"] * steps) == 0
+
+
+def _nested_with(section: str, key: str, value: object) -> dict[str, Any]:
+    body = seed_example()
+    body["configs"][0]["fm"]["technique"] = "lora"
+    body["configs"][0][section][key] = value
+    return body
+
+
+@pytest.mark.parametrize(("section", "key", "value"), [
+    ("hf_training", "dora", "yes"), ("fm", "samples_vary_in_length", "on"), ("hf_training", "torch_compile", True),
+])
+def test_nested_section_key_named_as_a_job_field_sets_it(client: httpx.Client, section: str, key: str,
+                                                         value: object) -> None:
+    res = client.post("/api/memory", json=_nested_with(section, key, value))
+    assert res.status_code == 200 and res.json()["results"][0]["job"][key] is True
+
+
+def test_nested_job_field_typo_is_named_where_the_body_has_it(client: httpx.Client) -> None:
+    res = client.post("/api/memory", json=_nested_with("hf_training", "dora", "ture"))
+    assert res.status_code == 422
+    assert res.json()["detail"][0]["loc"] == ["configs", 0, "hf_training", "dora"]

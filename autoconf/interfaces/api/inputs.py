@@ -299,14 +299,25 @@ def _config(config: ConfigSection, est: EstimatorSection, prefix: str) -> Resolv
     dtype = DTYPES[fm.torch_dtype]
     if dtype == "fp32" and (hf.bf16 or hf.fp16):
         dtype = "amp-bf16" if hf.bf16 else "amp-fp16"  # fp32 master weights + autocast
-    job, placement = job_and_placement({  # the one way in, from this body's section names
-        "model": fm.base_model_path, "method": technique, "dtype": dtype, "tokens_per_sample": fm.max_seq_length,
-        "batch_size": hf.per_device_train_batch_size * gpus * hf.gradient_accumulation_steps,
-        "gradient_accumulation_steps": hf.gradient_accumulation_steps,
-        "gradient_checkpointing": hf.gradient_checkpointing, "attention": "flash" if fm.flash_attention_v2 else "sdpa",
-        "packing": fm.packing, "framework": fm.framework, "lora_r": lora.r, "lora_alpha": lora.lora_alpha,
-        "lora_dropout": lora.lora_dropout, "lora_target_modules": lora.target_modules,
-        "gpu_model": _gpu_name(infra, notes), "number_gpus": gpus, "gpus_per_worker": per_pod})
+    # keys of hf_training (HF TrainingArguments) and fm named as a Job field mean that field (the sections' own names
+    # below win): a new Job field is read from the nested body without an edit here
+    origin = {k: (f"{name}.{k}", v) for name, section in (("hf_training", hf), ("fm", fm))
+              for k, v in (section.model_extra or {}).items() if k in Job.model_fields}
+    try:
+        job, placement = job_and_placement({  # the one way in, from this body's section names
+            **{k: v for k, (_, v) in origin.items()},
+            "model": fm.base_model_path, "method": technique, "dtype": dtype, "tokens_per_sample": fm.max_seq_length,
+            "batch_size": hf.per_device_train_batch_size * gpus * hf.gradient_accumulation_steps,
+            "gradient_accumulation_steps": hf.gradient_accumulation_steps,
+            "gradient_checkpointing": hf.gradient_checkpointing,
+            "attention": "flash" if fm.flash_attention_v2 else "sdpa", "packing": fm.packing,
+            "framework": fm.framework, "lora_r": lora.r, "lora_alpha": lora.lora_alpha,
+            "lora_dropout": lora.lora_dropout, "lora_target_modules": lora.target_modules,
+            "gpu_model": _gpu_name(infra, notes), "number_gpus": gpus, "gpus_per_worker": per_pod})
+    except ValidationError as exc:  # named where the body has it (a section's key of a Job field's name)
+        error = _field_of(exc)
+        error.field = origin[error.field][0] if error.field in origin else error.field
+        raise error from None
     budget = None
     if hf.max_steps > 0:
         budget = float(hf.max_steps) * job.batch_size * job.tokens_per_sample
