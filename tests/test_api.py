@@ -326,3 +326,20 @@ def test_nested_job_field_typo_is_named_where_the_body_has_it(client: httpx.Clie
     res = client.post("/api/memory", json=_nested_with("hf_training", "dora", "ture"))
     assert res.status_code == 422
     assert res.json()["detail"][0]["loc"] == ["configs", 0, "hf_training", "dora"]
+
+
+def test_save_only_model_reaches_the_time_from_both_bodies(client: httpx.Client) -> None:
+    """A Job field added with no interface edit (issue 26): the flat body and the nested hf_training section."""
+    def seconds(body: dict[str, Any]) -> float:
+        res = client.post("/api/time", json=body)
+        assert res.status_code == 200
+        return float(res.json()["results"][0]["time"]["checkpoint_seconds"])
+
+    flat = {**FLAT, "method": "full"}
+    assert seconds({**flat, "save_only_model": True}) == pytest.approx(seconds(flat) * 2 / (2 + 2 * 2))
+    nested = _nested_with("hf_training", "max_steps", 10)
+    nested["configs"][0]["fm"]["technique"] = "full"
+    light = _nested_with("hf_training", "save_only_model", True)
+    light["configs"][0]["hf_training"]["max_steps"] = 10
+    light["configs"][0]["fm"]["technique"] = "full"
+    assert seconds(light) < seconds(nested)

@@ -125,3 +125,22 @@ def test_price_table_rows_have_source_and_date() -> None:
         assert 0 < float(row["usd_per_gpu_hour"]) < 20
     defaults = [r["gpu_model"] for r in rows if r["default"] == "1"]
     assert len(defaults) == len(set(defaults))  # at most one default per GPU
+
+
+@pytest.mark.parametrize(("method", "params", "width"), [
+    ("full", LLAMA31_8B_PARAMS, 2),  # bf16 weights, no AdamW states
+    ("lora", 32 * 8 * ((4096 + 4096) + (4096 + 1024)), 4),  # the fp32 adapters only
+])
+def test_save_only_model_checkpoints_hold_the_weights_only(method: str, params: int, width: int) -> None:
+    job = Job(model="llama3.1-8b", method=method, save_only_model=True)
+    assert checkpoint_bytes(job) == params * width
+
+
+@pytest.mark.parametrize("words", [
+    {"save_only_model": "yes"},  # REST flat body, sweep row, ado point: the one way in
+])
+def test_save_only_model_shortens_the_checkpoint_time(words: dict[str, str]) -> None:
+    job = Job(model="llama3.1-8b", **words)
+    full = estimate_time(JOB, PLACE, throughput=FIXED, token_budget=3.6e7, num_checkpoints=2)
+    light = estimate_time(job, PLACE, throughput=FIXED, token_budget=3.6e7, num_checkpoints=2)
+    assert light.checkpoint_seconds == pytest.approx(full.checkpoint_seconds * 2 / (2 + 2 * 2))

@@ -63,11 +63,12 @@ def model_bytes(job: Job) -> float:
 
 
 def checkpoint_bytes(job: Job) -> float:
-    """Bytes written per checkpoint: trainable weights plus their optimizer states."""
+    """Bytes written per checkpoint: trainable weights plus their optimizer states (weights only with
+    save_only_model: HF Trainer then writes no optimizer.pt)."""
     arch = get_architecture(job.model)
     trainable = float(trainable_params(job, arch))
     width = DTYPE_BYTES[job.dtype] if job.method == "full" else ADAPTER_BYTES  # peft keeps adapters in fp32
-    return trainable * (width + optimizer_bytes_per_param(job, zero=False))
+    return trainable * (width + (0.0 if job.save_only_model else optimizer_bytes_per_param(job, zero=False)))
 
 
 def estimate_time(

@@ -104,6 +104,9 @@ class Job(_Input):
     expandable_segments: bool | None = Field(
         None, description="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (less allocator fragmentation).")
     dora: bool = Field(False, description="DoRA (weight-decomposed LoRA): a magnitude vector per adapted module.")
+    save_only_model: bool = Field(
+        False, description="Checkpoints hold the trained weights only, no optimizer states (HF TrainingArguments "
+        "save_only_model; the run cannot resume from them): smaller, faster checkpoint writes in the job's time.")
     sequence_parallel: int = Field(
         1, ge=1, le=1024, description="Sequence/context-parallel degree: GPUs that split one sample's tokens.")
 
