@@ -14,6 +14,8 @@ Most jobs use theory; every fifth the hybrid estimator (learned + theory), where
 
 ``compare`` reads two dumps and reports each difference: a number whose relative difference exceeds 1e-9, any
 other value (text, the CLI table, a CSV cell that is not a number) that is not identical. Exit 1 on any difference.
+``--ignore KEY`` leaves a key out of both sides' JSON objects: a Job field added since the baseline, which the CLI's
+and the REST API's echo of the job then shows.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 REL = 1e-9
+IGNORED: set[str] = set()  # keys added after the baseline (compare --ignore), left out of both sides
 TEXT_MODELS = (
     "llama3.1-8b", "llama-7b", "granite-3.1-8b-instruct", "granite-3.1-2b", "mistral-7b-v0.1", "qwen2.5-7b",
     "qwen2.5-0.5b", "llama3.2-1b", "llama3.2-3b", "gemma-2-9b", "phi-3-mini-4k", "mixtral-8x7b-instruct-v0.1",
@@ -274,6 +277,7 @@ def diff(a: Any, b: Any, where: str) -> Iterator[str]:  # noqa: ANN401 - any JSO
         if type(a) is not type(b) or not _close(float(a), float(b)):
             yield f"{where}: {a!r} != {b!r}"
     elif isinstance(a, dict) and isinstance(b, dict):
+        a, b = ({k: v for k, v in d.items() if k not in IGNORED} for d in (a, b))
         if list(a) != list(b):
             yield f"{where}: keys {sorted(set(a) ^ set(b))} differ (or their order)"
         for key in a.keys() & b.keys():
@@ -345,10 +349,13 @@ def main() -> int:
     c = sub.add_parser("compare")
     c.add_argument("baseline", type=Path)
     c.add_argument("new", type=Path)
+    c.add_argument("--ignore", action="append", default=[], metavar="KEY",
+                   help="a key added since the baseline (a new Job field echoed in `job`), left out of both sides")
     args = parser.parse_args()
     if args.verb == "dump":
         dump(args.folder, args.jobs, args.seed)
         return 0
+    IGNORED.update(args.ignore)
     return compare(args.baseline, args.new)
 
 
