@@ -9,7 +9,7 @@ call stack at two moments: when the Job is built from the words (``schema.job.Jo
 first Python code of Job's validation) and when the theory formula reading the word runs
 (``activations.loss_bytes_per_token`` reads ``fused_loss``). ``stack`` is the union of the two stacks, plus the
 module that declares the route for REST (its handler runs on another thread than the answer): the files the word
-is carried through. ``named`` is the files that ran and name the word (``fused_loss`` or ``--fused-loss``): the
+is carried through. ``named`` is the files whose functions ran and that name the word (``fused_loss`` or ``--fused-loss``): the
 files someone writes the word in, the ones a change to it touches. The figures on the way out are not counted.
 """
 
@@ -50,7 +50,7 @@ def stacks_of(run: Callable[[], Any]) -> tuple[set[str], set[str]]:
         if event != "call":
             return
         where = _relative(frame.f_code.co_filename)
-        if where is not None:
+        if where is not None and frame.f_code.co_name != "<module>":  # a function ran (not just an import)
             ran.add(where)
         if where is None or (where, frame.f_code.co_name) not in MOMENTS:
             return
