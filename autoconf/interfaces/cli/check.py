@@ -19,7 +19,7 @@ from autoconf import defaults
 from autoconf.estimators.contract import DEFAULT_ESTIMATOR, ESTIMATORS, Estimator, get_estimator
 from autoconf.interfaces.cli.fromfile import add_from_argument, typed
 from autoconf.interfaces.configs import FromFile, build_inputs, read_configs
-from autoconf.schema import GIB, Framework, Job, Placement
+from autoconf.schema import GIB, Answer, Framework, Job, Placement
 
 NOT_FIT_EXIT = 1
 MAX_MICRO_BATCH = 1024  # the largest micro-batch tried when looking for the one that fits
@@ -71,7 +71,7 @@ def inputs(args: argparse.Namespace) -> tuple[FromFile | None, set[str], Job, Pl
 
 def passes(estimator: Estimator, job: Job, placement: Placement, gate: float) -> tuple[bool, float, float]:
     """(fits under the gate, oom_risk, peak GiB)."""
-    mem = estimator.estimate(job, placement).memory
+    mem = Answer.of(estimator.estimate(job, placement))
     return mem.fits and mem.oom_risk <= gate, mem.oom_risk, mem.peak_bytes / GIB
 
 
