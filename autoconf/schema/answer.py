@@ -2,10 +2,11 @@
 
 Each figure is a field in its base unit (bytes, seconds, USD). Its metadata says where it appears:
 
-* ``group``: the section of the nested outputs (memory, throughput, time, cost) the CLI's ``--json`` and the
-  REST results use; the CLI's ``--json`` names the figure as the field is named (``weights_bytes``);
-* ``rest``: the REST name (``weights_gib``: a ``*_bytes`` figure whose REST name ends in ``_gib`` is in GiB) and
-  its position in the section;
+* ``group``: what the figure is of (memory, throughput, time, cost, recommendation, placement); the CLI's
+  ``--json`` shows the memory and throughput groups under the fields' own names (``weights_bytes``), and ado's
+  ``resource_estimate`` declares the ado names of those two groups;
+* ``rest``: the REST section, name (``weights_gib``: a ``*_bytes`` figure whose name ends in ``_gib`` is in GiB) and
+  position in the section;
 * ``ado``: the ado measured property's name (ado answers are flat);
 * ``sweep``: the sweep column's name, its position and the decimals it is rounded to.
 
@@ -15,6 +16,7 @@ estimator's, bounded to [0, 1] here once: no output computes it again.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -27,7 +29,6 @@ from autoconf.schema.kinds import GIB, EstimatorName, Phase
 from autoconf.schema.placement import Placement
 from autoconf.schema.words import _Strict
 
-VIEWS = ("rest", "ado", "sweep")
 Rounder = Callable[[Any, int], Any]
 
 
@@ -214,6 +215,7 @@ class Answer(_Strict):
         return {key: _rounded(_value(self, name, key), digits, rounded) for name, (key, _, digits) in _views("sweep")}
 
 
+@functools.cache
 def _spec(name: str) -> dict[str, Any]:
     extra = Answer.model_fields[name].json_schema_extra
     views = extra.get("views") if isinstance(extra, dict) else None
@@ -225,6 +227,7 @@ def _group(name: str) -> str | None:
     return str(group) if group else None
 
 
+@functools.cache
 def _views(view: str) -> list[tuple[str, Any]]:
     """(field name, that view's spec) of every field the view shows, in field order."""
     return [(name, spec) for name in Answer.model_fields if (spec := _spec(name).get(view)) is not None]
