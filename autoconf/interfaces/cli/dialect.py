@@ -184,7 +184,9 @@ def with_storage(est: Estimate, storage: str | None, calib: Calibration | None) 
     peak = mem.peak_bytes - saved - frag
     memory = mem.model_copy(update={
         "weights_bytes": mem.weights_bytes - saved, "overhead_bytes": mem.overhead_bytes - frag, "peak_bytes": peak,
-        "fits": peak <= mem.capacity_bytes, "oom_risk": oom_probability(peak, mem.capacity_bytes, method=est.job.method)})
+        "fits": peak <= mem.capacity_bytes,
+        # theory's risk (memory.py estimate_memory): of the device peak less the free cached blocks torch releases
+        "oom_risk": oom_probability(peak - mem.releasable_bytes, mem.capacity_bytes, method=est.job.method)})
     note = (f"--dtype {storage}: frozen base linears stored in 1 byte per weight ({saved / GIB:.2f} GiB less than "
             "bf16), dequantised to bf16 for compute; adapters, their gradients and AdamW states as LoRA (fp32)")
     return est.model_copy(update={"memory": memory}), [note]
