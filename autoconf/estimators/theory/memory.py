@@ -194,6 +194,21 @@ def oom_probability(peak: float, capacity: float, rel_sigma: float | None = None
     return float(min(1.0, max(0.0, 0.5 * math.erfc(z / math.sqrt(2)))))
 
 
+def memory_notes(job: Job, placement: Placement, arch: Architecture, micro: int, cached: float) -> tuple[str, ...]:
+    """The assumptions an estimate states: micro-batch, cached loss segments, QLoRA, offload, approximation."""
+    notes = [f"micro-batch {micro} × {job.tokens_per_sample} tokens per GPU"]
+    if cached:
+        notes.append(f"samples vary in length: {cached / GIB:.1f} GiB of loss-sized segments of shorter batches stay "
+                     "cached (reserved and device peaks; released before an allocation fails)")
+    if job.method == "qlora":
+        notes.append("QLoRA: NF4 base (0.5 B + absmax per 64), adapters per the framework profile")
+    if placement.offload != "none":
+        notes.append(f"offload={placement.offload}: optimizer states in CPU RAM (not counted here)")
+    if arch.approximate:  # never silent: the shape is inferred, so is every number from it
+        notes.append(f"approximate architecture: {arch.approximation_reason or arch.verification}")
+    return tuple(notes)
+
+
 def estimate_memory(
     job: Job,
     placement: Placement,
@@ -216,16 +231,7 @@ def estimate_memory(
     cached = loss_segment_cache(job, arch, placement)
     peaks = cuda.peaks(allocated, st.outside, job, placement, gpu, resolve(job), calibration, side, cached)
     peak, overhead = peaks.device, peaks.overhead
-    notes = [f"micro-batch {micro_batch(job, placement)} × {job.tokens_per_sample} tokens per GPU"]
-    if cached:
-        notes.append(f"samples vary in length: {cached / GIB:.1f} GiB of loss-sized segments of shorter batches stay "
-                     "cached (reserved and device peaks; released before an allocation fails)")
-    if job.method == "qlora":
-        notes.append("QLoRA: NF4 base (0.5 B + absmax per 64), adapters per the framework profile")
-    if placement.offload != "none":
-        notes.append(f"offload={placement.offload}: optimizer states in CPU RAM (not counted here)")
-    if arch.approximate:  # never silent: the shape is inferred, so is every number from it
-        notes.append(f"approximate architecture: {arch.approximation_reason or arch.verification}")
+    notes = memory_notes(job, placement, arch, micro_batch(job, placement), cached)
     return MemoryEstimate(
         weights_bytes=parts["weights"], gradients_bytes=parts["gradients"], optimizer_bytes=parts["optimizer"],
         activations_bytes=parts["activations"], logits_bytes=parts["logits"], overhead_bytes=overhead,
@@ -234,5 +240,5 @@ def estimate_memory(
         peak_bytes=peak, peak_allocated_bytes=peaks.allocated, peak_reserved_bytes=peaks.reserved, peak_phase=phase,
         releasable_bytes=peaks.releasable, capacity_bytes=gpu.memory_bytes, fits=peak <= gpu.memory_bytes,
         oom_risk=oom_probability(peak - peaks.releasable, gpu.memory_bytes, method=job.method), estimator="theory",
-        notes=tuple(notes),
+        notes=notes,
     )

@@ -53,6 +53,8 @@ class MemoryBatch:
     # of reserved and peak: free cached blocks released before an allocation fails (cuda.Peaks.releasable); theory
     # states oom_risk on peak − releasable. None (estimators that state their own risk on the device peak) = 0.
     releasable: np.ndarray | None = None
+    # theory only: bytes of cached loss-sized segments (memory.loss_segment_cache), for the notes of chosen rows
+    cached: np.ndarray | None = None
 
     def releasable_or_zero(self) -> np.ndarray:
         return np.zeros(len(self.errors)) if self.releasable is None else self.releasable
@@ -211,6 +213,7 @@ def theory_batch(jobs: Sequence[Job], placements: Sequence[Placement], calibrati
     out = {k: np.full(n, np.nan) for k in keys}
     phase = [""] * n
     micro = np.zeros(n, dtype=np.int64)
+    cached = np.zeros(n)
     if good:
         sel = np.array(good)
         width = max(t.shape[0] for t in tables)  # a "load" phase makes some tables one row longer
@@ -231,6 +234,7 @@ def theory_batch(jobs: Sequence[Job], placements: Sequence[Placement], calibrati
             need = (out["peak"][sel] - out["releasable"][sel]).tolist()
             out["oom_risk"][sel] = [mem.oom_probability(p, c, method=jobs[i].method) for p, c, i in
                                     zip(need, capacity[sel].tolist(), good, strict=True)]
+        cached[sel] = [o[2] for o in outside]
         for k, i in enumerate(good):
             phase[i] = names[k][best[k]]
             micro[i] = mem.micro_batch(jobs[i], placements[i])
@@ -238,5 +242,5 @@ def theory_batch(jobs: Sequence[Job], placements: Sequence[Placement], calibrati
         parts={k: out[k] for k in (*ALLOCATOR_PARTS, "overhead")}, allocated=out["allocated"],
         reserved=out["reserved"], peak=out["peak"],
         phase=phase, capacity=capacity, oom_risk=out["oom_risk"], micro_batch=micro, errors=errors,
-        releasable=out["releasable"],
+        releasable=out["releasable"], cached=cached,
     )
