@@ -5,7 +5,8 @@ Every estimator derives from ``Estimator`` and so answers all of it:
 * ``estimate(job, placement) -> Estimate``: memory by component and throughput at one placement;
 * ``memory_batch(jobs, placements) -> MemoryBatch``: the same memory for many rows at once (vectorised
   where the estimator allows; a bad row gets its error, the others are answered);
-* ``annotate(jobs, placements, batch, rows)``: notes and throughput of the selected rows of a batch;
+* ``annotate(jobs, placements, batch, rows)``: notes and throughput of the selected rows of a batch
+  (``annotate_rows``: the same with tokens/s as an array);
 * ``training_domain(job, gpu_model) -> (inside, why)``: whether the job lies where the estimator was fitted
   (strict mode refuses outside it; an approximate architecture is outside every estimator's);
 * ``estimate_frame(frame) -> frame``: the batch columns of design §8 at each row's own placement
@@ -68,6 +69,12 @@ class Estimator:
         """Notes and throughput of ``batch``'s rows selected by the boolean mask ``rows``."""
         answers = [self.estimate(jobs[i], placements[i]) for i in np.flatnonzero(rows).tolist()]
         return [a.memory.notes for a in answers], [a.throughput for a in answers]
+
+    def annotate_rows(self, jobs: Sequence[Job], placements: Sequence[Placement], batch: MemoryBatch,
+                      rows: np.ndarray) -> tuple[list[tuple[str, ...]], np.ndarray]:
+        """``annotate`` with tokens/s as an array (NaN where there is no throughput), for batch columns."""
+        notes, tputs = self.annotate(jobs, placements, batch, rows)
+        return notes, np.array([np.nan if t is None else t.tokens_per_second for t in tputs], dtype=float)
 
     def training_domain(self, job: Job, gpu_model: str) -> tuple[bool, str]:
         """Inside the domain the estimator was fitted on; formulas have no such limit, but no estimator is

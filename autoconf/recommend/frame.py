@@ -7,6 +7,7 @@ The batch form of autoconf/recommend/search.py used by ``autoconf-gpu sweep`` an
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -49,13 +50,12 @@ def _frame_inputs(frame: pd.DataFrame) -> tuple[list[Job | None], list[Placement
     return jobs, places, given, errors
 
 
-def _given_columns(estimator: Estimator, jobs: list[Job], places: list[Placement]) -> tuple[MemoryBatch, list[Any]]:
+def _given_columns(estimator: Estimator, jobs: list[Job], places: list[Placement]) -> tuple[MemoryBatch, np.ndarray]:
     batch = estimator.memory_batch(jobs, places)
-    ok = np.array([e is None for e in batch.errors])
-    _, tputs = estimator.annotate(jobs, places, batch, ok) if ok.any() else ([], [])
-    out: list[Any] = [None] * len(jobs)
-    for k, t in zip(np.flatnonzero(ok), tputs, strict=True):
-        out[k] = t
+    ok = np.array([e is None for e in batch.errors], dtype=bool)
+    out = np.full(len(jobs), np.nan)
+    if ok.any():
+        out[ok] = estimator.annotate_rows(jobs, places, batch, ok)[1]
     return batch, out
 
 
@@ -67,7 +67,8 @@ def _concat(parts: list[BatchSearch]) -> BatchSearch:
         errors=sum((p.errors for p in parts), []), placements=sum((p.placements for p in parts), []),
         memory={k: np.concatenate([p.memory[k] for p in parts]) for k in parts[0].memory},
         phase=sum((p.phase for p in parts), []), notes=sum((p.notes for p in parts), []),
-        throughput=sum((p.throughput for p in parts), []))
+        throughput=sum((p.throughput for p in parts), []),
+        tokens_per_second=np.concatenate([p.tokens_per_second for p in parts]))
 
 
 def _figures(mem: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -96,7 +97,7 @@ def recommend_frame(frame: pd.DataFrame, estimator: Estimator, *, max_gpus: int 
         parts.append(recommend_batch(
             [ok_jobs[i] for i in chunk], [ok_places[i].gpu_model for i in chunk], estimator,
             max_gpus=max_gpus, gpus_per_node=gpus_per_node, max_oom_risk=max_oom_risk, strict=strict,
-            strategies=[ok_places[i].strategy for i in chunk]))
+            strategies=[ok_places[i].strategy for i in chunk], detail=False))
         if progress:
             progress(start + len(chunk), len(valid))
     search = _concat(parts)
@@ -104,11 +105,11 @@ def recommend_frame(frame: pd.DataFrame, estimator: Estimator, *, max_gpus: int 
     out: dict[str, Any] = {c: [None] * n for c in OUTPUT_COLUMNS}
     columns = (*MEMORY_COLUMNS, *VISION_COLUMNS)
     mem = {k: np.full(n, np.nan) for k in (*columns, "allocated", "reserved", "peak", "capacity", "oom_risk")}
-    tput: list[Any] = [None] * n
+    tput = np.full(n, np.nan)
     for k, i in enumerate(valid):
         for key in mem:
             mem[key][i] = search.memory[key][k]
-        tput[i] = search.throughput[k]
+        tput[i] = search.tokens_per_second[k]
         chosen = int(search.number_gpus[k])
         workers = -(-chosen // gpus_per_node) if chosen else 0
         out["can_recommend"][i], out["workers"][i] = int(bool(chosen)), workers
@@ -126,7 +127,7 @@ def recommend_frame(frame: pd.DataFrame, estimator: Estimator, *, max_gpus: int 
     has = np.isfinite(mem["peak"])
     out |= sweep_arrays(_figures(mem), np.round)  # the Answer's sweep columns (schema/answer.py metadata)
     out["fits"] = np.where(has, mem["peak"] <= mem["capacity"], np.array(None, dtype=object))
-    out["tokens_per_second"] = [round(t.tokens_per_second, 2) if t is not None else None for t in tput]
+    out["tokens_per_second"] = [None if math.isnan(t) else round(t, 2) for t in tput.tolist()]
     out["estimator"], out["model_version"], out["error"] = [estimator.name] * n, [estimator.model_version] * n, errors
     extra = [c for c in frame.columns if c not in OUTPUT_COLUMNS]
     return pd.concat([frame[extra].reset_index(drop=True), pd.DataFrame(out)[list(OUTPUT_COLUMNS)]], axis=1)

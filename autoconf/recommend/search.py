@@ -62,13 +62,14 @@ class BatchSearch:
     phase: list[str]
     notes: list[tuple[str, ...]] = field(default_factory=list)
     throughput: list[Any] = field(default_factory=list)  # ThroughputEstimate | None at the chosen placement
+    tokens_per_second: np.ndarray = field(default_factory=lambda: np.zeros(0))  # at the chosen placement, else NaN
 
 
 def new_search(n: int) -> BatchSearch:
     keys = (*ALLOCATOR_PARTS, "overhead", "allocated", "reserved", "peak", "releasable", "capacity", "oom_risk")
     return BatchSearch(number_gpus=np.zeros(n, dtype=np.int64), reasons=[""] * n, errors=[None] * n,
                        placements=[None] * n, memory={k: np.full(n, np.nan) for k in keys}, phase=[""] * n,
-                       notes=[()] * n, throughput=[None] * n)
+                       notes=[()] * n, throughput=[None] * n, tokens_per_second=np.full(n, np.nan))
 
 
 def _store(search: BatchSearch, rows: np.ndarray, batch: MemoryBatch, sel: np.ndarray) -> None:
@@ -98,9 +99,12 @@ def _candidates(jobs: Sequence[Job], pending: np.ndarray, max_gpus: int, gpus_pe
 def recommend_batch(
     jobs: Sequence[Job], gpu_models: Sequence[str], estimator: Estimator, *, max_gpus: int = MAX_GPUS,
     gpus_per_node: int = GPUS_PER_NODE, max_oom_risk: float = MAX_OOM_RISK, strict: bool = False,
-    strategies: Sequence[Strategy | None] | None = None,
+    strategies: Sequence[Strategy | None] | None = None, detail: bool = True,
 ) -> BatchSearch:
     """recommend() for many jobs at once, in waves of batch calls.
+
+    ``detail=False`` (batch columns) keeps tokens/s of the chosen placements as an array and builds no
+    ThroughputEstimate objects (``Estimator.annotate_rows``).
 
     Few jobs: one wave holds every candidate of every job (one call). Many jobs: each wave holds the
     next candidate of every undecided job, so a job that fits on 1 GPU costs one row, not eleven.
@@ -124,12 +128,11 @@ def recommend_batch(
     while todo:
         who = [i for i, left in todo.items() for _ in left[:per_wave]]
         counts = [c for left in todo.values() for c in left[:per_wave]]
-        places = [cache.setdefault((gpu_models[i], c, strategies[i]),
-                                   _placement(gpu_models[i], c, gpus_per_node, strategies[i]))
-                  for i, c in zip(who, counts, strict=True)]
+        places = [cache.get(key) or cache.setdefault(key, _placement(key[0], c, gpus_per_node, key[2]))
+                  for i, c in zip(who, counts, strict=True) for key in [(gpu_models[i], c, strategies[i])]]
         pair_jobs = [jobs[i] for i in who]
-        _wave(search, estimator, estimator.memory_batch(pair_jobs, places), who, counts, places, pair_jobs, todo, tried,
-              max_oom_risk)
+        _wave(search, estimator, estimator.memory_batch(pair_jobs, places), who, counts, places, pair_jobs, tried,
+              max_oom_risk, detail)
         still = _still(todo, search)
         todo = {i: left[per_wave:] for i, left in todo.items() if i in still and left[per_wave:]}
     for i in range(n):
@@ -149,8 +152,8 @@ def _still(todo: dict[int, list[int]], search: BatchSearch) -> set[int]:
 
 
 def _wave(search: BatchSearch, estimator: Estimator, batch: MemoryBatch, who: list[int], counts: list[int],
-          places: list[Placement], pair_jobs: list[Job], todo: dict[int, list[int]], tried: np.ndarray,
-          max_oom_risk: float) -> None:
+          places: list[Placement], pair_jobs: list[Job], tried: np.ndarray, max_oom_risk: float,
+          detail: bool = True) -> None:
     """Read one wave's candidates in order; store memory at the chosen (else last tried) placement."""
     last: dict[int, int] = {}
     chosen = np.zeros(len(who), dtype=bool)
@@ -174,10 +177,19 @@ def _wave(search: BatchSearch, estimator: Estimator, batch: MemoryBatch, who: li
         _store(search, rows, batch, sel)
         for i, k in zip(rows.tolist(), sel.tolist(), strict=True):
             search.placements[i] = places[k]
-    notes, tputs = estimator.annotate(pair_jobs, places, batch, chosen) if chosen.any() else ([], [])
-    for k, note, tput in zip(np.flatnonzero(chosen).tolist(), notes, tputs, strict=True):
+    if not chosen.any():
+        return
+    picked = np.flatnonzero(chosen).tolist()
+    if detail:
+        notes, tputs = estimator.annotate(pair_jobs, places, batch, chosen)
+        speed = [np.nan if t is None else t.tokens_per_second for t in tputs]
+    else:
+        notes, values = estimator.annotate_rows(pair_jobs, places, batch, chosen)
+        tputs, speed = [None] * len(picked), values.tolist()
+    for k, note, tput, tps in zip(picked, notes, tputs, speed, strict=True):
         i = who[k]
         search.notes[i], search.throughput[i], search.reasons[i] = note, tput, "; ".join(note[1:])
+        search.tokens_per_second[i] = tps
 
 
 def _nothing_fits(search: BatchSearch, i: int, max_gpus: int, max_oom_risk: float) -> str:

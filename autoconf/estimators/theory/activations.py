@@ -26,16 +26,20 @@ these closed forms reproduce the trace to the byte on all 25 dense catalogue arc
   (2I) are saved on top of what a bf16 LoRA layer saves (frameworks.Profile.quant_saves_input).
 * samples of varying length (``Job.samples_vary_in_length``): a reserved-only term, not a tensor
   (``loss_segment_bytes_per_token``, LOSS_SEGMENT_NOTE below).
+
+Every function takes one ``Job`` or the columns of a batch (rows.py); the architecture is one model's.
 """
 
 from __future__ import annotations
 
+import numpy as np
+
 from autoconf.catalog.architecture import Architecture
 from autoconf.catalog.shapes import ATTENTION, CROSS, MAMBA, SLIDING, LayerShape
 from autoconf.estimators.theory import images, layers
-from autoconf.estimators.theory.frameworks import resolve
-from autoconf.estimators.theory.states import kbit_upcast
-from autoconf.schema import Calibration, Job
+from autoconf.estimators.theory.rows import AnyJob, Flag, Num, is_in, lookup, minimum, not_, per_value, settings_of, where
+from autoconf.estimators.theory.states import AMP, kbit_upcast, largest
+from autoconf.schema import Calibration
 
 # Activation precision factor relative to bf16. fp32 doubles every tensor; under amp (fp32 weights +
 # autocast) the traced decoder layer saves 1.20× the bf16 figure (llama3.1-8b: 241,800 vs 200,840 B per
@@ -86,7 +90,7 @@ def _mlp_width(arch: Architecture, moe: bool | None = None) -> float:
     return arch.intermediate_size * max(arch.experts_per_token, 1)
 
 
-def attention_coef(job: Job, arch: Architecture, calib: Calibration | None = None, kind: str = ATTENTION) -> float:
+def attention_coef(job: AnyJob, arch: Architecture, calib: Calibration | None = None, kind: str = ATTENTION) -> Num:
     """Per-token per-layer bytes / h of norms and attention (no s² term) for a layer of this kind."""
     if calib and calib.attn_act_factor_flash is not None:
         return calib.attn_act_factor_flash
@@ -103,12 +107,12 @@ def attention_coef(job: Job, arch: Architecture, calib: Calibration | None = Non
     attn = 4 * arch.q_width + 4 * arch.kv_width + 4 * arch.num_heads + 8
     if arch.qk_norm:  # q_norm / k_norm keep fp32 copies of q and k, like any RMSNorm (same reasoning as norms)
         attn += 4 * arch.q_width + 4 * arch.kv_width
-    if job.attention == "eager" and arch.model_type != "gpt_bigcode":
-        attn += 4 * arch.q_width - 4 * arch.kv_width - 4 * arch.num_heads  # GQA k, v expanded
+    if arch.model_type != "gpt_bigcode":  # eager: GQA k, v expanded
+        attn = where(job.attention == "eager", attn + (4 * arch.q_width - 4 * arch.kv_width - 4 * arch.num_heads), attn)
     return (norms + attn) / h
 
 
-def _norm_bytes(job: Job, arch: Architecture) -> int:
+def _norm_bytes(job: AnyJob, arch: Architecture) -> Num:
     """Bytes per hidden unit one norm keeps: 8 for an RMSNorm that upcasts (llama's traced 16·h for two), 4 for a
     LayerNorm that runs in the activation dtype: its bf16 input (2·h, F.layer_norm's saved input) and its bf16
     output, the next linear's saved input (2·h) — gpt_bigcode's traced 8·h for its two LayerNorms. MPT's LayerNorm
@@ -117,27 +121,32 @@ def _norm_bytes(job: Job, arch: Architecture) -> int:
     autocast (torch LayerNorm keeps its input dtype); under HF amp, autocast runs layer_norm in fp32."""
     if arch.model_type == "gpt_bigcode":
         return BF16_NORM_BYTES_PER_HIDDEN
-    if arch.model_type == "mpt" and (job.framework == "llm-foundry" or not job.dtype.startswith("amp")):
-        return BF16_NORM_BYTES_PER_HIDDEN
+    if arch.model_type == "mpt":
+        return where((job.framework == "llm-foundry") | not_(is_in(job.dtype, AMP)), BF16_NORM_BYTES_PER_HIDDEN,
+                     NORM_BYTES_PER_HIDDEN)
     return NORM_BYTES_PER_HIDDEN
 
 
-def precision_factor(job: Job, fsdp: bool = False) -> float:
+def precision_factor(job: AnyJob, fsdp: Flag = False) -> Num:
     """Activation bytes relative to bf16: the dtype's factor, or fp32's for a QLoRA whose embeddings and norms
     prepare_model_for_kbit_training made fp32 (states.kbit_upcast): the residual stream is fp32 from the
     embedding output on, and each 4-bit linear returns its input's dtype (bitsandbytes Linear4bit.forward)."""
-    return PRECISION_FACTOR["fp32"] if kbit_upcast(job, fsdp) else PRECISION_FACTOR[job.dtype]
+    return where(kbit_upcast(job, fsdp), PRECISION_FACTOR["fp32"], lookup(job.dtype, PRECISION_FACTOR))
 
 
-def outside_layers_bytes_per_token(job: Job, arch: Architecture, fsdp: bool = False) -> float:
+def outside_layers_bytes_per_token(job: AnyJob, arch: Architecture, fsdp: Flag = False) -> Num:
     """Embedding output, final norm and head input, saved once per token (traced)."""
     if arch.model_type == "gpt_bigcode":
         return (4 * arch.hidden_size + 28) * precision_factor(job, fsdp)
-    extra = 8 if job.gradient_checkpointing else 0
+    extra = where(job.gradient_checkpointing, 8, 0)
     return (8 * arch.hidden_size + 4 * arch.head_dim + 20 + extra) * precision_factor(job, fsdp)
 
 
-def mlp_coef(job: Job, arch: Architecture, calib: Calibration | None = None, moe: bool | None = None) -> float:
+def _adapts_down(targets: tuple[str, ...]) -> float:
+    return 1.0 if DOWN_TARGETS & set(targets) else 0.0
+
+
+def mlp_coef(job: AnyJob, arch: Architecture, calib: Calibration | None = None, moe: bool | None = None) -> Num:
     """Per-token per-layer bytes / h saved by the MLP (and dropped by frozen LoRA linears).
 
     Gated MLPs (SwiGLU, GeGLU with gelu or gelu-tanh) save gate, act(gate), up and their product (8·I:
@@ -148,15 +157,15 @@ def mlp_coef(job: Job, arch: Architecture, calib: Calibration | None = None, moe
     ratio = _mlp_width(arch, moe) / arch.hidden_size
     coef = (8 if arch.gated_mlp else 4) * ratio
     # (a MoE router's fp32 logits and softmax, 8·E bytes per token, are left out: under 1 % of the layer)
-    if job.method != "full" and not DOWN_TARGETS & set(job.lora_target_modules) and not _quant_saves_input(job):
-        coef -= 2 * ratio  # frozen down projection: its input is not saved
-    return coef
+    down = per_value(job.lora_target_modules, _adapts_down) > 0
+    frozen_down = (job.method != "full") & not_(down) & not_(_quant_saves_input(job))
+    return where(frozen_down, coef - 2 * ratio, coef)  # frozen down projection: its input is not saved
 
 
 def layer_bytes_per_token(
-    job: Job, arch: Architecture, calib: Calibration | None = None, fsdp: bool = False,
+    job: AnyJob, arch: Architecture, calib: Calibration | None = None, fsdp: Flag = False,
     layer: LayerShape | None = None,
-) -> float:
+) -> Num:
     """Bytes one decoder layer saves per token without checkpointing.
 
     Under FSDP mixed precision the layers compute in bf16 from gathered bf16 parameters even when the
@@ -165,22 +174,34 @@ def layer_bytes_per_token(
     kind = layer.kind if layer is not None else ATTENTION
     coef = attention_coef(job, arch, calib, kind) + mlp_coef(job, arch, calib, None if layer is None else layer.moe)
     per_token = coef * arch.hidden_size
-    if job.method != "full":
-        adapted = len(arch.lora_targets(job.lora_target_modules))
+    lora = job.method != "full"
+    if lora is not False:
+        adapted = per_value(job.lora_target_modules, lambda t: len(arch.lora_targets(t)) if lora is True else
+                            _targets_or_zero(arch, t))  # one Job: its targets' error is raised
         # lora_A's output is kept in the adapter dtype (fp32 under peft: LORA_A_BYTES_PER_RANK)
-        per_token += adapted * LORA_A_BYTES_PER_RANK * job.lora_r * resolve(job).adapter_bytes / 4
-        if _quant_saves_input(job):
-            per_token += 2 * arch.hidden_size + 2 * arch.q_width  # MLP input and o_proj input, bf16
-        if job.lora_dropout > 0:
-            per_token += adapted * LORA_DROPOUT_BYTES_PER_HIDDEN * arch.hidden_size
-    if job.attention == "eager":
-        factor = (calib.attn_act_factor_eager if calib and calib.attn_act_factor_eager is not None
-                  else EAGER_BYTES_PER_SCORE)
-        per_token += factor * arch.num_heads * _keys(job, arch, layer)
-    return per_token * (1.0 if fsdp else precision_factor(job))
+        adapter = per_token + adapted * LORA_A_BYTES_PER_RANK * job.lora_r * settings_of(job).adapter_bytes / 4
+        # MLP input and o_proj input, bf16
+        adapter = where(_quant_saves_input(job), adapter + (2 * arch.hidden_size + 2 * arch.q_width), adapter)
+        adapter = where(job.lora_dropout > 0, adapter + adapted * LORA_DROPOUT_BYTES_PER_HIDDEN * arch.hidden_size,
+                        adapter)
+        per_token = where(lora, adapter, per_token)
+    factor = (calib.attn_act_factor_eager if calib and calib.attn_act_factor_eager is not None
+              else EAGER_BYTES_PER_SCORE)
+    per_token = where(job.attention == "eager", per_token + factor * arch.num_heads * _keys(job, arch, layer),
+                      per_token)
+    return per_token * where(fsdp, 1.0, precision_factor(job))
 
 
-def _keys(job: Job, arch: Architecture, layer: LayerShape | None) -> float:
+def _targets_or_zero(arch: Architecture, targets: tuple[str, ...]) -> int:
+    """Adapted modules of ``targets`` in a batch that may hold full fine-tuning rows (whose targets are never read:
+    the rows that adapt them were checked first, see vector.py)."""
+    try:
+        return len(arch.lora_targets(targets))
+    except ValueError:
+        return 0
+
+
+def _keys(job: AnyJob, arch: Architecture, layer: LayerShape | None) -> Num:
     """Keys each query scores under eager attention: the sequence, a sliding window's width, the image tokens
     of a cross-attention layer; a soft-capped score (gemma2) keeps its tanh output too (+2 B per 6)."""
     kind = layer.kind if layer is not None else ATTENTION
@@ -188,12 +209,12 @@ def _keys(job: Job, arch: Architecture, layer: LayerShape | None) -> float:
         return 0.0
     keys = images.cross_tokens_per_sample(job, arch) if kind == CROSS else images.text_tokens_per_sample(job, arch)
     if kind == SLIDING and layer is not None and layer.window:
-        keys = min(keys, layer.window)
+        keys = minimum(keys, layer.window)
     return keys * (8 / 6 if arch.attn_logit_softcap else 1)
 
 
-def stack_bytes_per_token(job: Job, arch: Architecture, calib: Calibration | None, fsdp: bool,
-                          count: int) -> tuple[float, float]:
+def stack_bytes_per_token(job: AnyJob, arch: Architecture, calib: Calibration | None, fsdp: Flag,
+                          count: Num) -> tuple[Num, Num]:
     """(bytes per token kept by ``count`` decoder layers, bytes of the largest single layer without checkpointing).
 
     Layers are grouped by (kind, MoE or dense MLP, window); a homogeneous model is one group and gives exactly
@@ -204,13 +225,13 @@ def stack_bytes_per_token(job: Job, arch: Architecture, calib: Calibration | Non
         key = (shape.kind, shape.moe, shape.window)
         groups[key] = groups.get(key, 0) + 1
     full = {key: layer_bytes_per_token(job, arch, calib, fsdp, _shape(arch, key)) for key in groups}
-    kept = full if not job.gradient_checkpointing else dict.fromkeys(groups, checkpoint_bytes_per_token(
-        job, arch, calib, fsdp))
-    largest = max(full.values())
+    checkpoint = checkpoint_bytes_per_token(job, arch, calib, fsdp)
+    kept = {key: where(job.gradient_checkpointing, checkpoint, value) for key, value in full.items()}
+    most = largest(list(full.values()))
     if len(groups) == 1:
-        return next(iter(kept.values())) * count, largest
+        return next(iter(kept.values())) * count, most
     total = sum(kept[key] * n for key, n in groups.items())
-    return total / arch.num_layers * count, largest
+    return total / arch.num_layers * count, most
 
 
 def _shape(arch: Architecture, key: tuple[str, bool, int]) -> LayerShape | None:
@@ -221,32 +242,35 @@ def _shape(arch: Architecture, key: tuple[str, bool, int]) -> LayerShape | None:
 
 
 def checkpoint_bytes_per_token(
-    job: Job, arch: Architecture, calib: Calibration | None = None, fsdp: bool = False
-) -> float:
+    job: AnyJob, arch: Architecture, calib: Calibration | None = None, fsdp: Flag = False
+) -> Num:
     """Bytes one checkpointed layer keeps per token (its input), or a user-given fraction."""
     if calib and calib.grad_ckpt_reduction is not None:
         return calib.grad_ckpt_reduction * layer_bytes_per_token(job, arch, calib, fsdp)
-    if fsdp:  # the gathered bf16 units compute in bf16 whatever the master copy (layer_bytes_per_token)
-        return (GC_BYTES_PER_HIDDEN if job.method == "full" else FSDP_GC_BYTES_PER_HIDDEN) * arch.hidden_size
-    return GC_BYTES_PER_HIDDEN * arch.hidden_size * precision_factor(job)
+    # under FSDP the gathered bf16 units compute in bf16 whatever the master copy (layer_bytes_per_token)
+    sharded = where(job.method == "full", GC_BYTES_PER_HIDDEN, FSDP_GC_BYTES_PER_HIDDEN) * arch.hidden_size
+    return where(fsdp, sharded, GC_BYTES_PER_HIDDEN * arch.hidden_size * precision_factor(job))
 
 
-def _quant_saves_input(job: Job) -> bool:
-    return job.method == "qlora" and resolve(job).profile.quant_saves_input
+def _quant_saves_input(job: AnyJob) -> Flag:
+    return (job.method == "qlora") & settings_of(job).profile.quant_saves_input
 
 
-def loss_bytes_per_token(job: Job, arch: Architecture, calib: Calibration | None = None) -> float:
+def loss_bytes_per_token(job: AnyJob, arch: Architecture, calib: Calibration | None = None) -> Num:
     """Logits + cross-entropy bytes per token at the loss peak (or the VRAM-budget CLI's logits factor)."""
     if calib and calib.logits_factor is not None:
-        return calib.logits_factor * arch.vocab_size * (FUSED_LOSS_LOGITS_SHARE if job.fused_loss else 1.0)
+        return calib.logits_factor * arch.vocab_size * where(job.fused_loss, FUSED_LOSS_LOGITS_SHARE, 1.0)
     kernel = job.effective_loss_kernel
-    if kernel == "fused-linear-ce":
-        return FUSED_LINEAR_CE_BYTES_PER_HIDDEN * arch.hidden_size
-    fused = resolve(job).profile.fused_ce_bytes_per_vocab or FUSED_CE_BYTES_PER_VOCAB
-    per_vocab = {"fused-ce": fused, "chunked": CHUNKED_BYTES_PER_VOCAB}.get(kernel, LOSS_BYTES_PER_VOCAB)
+    stated = settings_of(job).profile.fused_ce_bytes_per_vocab
+    # a profile without its own figure (None; 0 in columns) uses the HF models' FUSED_CE_BYTES_PER_VOCAB
+    fused = np.where(stated > 0, stated, FUSED_CE_BYTES_PER_VOCAB) if isinstance(stated, np.ndarray) else (
+        stated or FUSED_CE_BYTES_PER_VOCAB)
+    per_vocab = where(kernel == "fused-ce", fused, where(kernel == "chunked", CHUNKED_BYTES_PER_VOCAB,
+                                                         LOSS_BYTES_PER_VOCAB))
     if arch.final_logit_softcap:  # gemma2: cap·tanh(logits / cap) saves tanh's bf16 output for backward (2·V)
-        per_vocab += SOFTCAP_BYTES_PER_VOCAB
-    return per_vocab * arch.vocab_size
+        per_vocab = per_vocab + SOFTCAP_BYTES_PER_VOCAB
+    return where(kernel == "fused-linear-ce", FUSED_LINEAR_CE_BYTES_PER_HIDDEN * arch.hidden_size,
+                 per_vocab * arch.vocab_size)
 
 
 # LOSS_SEGMENT_NOTE. torch's caching allocator gives each large tensor a segment of its own (rounded to 2 MiB) and
@@ -267,17 +291,17 @@ def loss_bytes_per_token(job: Job, arch: Architecture, calib: Calibration | None
 # value: frameworks.py.
 
 
-def loss_segment_bytes_per_token(job: Job, arch: Architecture) -> float:
+def loss_segment_bytes_per_token(job: AnyJob, arch: Architecture) -> Num:
     """Reserved bytes per token of cached loss-sized segments left by shorter batches (LOSS_SEGMENT_NOTE): only
     for unpacked samples of varying length under HF's loss, and only for stacks whose profile models it."""
-    if not job.samples_vary_in_length or job.packing or job.effective_loss_kernel != "hf":
-        return 0.0
-    return float(resolve(job).profile.loss_segment_bytes_per_vocab * arch.vocab_size)
+    kept = job.samples_vary_in_length & not_(job.packing) & (job.effective_loss_kernel == "hf")
+    per_vocab = settings_of(job).profile.loss_segment_bytes_per_vocab
+    return where(kept, per_vocab * arch.vocab_size * 1.0, 0.0)
 
 
-def loss_fixed_bytes(job: Job, arch: Architecture) -> float:
+def loss_fixed_bytes(job: AnyJob, arch: Architecture) -> Num:
     """Bytes at the loss peak that do not scale with tokens: a 4-bit lm_head dequantised to bf16 for its matmul
     (bitsandbytes dequantises the whole weight in forward and again in backward, one copy at a time)."""
-    if job.method == "qlora" and resolve(job).quantize_lm_head and job.effective_loss_kernel != "fused-linear-ce":
-        return 2.0 * arch.lm_head_params
-    return 0.0
+    quantised = ((job.method == "qlora") & settings_of(job).quantize_lm_head
+                 & (job.effective_loss_kernel != "fused-linear-ce"))
+    return where(quantised, 2.0 * arch.lm_head_params, 0.0)

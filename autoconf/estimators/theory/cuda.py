@@ -18,11 +18,25 @@ for the device peak instead of the component sum: measured beats modelled where 
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from autoconf.catalog import GPUSpec
 from autoconf.estimators.theory.frameworks import Resolved
-from autoconf.schema import GIB, Calibration, Job, Placement
+from autoconf.estimators.theory.rows import (
+    AnyJob,
+    AnyPlacement,
+    Flag,
+    Num,
+    ResolvedColumns,
+    lookup,
+    maximum,
+    minimum,
+    where,
+)
+from autoconf.schema import GIB, Calibration
 
 MIB = 2**20
 # CUDA context of a PyTorch process with lazy module loading (CUDA >= 11.7, PyTorch's default): ≈ 300 MB
@@ -55,31 +69,60 @@ FRAGMENTATION_EXPANDABLE = 0.02
 class Peaks:
     """The three per-GPU peaks, in bytes; ``overhead``: what the device peak adds to the phases' tensors;
     ``releasable``: the free cached blocks (side-stream pools, loss segments) counted in reserved and device,
-    which the allocator releases before an allocation fails (so the OOM risk is on device − releasable)."""
+    which the allocator releases before an allocation fails (so the OOM risk is on device − releasable).
+    Floats for one row, arrays for a batch."""
 
-    allocated: float
-    reserved: float
-    device: float
-    overhead: float
-    releasable: float = 0.0
+    allocated: Num
+    reserved: Num
+    device: Num
+    overhead: Num
+    releasable: Num = 0.0
 
 
-def communicators(placement: Placement, job: Job) -> int:
+class GpuColumns:
+    """The GPU fields the CUDA side reads, one entry per row (from one GPUSpec per distinct GPU)."""
+
+    def __init__(self, gpus: Sequence[GPUSpec]) -> None:
+        self.name = np.array([g.name for g in gpus], dtype=str)
+        self.architecture = np.array([g.architecture for g in gpus], dtype=str)
+        self.memory_bytes = np.array([g.memory_bytes for g in gpus], dtype=float)
+        # theory refuses bf16 on a Volta GPU without a bf16 peak (memory.refusals)
+        self.no_bf16 = np.array([g.bf16_tflops is None and g.architecture == "Volta" for g in gpus], dtype=bool)
+
+    def take(self, rows: np.ndarray) -> GpuColumns:
+        out = object.__new__(GpuColumns)
+        for name, value in self.__dict__.items():
+            setattr(out, name, value[rows])
+        return out
+
+
+AnyGpu = GPUSpec | GpuColumns
+
+
+def communicators(placement: AnyPlacement, job: AnyJob) -> Num:
     """NCCL communicators a rank joins: data parallel (two for hybrid sharding), TP, PP, sequence parallel."""
-    if placement.number_gpus == 1:
-        return 0
-    count = 1 if placement.dp > 1 else 0
-    count += 1 if placement.effective_strategy == "fsdp-hybrid" and placement.dp > 1 else 0
-    count += (placement.tp > 1) + (placement.pp > 1) + (job.sequence_parallel > 1)
-    return count
+    many = placement.dp > 1
+    count = where(many, 1, 0) + where((placement.effective_strategy == "fsdp-hybrid") & many, 1, 0)
+    count = count + (placement.tp > 1) + (placement.pp > 1) + (job.sequence_parallel > 1)
+    return where(placement.number_gpus == 1, 0, count)
 
 
-def workspace_bytes(gpu: GPUSpec) -> float:
-    return CUBLAS_STREAMS * CUBLAS_WORKSPACE_BYTES.get(gpu.architecture, DEFAULT_CUBLAS_WORKSPACE_BYTES)
+def workspace_bytes(gpu: AnyGpu) -> Num:
+    return CUBLAS_STREAMS * lookup(gpu.architecture, _WORKSPACES)
 
 
-def peaks(allocated: float, outside: float, job: Job, placement: Placement, gpu: GPUSpec, settings: Resolved,
-          calib: Calibration | None = None, side: float = 0.0, cached: float = 0.0) -> Peaks:
+def _fit(settings: Resolved | ResolvedColumns) -> tuple[Flag, Num, Num, Num]:
+    """(has a measured device line, its context, NCCL and fragmentation terms) of each row's stack."""
+    if isinstance(settings, Resolved):
+        fit = settings.profile.device_fit
+        return (False, 0.0, 0.0, 0.0) if fit is None else (True, fit.context_bytes, fit.nccl_bytes, fit.fragmentation)
+    p = settings.profile
+    return p.has_fit, p.fit_context, p.fit_nccl, p.fit_fragmentation
+
+
+def peaks(allocated: Num, outside: Num, job: AnyJob, placement: AnyPlacement, gpu: AnyGpu,
+          settings: Resolved | ResolvedColumns, calib: Calibration | None = None, side: Num = 0.0,
+          cached: Num = 0.0) -> Peaks:
     """Allocated, reserved and device peaks from the allocator peak ``allocated`` (all tensors counted by the
     phases), ``outside`` (the part of it held outside torch's allocator: paged optimizer states), ``side``
     (free blocks other streams' pools keep cached at that peak: memory.side_stream_bytes) and ``cached`` (free
@@ -89,25 +132,39 @@ def peaks(allocated: float, outside: float, job: Job, placement: Placement, gpu:
     retries (c10/cuda/CUDACachingAllocator.cpp, DeviceCachingAllocator::malloc: release_available_cached_blocks,
     then release_cached_blocks), so they fill the GPU up to its capacity and never make a run fail."""
     torch_alloc = allocated - outside
-    frag = FRAGMENTATION_EXPANDABLE if settings.expandable_segments else FRAGMENTATION
+    frag = where(settings.expandable_segments, FRAGMENTATION_EXPANDABLE, FRAGMENTATION)
     cache = frag * torch_alloc if calib is None or calib.fragmentation_gib is None else calib.fragmentation_gib * GIB
     reserved = torch_alloc + cache + workspace_bytes(gpu)
     cached_side = side * (1 + frag)  # the side pools fragment like the compute pool
-    fit = settings.profile.device_fit
-    if fit is not None:  # measured line of this stack (same arithmetic as before the component model)
-        misc = None if calib is None else calib.misc_overhead_gib
-        context = fit.context_bytes if misc is None else misc * GIB
-        nccl = fit.nccl_bytes if placement.number_gpus > 1 else 0.0
-        frag_gib = None if calib is None else calib.fragmentation_gib
-        fitted = fit.fragmentation * allocated if frag_gib is None else frag_gib * GIB
-        overhead = context + nccl + fitted
-        device = allocated + overhead
-        return Peaks(torch_alloc, min(reserved + cached_side + cached, device), device, overhead)
-    context = CONTEXT_BYTES.get(gpu.architecture, DEFAULT_CONTEXT_BYTES)
-    if calib is not None and calib.misc_overhead_gib is not None:
-        context = calib.misc_overhead_gib * GIB
+    misc = None if calib is None else calib.misc_overhead_gib
+    # a stack with a measured line (same arithmetic as before the component model)
+    has_fit, fit_context, fit_nccl, fit_frag = _fit(settings)
+    frag_gib = None if calib is None else calib.fragmentation_gib
+    fitted = fit_frag * allocated if frag_gib is None else frag_gib * GIB
+    overhead_fit = (fit_context if misc is None else misc * GIB) + where(placement.number_gpus > 1, fit_nccl,
+                                                                         0.0) + fitted
+    device_fit = allocated + overhead_fit
+    reserved_fit = minimum(reserved + cached_side + cached, device_fit)
+    # the component model
+    context = lookup(gpu.architecture, _CONTEXTS) if misc is None else misc * GIB
     device = reserved + context + communicators(placement, job) * NCCL_COMMUNICATOR_BYTES + outside
-    kept = min(cached_side, max(0.0, gpu.memory_bytes - device))  # what of the side pools stays cached
-    if cached:  # and of the loss segments (an `if`: the sums stay bit-identical where there are none)
-        kept = kept + min(cached, max(0.0, gpu.memory_bytes - device - kept))
-    return Peaks(torch_alloc, reserved + kept, device + kept, device + kept - allocated, kept)
+    kept = minimum(cached_side, maximum(0.0, gpu.memory_bytes - device))  # what of the side pools stays cached
+    # and of the loss segments (only where there are any: the sums stay bit-identical where there are none)
+    kept = where(cached != 0, kept + minimum(cached, maximum(0.0, gpu.memory_bytes - device - kept)), kept)
+    return Peaks(torch_alloc, where(has_fit, reserved_fit, reserved + kept), where(has_fit, device_fit, device + kept),
+                 where(has_fit, overhead_fit, device + kept - allocated), where(has_fit, 0.0, kept))
+
+
+class _Default(dict[str, float]):
+    """A per-architecture table with a default for architectures it does not name."""
+
+    def __init__(self, table: Mapping[str, float], default: float) -> None:
+        super().__init__(table)
+        self.default = default
+
+    def __missing__(self, key: str) -> float:
+        return self.default
+
+
+_CONTEXTS = _Default(CONTEXT_BYTES, DEFAULT_CONTEXT_BYTES)
+_WORKSPACES = _Default(CUBLAS_WORKSPACE_BYTES, DEFAULT_CUBLAS_WORKSPACE_BYTES)

@@ -36,6 +36,7 @@ import math
 from autoconf.catalog.architecture import Architecture
 from autoconf.catalog.shapes import Vision
 from autoconf.errors import InvalidInputError
+from autoconf.estimators.theory.rows import AnyJob, Num, not_, per_value, where
 from autoconf.schema import Job
 
 NEXT_PINPOINTS = ((336, 672), (672, 336), (672, 672), (1008, 336), (336, 1008))  # llava-v1.6 image_grid_pinpoints
@@ -43,12 +44,16 @@ QWEN_MIN_PIXELS, QWEN_MAX_PIXELS = 56 * 56, 28 * 28 * 1280  # Qwen2VLImageProces
 QWEN_DEFAULT_RESOLUTION = 448
 
 
+def images_error(arch: Architecture, images: int) -> InvalidInputError:
+    """Images need a vision tower: the refusal of images_per_sample > 0 on a text-only model."""
+    return InvalidInputError(
+        "images_per_sample", f"must be 0 for the text-only model '{arch.name}'; images need a vision-language "
+        f"model (llava, llava_next, qwen2_vl, qwen2_5_vl, mllama, gemma3); got {images}")
+
+
 def check_images(job: Job, arch: Architecture) -> None:
-    """Images need a vision tower: refuse images_per_sample > 0 on a text-only model."""
     if job.images_per_sample and arch.vision is None:
-        raise InvalidInputError(
-            "images_per_sample", f"must be 0 for the text-only model '{arch.name}'; images need a vision-language "
-            f"model (llava, llava_next, qwen2_vl, qwen2_5_vl, mllama, gemma3); got {job.images_per_sample}")
+        raise images_error(arch, job.images_per_sample)
 
 
 def resolution(job: Job, vision: Vision) -> int:
@@ -77,12 +82,12 @@ def _qwen_side(r: int, factor: int) -> int:
     return side
 
 
-def tokens_per_image(job: Job, arch: Architecture) -> tuple[int, int]:
-    """(tokens the tower processes, tokens the language model sees or cross-attends to) per image."""
+def tokens_at(arch: Architecture, r: int) -> tuple[int, int]:
+    """(tokens the tower processes, tokens the language model sees or cross-attends to) per image of side r."""
     v = arch.vision
     if v is None:
         return 0, 0
-    r, n = resolution(job, v), v.patches_per_image
+    n = v.patches_per_image
     if v.kind in ("qwen2_vl", "qwen2_5_vl"):
         patches = (_qwen_side(r, v.patch_size * v.spatial_merge_size) // v.patch_size) ** 2
         return patches, patches // v.spatial_merge_size**2
@@ -98,16 +103,31 @@ def tokens_per_image(job: Job, arch: Architecture) -> tuple[int, int]:
     return n + 1, n
 
 
-def text_tokens_per_sample(job: Job, arch: Architecture) -> int:
+def tokens_per_image(job: Job, arch: Architecture) -> tuple[int, int]:
+    """(tokens the tower processes, tokens the language model sees or cross-attends to) per image."""
+    return (0, 0) if arch.vision is None else tokens_at(arch, resolution(job, arch.vision))
+
+
+def image_tokens(job: AnyJob, arch: Architecture, which: int) -> Num:
+    """tokens_per_image's entry ``which`` (0: tower, 1: language model), once per distinct image resolution."""
+    v = arch.vision
+    if v is None:
+        return 0
+    return per_value(job.image_resolution,
+                     lambda r: tokens_at(arch, r or v.image_size or QWEN_DEFAULT_RESOLUTION)[which])
+
+
+def text_tokens_per_sample(job: AnyJob, arch: Architecture) -> Num:
     """Language-model sequence: the text tokens plus the image tokens (mllama cross-attends instead)."""
-    if not job.images_per_sample or arch.vision is None or arch.vision.kind == "mllama":
+    if arch.vision is None or arch.vision.kind == "mllama":
         return job.tokens_per_sample
-    return job.tokens_per_sample + job.images_per_sample * tokens_per_image(job, arch)[1]
+    return where(job.images_per_sample > 0, job.tokens_per_sample + job.images_per_sample * image_tokens(job, arch, 1),
+                 job.tokens_per_sample)
 
 
-def cross_tokens_per_sample(job: Job, arch: Architecture) -> int:
+def cross_tokens_per_sample(job: AnyJob, arch: Architecture) -> Num:
     """Image tokens each mllama cross-attention layer attends to, per sample."""
-    return job.images_per_sample * tokens_per_image(job, arch)[1] if arch.vision and arch.vision.kind == "mllama" else 0
+    return job.images_per_sample * image_tokens(job, arch, 1) if arch.vision and arch.vision.kind == "mllama" else 0
 
 
 def _mlp_width(v: Vision) -> tuple[int, bool]:
@@ -115,27 +135,26 @@ def _mlp_width(v: Vision) -> tuple[int, bool]:
     return widths.get("fc1") or widths.get("up_proj") or 4 * v.hidden_size, "gate_proj" in widths
 
 
-def activation_bytes_per_image(job: Job, arch: Architecture) -> float:
+def activation_bytes_per_image(job: AnyJob, arch: Architecture) -> Num:
     """Saved bytes of one image's vision tower and projector (module docstring), bf16."""
     v = arch.vision
-    if v is None or not job.images_per_sample:
+    if v is None:
         return 0.0
-    tower, lm = tokens_per_image(job, arch)
+    tower, lm = image_tokens(job, arch, 0), image_tokens(job, arch, 1)
     h = v.hidden_size
     kept = 2.0 * h * tower  # the tower's output features
-    if not job.freeze_vision:
-        inter, gated = _mlp_width(v)
-        per_layer = 16 * h + 4 * v.num_heads + 8 + (8 if gated else 4) * inter
-        kept += v.num_layers * per_layer * tower
-    if not job.freeze_projector:
-        merge = v.spatial_merge_size**2 if v.kind.startswith("qwen") else 1
-        kept += (2 * h * merge + 4 * arch.hidden_size) * lm
-    return kept
+    inter, gated = _mlp_width(v)
+    per_layer = 16 * h + 4 * v.num_heads + 8 + (8 if gated else 4) * inter
+    kept = where(not_(job.freeze_vision), kept + v.num_layers * per_layer * tower, kept)
+    merge = v.spatial_merge_size**2 if v.kind.startswith("qwen") else 1
+    kept = where(not_(job.freeze_projector), kept + (2 * h * merge + 4 * arch.hidden_size) * lm, kept)
+    return where(job.images_per_sample > 0, kept, 0.0)
 
 
-def trainable_vision_params(job: Job, arch: Architecture) -> int:
+def trainable_vision_params(job: AnyJob, arch: Architecture) -> Num:
     """Vision parameters that train: the tower unless freeze_vision, the projector unless freeze_projector."""
     v = arch.vision
     if v is None:
         return 0
-    return (0 if job.freeze_vision else v.tower_params) + (0 if job.freeze_projector else v.projector_params + v.extra_params)
+    return where(job.freeze_vision, 0, v.tower_params) + where(job.freeze_projector, 0,
+                                                               v.projector_params + v.extra_params)

@@ -22,200 +22,251 @@ Byte counts (Ψ = parameters, Ψ_t = trainable parameters, N = sharding degree):
 * bitsandbytes 32-bit optimizers (``paged-adamw``) keep fp32 m and v whatever the parameter dtype; the
   paged ones live in CUDA unified memory, outside torch's allocator (see cuda.py). DoRA adds one
   magnitude parameter per output feature of every adapted module (peft's lora_magnitude_vector).
+
+Every function takes one ``Job``/``Placement`` or the columns of a batch (rows.py): a branch on a field is
+``rows.where``, so one row and a million rows run the same formulas.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import reduce
+from typing import overload
+
+import numpy as np
 
 from autoconf.catalog.architecture import Architecture
-from autoconf.estimators.theory.frameworks import resolve
 from autoconf.estimators.theory.images import trainable_vision_params
-from autoconf.schema import Job, Placement
+from autoconf.estimators.theory.rows import (
+    AnyJob,
+    AnyPlacement,
+    Codes,
+    Flag,
+    JobColumns,
+    Num,
+    is_in,
+    lookup,
+    maximum,
+    minimum,
+    node_size,
+    not_,
+    settings_of,
+    where,
+)
+from autoconf.schema import Job
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "amp-bf16": 4, "amp-fp16": 4}
 ADAPTER_BYTES = 4  # peft autocasts LoRA weights to fp32
 NF4_BYTES = 0.5 + 4 / 64  # 4-bit code + fp32 absmax per block of 64 (bitsandbytes blocksize 64)
 NF4_DQ_BYTES = 0.5 + 1 / 64 + 4 / (64 * 256)  # 8-bit absmax per 64 + fp32 constant per 256 blocks
 ZERO_BUCKET_ELEMENTS = 5e8  # DeepSpeed reduce_bucket_size / allgather_bucket_size default (elements)
+AMP = ("amp-bf16", "amp-fp16")
+FSDP_STRATEGIES = ("fsdp", "fsdp-shard-grad-op", "fsdp-hybrid")
+ZERO_STRATEGIES = ("zero0", "zero1", "zero2", "zero3")
+SHARD_WEIGHTS = ("fsdp", "fsdp-hybrid", "zero3")
+SHARD_GRADS = (*SHARD_WEIGHTS, "fsdp-shard-grad-op", "zero2")
+SHARD_OPTIMIZER = (*SHARD_GRADS, "zero1")
+PAGED = ("paged-adamw", "paged-adamw-8bit")
+
+
+def dtype_bytes(job: AnyJob) -> Num:
+    return lookup(job.dtype, DTYPE_BYTES)
+
+
+def amp(job: AnyJob) -> Flag:
+    return is_in(job.dtype, AMP)
 
 
 @dataclass(frozen=True)
 class States:
-    """Per-GPU bytes of the model states and the transient parts that depend on the phase."""
+    """Per-GPU bytes of the model states and the transient parts that depend on the phase (floats for one row,
+    arrays for a batch)."""
 
-    weights: float
-    gradients: float
-    optimizer: float
-    gathered: float  # unsharded parameter units live during forward/backward (FSDP/ZeRO-3)
-    grads_persist: bool  # gradients live during the next forward (DDP buckets, FSDP/ZeRO shards)
-    optimizer_step_temp: float  # extra bytes while optimizer.step() runs
-    buffers: float  # framework buckets (ZeRO reduce/allgather)
-    trainable_params: int
-    outside: float = 0.0  # bytes held outside torch's allocator (paged optimizer states)
+    weights: Num
+    gradients: Num
+    optimizer: Num
+    gathered: Num  # unsharded parameter units live during forward/backward (FSDP/ZeRO-3)
+    grads_persist: Flag  # gradients live during the next forward (DDP buckets, FSDP/ZeRO shards)
+    optimizer_step_temp: Num  # extra bytes while optimizer.step() runs
+    buffers: Num  # framework buckets (ZeRO reduce/allgather)
+    trainable_params: Num
+    outside: Num = 0.0  # bytes held outside torch's allocator (paged optimizer states)
 
 
-def trainable_params(job: Job, arch: Architecture) -> int:
-    """Trainable parameters of the language model (a VLM's vision parts are counted by vision_states)."""
-    if job.method == "full":
-        return arch.text_params
-    adapters = arch.lora_params(job.lora_target_modules, job.lora_r)
-    if job.dora:  # one magnitude per output feature of each adapted module
-        targets = arch.lora_targets(job.lora_target_modules)
-        adapters += arch.num_layers * sum(lin.per_layer * lin.out_features for lin in targets)
+def _adapters(arch: Architecture, targets: tuple[str, ...], rank: int, dora: bool) -> int:
+    adapters = arch.lora_params(targets, rank)
+    if dora:  # one magnitude per output feature of each adapted module
+        adapters += arch.num_layers * sum(lin.per_layer * lin.out_features for lin in arch.lora_targets(targets))
     return adapters
 
 
-def nf4_bytes(job: Job) -> float:
-    return NF4_DQ_BYTES if resolve(job).double_quant else NF4_BYTES
+@overload
+def trainable_params(job: Job, arch: Architecture) -> int: ...
+@overload
+def trainable_params(job: JobColumns, arch: Architecture) -> np.ndarray: ...
+def trainable_params(job: AnyJob, arch: Architecture) -> Num:
+    """Trainable parameters of the language model (a VLM's vision parts are counted by vision_states)."""
+    if isinstance(job, Job):
+        return arch.text_params if job.method == "full" else _adapters(arch, job.lora_target_modules, job.lora_r,
+                                                                       job.dora)
+    targets: Codes = job.lora_target_modules
+    keys = np.stack([targets.codes, job.lora_r, job.dora.astype(np.int64)], axis=1)
+    distinct, inverse = np.unique(keys, axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    lora = job.method != "full"
+    wanted = np.zeros(len(distinct), dtype=bool)
+    wanted[inverse[lora]] = True  # adapters of full fine-tuning rows are never counted (nor checked)
+    values = np.array([_adapters(arch, targets.table[c], int(r), bool(d)) if wanted[k] else 0
+                       for k, (c, r, d) in enumerate(distinct.tolist())], dtype=float)
+    return np.where(lora, values[inverse], float(arch.text_params))
 
 
-def stage_params(arch: Architecture, placement: Placement) -> float:
+def nf4_bytes(job: AnyJob) -> Num:
+    return where(settings_of(job).double_quant, NF4_DQ_BYTES, NF4_BYTES)
+
+
+def stage_params(arch: Architecture, placement: AnyPlacement) -> Num:
     """Parameters held by the busiest pipeline stage, before tensor-parallel splitting."""
     head = arch.lm_head_params + arch.final_norm_params
     embed = arch.embedding_params + arch.position_params
     layers = -(-arch.num_layers // placement.pp) * arch.layer_params
-    if placement.pp == 1:
-        return embed + layers + head
-    return layers + max(embed, head)
+    return where(placement.pp == 1, embed + layers + head, layers + max(embed, head))
 
 
-def kbit_upcast(job: Job, fsdp: bool) -> bool:
+def kbit_upcast(job: AnyJob, fsdp: Flag) -> Flag:
     """QLoRA whose stack runs peft's prepare_model_for_kbit_training (frameworks.Profile.kbit_upcast): the
     embeddings, norms and head (every parameter that is not 4-bit) become fp32, and so does the residual stream
     they feed. TRL skips the call for sharded QLoRA, so ``fsdp`` (sharded over > 1 GPU) turns it off."""
-    return job.method == "qlora" and resolve(job).profile.kbit_upcast and not fsdp
+    return (job.method == "qlora") & settings_of(job).profile.kbit_upcast & not_(fsdp)
 
 
-def _quantised_params(job: Job, arch: Architecture) -> int:
+def _quantised_params(job: AnyJob, arch: Architecture) -> Num:
     """Parameters a QLoRA stores in 4 bits: the layer linears (and the head when quantize_lm_head)."""
-    return arch.num_layers * arch.linear_params_per_layer + (arch.lm_head_params if resolve(job).quantize_lm_head else 0)
+    return arch.num_layers * arch.linear_params_per_layer + where(settings_of(job).quantize_lm_head,
+                                                                  arch.lm_head_params, 0)
 
 
-def _upcast(job: Job, placement: Placement) -> bool:
-    return kbit_upcast(job, placement.dp > 1 and placement.effective_strategy.startswith("fsdp"))
+def sharded_fsdp(placement: AnyPlacement) -> Flag:
+    """FSDP (any sharding) over more than one data-parallel rank."""
+    return (placement.dp > 1) & is_in(placement.effective_strategy, FSDP_STRATEGIES)
 
 
-def upcast_bytes(job: Job, arch: Architecture, placement: Placement) -> float:
+def _upcast(job: AnyJob, placement: AnyPlacement) -> Flag:
+    return kbit_upcast(job, sharded_fsdp(placement))
+
+
+def upcast_bytes(job: AnyJob, arch: Architecture, placement: AnyPlacement) -> Num:
     """Bytes per GPU that kbit_upcast adds to a replica's weights: +2 B for every parameter that is not 4-bit."""
-    if not _upcast(job, placement):
-        return 0.0
     share = stage_params(arch, placement) / arch.total_params / placement.tp
-    return share * (arch.total_params - _quantised_params(job, arch)) * 2
+    return where(_upcast(job, placement), share * (arch.total_params - _quantised_params(job, arch)) * 2, 0.0)
 
 
-def _weight_bytes(job: Job, arch: Architecture, placement: Placement) -> float:
+def _weight_bytes(job: AnyJob, arch: Architecture, placement: AnyPlacement) -> Num:
     """Resident weights of one model replica on one GPU (before data-parallel sharding)."""
     share = stage_params(arch, placement) / arch.total_params / placement.tp
-    wbytes = DTYPE_BYTES[job.dtype]
-    settings = resolve(job)
-    if job.method == "qlora":
-        linear = _quantised_params(job, arch)
-        base = linear * nf4_bytes(job) + (arch.total_params - linear) * (4 if _upcast(job, placement) else 2)
-    else:
-        base = arch.total_params * wbytes
-    adapters = 0 if job.method == "full" else trainable_params(job, arch) * settings.adapter_bytes
+    linear = _quantised_params(job, arch)
+    quantised = linear * nf4_bytes(job) + (arch.total_params - linear) * where(_upcast(job, placement), 4, 2)
+    base = where(job.method == "qlora", quantised, arch.total_params * dtype_bytes(job))
+    adapters = where(job.method == "full", 0, trainable_params(job, arch) * settings_of(job).adapter_bytes)
     return share * (base + adapters)
 
 
-def optimizer_bytes_per_param(job: Job, zero: bool) -> float:
-    """State bytes per trainable parameter (excluding DeepSpeed's fp32 master, added separately)."""
-    amp = job.dtype.startswith("amp") or job.dtype == "fp32"
-    if job.method != "full" and not (amp or zero or job.optimizer_state_dtype == "fp32"):
-        state = resolve(job).adapter_bytes  # torch AdamW: zeros_like(adapter)
-    else:
-        state = 4 if (amp or zero or job.optimizer_state_dtype == "fp32") else DTYPE_BYTES[job.dtype]
-    if job.optimizer == "adamw":
-        return 2 * state
-    if job.optimizer == "paged-adamw":
-        return 2 * 4  # bitsandbytes 32-bit optimizer: fp32 m and v
-    if job.optimizer in ("adamw-8bit", "paged-adamw-8bit"):
-        return 2 * 1 + 2 * 4 / 2048  # two uint8 states + fp32 absmax per 2048-block (bitsandbytes)
-    return state  # SGD with momentum: one buffer
+@overload
+def optimizer_bytes_per_param(job: Job, zero: bool, as_full: bool = False) -> float: ...
+@overload
+def optimizer_bytes_per_param(job: JobColumns, zero: Flag, as_full: bool = False) -> np.ndarray: ...
+def optimizer_bytes_per_param(job: AnyJob, zero: Flag, as_full: bool = False) -> Num:
+    """State bytes per trainable parameter (excluding DeepSpeed's fp32 master, added separately); ``as_full``:
+    for plain (non-adapter) parameters whatever the method."""
+    wide = amp(job) | (job.dtype == "fp32") | zero | (job.optimizer_state_dtype == "fp32")
+    adapter = False if as_full else (job.method != "full") & not_(wide)
+    # torch AdamW: zeros_like(adapter) for adapters, else fp32 when mixed/ZeRO/fp32 states, else the weight dtype
+    state = where(adapter, settings_of(job).adapter_bytes, where(wide, 4, dtype_bytes(job)))
+    eight_bit = 2 * 1 + 2 * 4 / 2048  # two uint8 states + fp32 absmax per 2048-block (bitsandbytes)
+    return where(job.optimizer == "adamw", 2 * state,
+                 where(job.optimizer == "paged-adamw", 2 * 4,  # bitsandbytes 32-bit optimizer: fp32 m and v
+                       where(is_in(job.optimizer, ("adamw-8bit", "paged-adamw-8bit")), eight_bit,
+                             state)))  # SGD with momentum: one buffer
 
 
-def _shard_degree(placement: Placement) -> int:
-    if placement.effective_strategy == "fsdp-hybrid":
-        return min(placement.dp, placement.gpus_per_worker or min(placement.number_gpus, 8))
-    return placement.dp
+def _shard_degree(placement: AnyPlacement) -> Num:
+    return where(placement.effective_strategy == "fsdp-hybrid", minimum(placement.dp, node_size(placement)),
+                 placement.dp)
 
 
-def model_states(job: Job, arch: Architecture, placement: Placement) -> States:
+def model_states(job: AnyJob, arch: Architecture, placement: AnyPlacement) -> States:
     """Weights, gradients and optimizer bytes per GPU at steady state (step >= 2)."""
     strategy = placement.effective_strategy
     n = _shard_degree(placement)
-    psi_t = trainable_params(job, arch) / placement.tp / placement.pp
+    trainable = trainable_params(job, arch)
+    psi_t = trainable / placement.tp / placement.pp
     full = job.method == "full"
-    settings = resolve(job)
-    grad_b = (DTYPE_BYTES[job.dtype] if full else settings.adapter_bytes)
+    settings = settings_of(job)
+    grad_b = where(full, dtype_bytes(job), settings.adapter_bytes)
     weights = _weight_bytes(job, arch, placement)
     grads = psi_t * grad_b
-    zero = strategy.startswith("zero") and strategy != "zero0"
+    zero = is_in(strategy, ("zero1", "zero2", "zero3"))
     opt = psi_t * optimizer_bytes_per_param(job, zero)
-    if zero and full and not job.dtype.startswith("amp") and job.dtype != "fp32":
-        # ZeRO mixed precision adds an fp32 master copy (4 B) and an fp32 gradient partition (4 B) per
-        # trainable parameter; both are partitioned like the optimizer states: 2Ψ + 18Ψ/N for ZeRO-2.
-        opt += psi_t * (4 + 4)
-    shard_w = strategy in ("fsdp", "fsdp-hybrid", "zero3")
-    shard_g = shard_w or strategy in ("fsdp-shard-grad-op", "zero2")
-    shard_o = shard_g or strategy == "zero1"
+    # ZeRO mixed precision adds an fp32 master copy (4 B) and an fp32 gradient partition (4 B) per
+    # trainable parameter; both are partitioned like the optimizer states: 2Ψ + 18Ψ/N for ZeRO-2.
+    opt = where(zero & full & not_(amp(job)) & (job.dtype != "fp32"), opt + psi_t * (4 + 4), opt)
+    shard_w = is_in(strategy, SHARD_WEIGHTS)
+    shard_g = is_in(strategy, SHARD_GRADS)
+    shard_o = is_in(strategy, SHARD_OPTIMIZER)
     unit = _unit_bytes(job, arch, arch.layer_params) / placement.tp  # gathered in the compute dtype
-    gathered = 0.0
-    if shard_w and n > 1:
-        weights /= n
-        # FSDP (auto-wrapped per decoder layer) keeps the current and the prefetched layer unsharded, and
-        # the root unit (embeddings, final norm, head) unsharded through forward and backward; ZeRO-3 the
-        # largest module (DeepSpeed's own estimator counts 4·Ψ_LL = params + grads of the largest layer).
-        root_bytes = min(DTYPE_BYTES[job.dtype], 2 if job.dtype.startswith("amp") else 4)
-        root = (arch.embedding_params + arch.lm_head_params) * root_bytes * (1 - 1 / n)
-        gathered = 2 * unit + root if strategy.startswith("fsdp") else 2 * arch.largest_layer_params * 2
-    grads = grads / n if shard_g else grads
-    opt = opt / n if shard_o else opt
-    if placement.offload != "none":
-        opt = 0.0  # optimizer (and its fp32 master) lives in CPU RAM
-    if placement.offload == "optimizer+params":
-        weights = 0.0
-        gathered = max(gathered, 2 * unit)
-    temp = _optimizer_temp(job, arch, psi_t / (n if shard_o else 1), placement)
-    buffers = ZERO_BUCKET_ELEMENTS * 2 if strategy in ("zero1", "zero2") and n > 1 else 0.0
+    sharded = shard_w & (n > 1)
+    weights = where(sharded, weights / n, weights)
+    # FSDP (auto-wrapped per decoder layer) keeps the current and the prefetched layer unsharded, and
+    # the root unit (embeddings, final norm, head) unsharded through forward and backward; ZeRO-3 the
+    # largest module (DeepSpeed's own estimator counts 4·Ψ_LL = params + grads of the largest layer).
+    root_bytes = minimum(dtype_bytes(job), where(amp(job), 2, 4))
+    root = (arch.embedding_params + arch.lm_head_params) * root_bytes * (1 - 1 / n)
+    gathered = where(sharded, where(is_in(strategy, FSDP_STRATEGIES), 2 * unit + root,
+                                    2 * arch.largest_layer_params * 2), 0.0)
+    grads = where(shard_g, grads / n, grads)
+    opt = where(shard_o, opt / n, opt)
+    opt = where(placement.offload != "none", 0.0, opt)  # optimizer (and its fp32 master) lives in CPU RAM
+    both = placement.offload == "optimizer+params"
+    weights = where(both, 0.0, weights)
+    gathered = where(both, maximum(gathered, 2 * unit), gathered)
+    temp = _optimizer_temp(job, arch, psi_t / where(shard_o, n, 1), placement)
+    buffers = where(is_in(strategy, ("zero1", "zero2")) & (n > 1), ZERO_BUCKET_ELEMENTS * 2, 0.0)
     # DDP's gradients are views of its persistent buckets and DeepSpeed keeps its gradient partitions;
     # FSDP's sharded gradients are freed by zero_grad(set_to_none=True) like a single GPU's (the
     # fms-acceleration FSDP full-FT rows peak in the optimizer step, not at the loss).
-    persist = n > 1 and (strategy == "ddp" or strategy.startswith("zero"))
-    if settings.optimizer_in_backward:
-        # each parameter is stepped in its grad hook and its gradient freed: one parameter's gradient at a time
-        largest = arch.largest_layer_params if full else max(trainable_params(job, arch) / max(arch.num_layers, 1), 1.0)
-        grads, temp, persist = min(grads, largest * grad_b / placement.tp), 0.0, False
-    outside = opt if job.optimizer.startswith("paged") else 0.0
-    return States(weights, grads, opt, gathered, persist, temp, buffers, int(psi_t), outside)
+    persist = (n > 1) & ((strategy == "ddp") | is_in(strategy, ZERO_STRATEGIES))
+    # optimizer in backward: each parameter is stepped in its grad hook and its gradient freed: one parameter's
+    # gradient at a time
+    in_backward = settings.optimizer_in_backward
+    largest = where(full, arch.largest_layer_params, maximum(trainable / max(arch.num_layers, 1), 1.0))
+    grads = where(in_backward, minimum(grads, largest * grad_b / placement.tp), grads)
+    temp = where(in_backward, 0.0, temp)
+    persist = persist & not_(in_backward)
+    outside = where(is_in(job.optimizer, PAGED), opt, 0.0)
+    count = int(psi_t) if isinstance(job, Job) else np.floor(psi_t)
+    return States(weights, grads, opt, gathered, persist, temp, buffers, count, outside)
 
 
-def _unit_bytes(job: Job, arch: Architecture, params: float) -> float:
+def _unit_bytes(job: AnyJob, arch: Architecture, params: float) -> Num:
     """Bytes of ``params`` unsharded: 4-bit for QLoRA layer linears, else the weight dtype."""
-    if job.method == "qlora":
-        return params * nf4_bytes(job)
-    return params * (2 if job.dtype.startswith("amp") else DTYPE_BYTES[job.dtype])
+    return where(job.method == "qlora", params * nf4_bytes(job), params * where(amp(job), 2, dtype_bytes(job)))
 
 
-def _optimizer_temp(job: Job, arch: Architecture, local_trainable: float, placement: Placement) -> float:
+def _optimizer_temp(job: AnyJob, arch: Architecture, local_trainable: Num, placement: AnyPlacement) -> Num:
     """Temporaries of optimizer.step().
 
     foreach AdamW materialises one params-sized list of intermediates (theory_notes: +1× params,
     7B: +12.5 GiB; the fms-acceleration Mistral-7B full rows peak at exactly 10 B/param = 8 + 2);
     the for-loop version needs about two copies of the largest tensor; fused needs none.
     """
-    if placement.offload != "none" or job.optimizer != "adamw":
-        return 0.0
-    state_b = resolve(job).adapter_bytes if job.method != "full" else DTYPE_BYTES[job.dtype]
-    if job.optimizer_impl == "foreach":
-        return local_trainable * state_b
-    if job.optimizer_impl == "for-loop":
-        largest = arch.largest_layer_params if job.method == "full" else 0
-        return 2 * largest * state_b / placement.tp
-    return 0.0
+    state_b = where(job.method != "full", settings_of(job).adapter_bytes, dtype_bytes(job))
+    largest = where(job.method == "full", arch.largest_layer_params, 0)
+    temp = where(job.optimizer_impl == "foreach", local_trainable * state_b,
+                 where(job.optimizer_impl == "for-loop", 2 * largest * state_b / placement.tp, 0.0))
+    return where((placement.offload == "none") & (job.optimizer == "adamw"), temp, 0.0)
 
 
-def vision_states(job: Job, arch: Architecture, placement: Placement) -> tuple[float, float, float]:
+def vision_states(job: AnyJob, arch: Architecture, placement: AnyPlacement) -> tuple[Num, Num, Num]:
     """(weights, gradients, optimizer) bytes per GPU of a VLM's vision tower and projector; 0 for text models.
 
     The vision parts stay bf16 under QLoRA (4-bit quantisation covers the language model's layer linears)
@@ -226,20 +277,20 @@ def vision_states(job: Job, arch: Architecture, placement: Placement) -> tuple[f
     if arch.vision is None:
         return 0.0, 0.0, 0.0
     strategy, n = placement.effective_strategy, _shard_degree(placement)
-    wbytes = 2 if job.method == "qlora" else DTYPE_BYTES[job.dtype]
-    weights = arch.vision_params * wbytes / placement.tp
+    weights = arch.vision_params * where(job.method == "qlora", 2, dtype_bytes(job)) / placement.tp
     train = trainable_vision_params(job, arch) / placement.tp
-    grads = train * DTYPE_BYTES[job.dtype]
-    zero = strategy.startswith("zero") and strategy != "zero0"
-    opt = train * optimizer_bytes_per_param(job.model_copy(update={"method": "full"}), zero)  # states in weight dtype
-    if zero and not job.dtype.startswith("amp") and job.dtype != "fp32":
-        opt += train * (4 + 4)  # fp32 master + fp32 gradient partition, as for the text states
-    if n > 1 and strategy in ("fsdp", "fsdp-hybrid", "zero3"):
-        weights /= n
-    if n > 1 and strategy in ("fsdp", "fsdp-hybrid", "zero3", "fsdp-shard-grad-op", "zero2"):
-        grads /= n
-    if n > 1 and strategy in ("fsdp", "fsdp-hybrid", "zero3", "fsdp-shard-grad-op", "zero2", "zero1"):
-        opt /= n
-    if placement.offload != "none":
-        opt = 0.0
-    return weights, grads, opt
+    grads = train * dtype_bytes(job)
+    zero = is_in(strategy, ("zero1", "zero2", "zero3"))
+    opt = train * optimizer_bytes_per_param(job, zero, as_full=True)  # states in weight dtype
+    # fp32 master + fp32 gradient partition, as for the text states
+    opt = where(zero & not_(amp(job)) & (job.dtype != "fp32"), opt + train * (4 + 4), opt)
+    many = n > 1
+    weights = where(many & is_in(strategy, SHARD_WEIGHTS), weights / n, weights)
+    grads = where(many & is_in(strategy, SHARD_GRADS), grads / n, grads)
+    opt = where(many & is_in(strategy, SHARD_OPTIMIZER), opt / n, opt)
+    return weights, grads, where(placement.offload != "none", 0.0, opt)
+
+
+def largest(values: list[Num]) -> Num:
+    """max() of floats, or the element-wise maximum of columns."""
+    return reduce(maximum, values)

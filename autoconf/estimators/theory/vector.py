@@ -1,12 +1,9 @@
-"""Batch companion of ``theory.memory.estimate_memory``: many (job, placement) rows as numpy arrays.
+"""Theory memory of many (job, placement) rows: the formulas of memory.py over columns, grouped by model.
 
-The sweep and the recommender evaluate thousands of placements. Building a ``MemoryEstimate`` per
-row costs more than the formulas, so here the per-phase byte counts come from the very functions
-``estimate_memory`` uses (``memory._phases`` over ``states.model_states``), memoised per distinct
-(job, placement without the GPU name: no formula of a phase reads it), and the rest of
-``estimate_memory`` (phase choice, the CUDA side of ``cuda.peaks``, capacity, fit, risk) runs over all
-rows at once. Every number equals the scalar path's bit for bit (tests/test_estimator_contract.py checks
-it on random rows); errors are per row, never raised, with the scalar path's message.
+``theory_batch`` turns the rows into columns once (rows.py: Job and Placement fields, framework profiles and GPUs
+resolved per distinct value), and for each distinct model runs ``memory.phase_parts`` and ``cuda.peaks`` on the
+columns of its rows: numpy over rows, Python per model only. ``memory.estimate_memory`` is the same code on one row
+(``theory_rows``). Errors are per row, never raised, with the message one estimate raises.
 """
 
 from __future__ import annotations
@@ -17,24 +14,18 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
-from pydantic import ValidationError
 
 from autoconf.catalog import Architecture, GPUSpec, get_architecture, get_gpu
-from autoconf.defaults import STATE_PARTS
 from autoconf.errors import AutoconfError, InvalidInputError
 from autoconf.estimators.theory import cuda
 from autoconf.estimators.theory import memory as mem
-from autoconf.estimators.theory.frameworks import resolve
-from autoconf.estimators.theory.states import States, model_states
-from autoconf.schema import Calibration, Job, Phase, Placement
+from autoconf.estimators.theory.cuda import GpuColumns
+from autoconf.estimators.theory.rows import JobColumns, PlacementColumns, settings_of
+from autoconf.estimators.theory.states import model_states
+from autoconf.schema import Calibration, Job, Placement
 
-TEXT_PARTS = STATE_PARTS
+TEXT_PARTS = mem.TEXT_PARTS
 ALLOCATOR_PARTS = (*TEXT_PARTS, *mem.VISION_PARTS)  # the vision parts are 0.0 for text models
-_CACHE_LIMIT = 500_000  # memoised phase tables (~1 KB each); cleared when full
-# (phase names, bytes[phase, part], bytes outside the allocator, side-stream bytes, cached loss-segment bytes)
-PhaseTable = tuple[tuple[Phase, ...], np.ndarray, float, float, float]
-_PHASES: dict[tuple[Any, ...], PhaseTable | str] = {}
-_STATES: dict[tuple[Any, ...], States] = {}
 
 
 @dataclass(frozen=True)
@@ -53,6 +44,8 @@ class MemoryBatch:
     # of reserved and peak: free cached blocks released before an allocation fails (cuda.Peaks.releasable); theory
     # states oom_risk on peak − releasable. None (estimators that state their own risk on the device peak) = 0.
     releasable: np.ndarray | None = None
+    # theory only: bytes of cached loss-sized segments (memory.loss_segment_cache), for the notes of chosen rows
+    cached: np.ndarray | None = None
 
     def releasable_or_zero(self) -> np.ndarray:
         return np.zeros(len(self.errors)) if self.releasable is None else self.releasable
@@ -65,6 +58,73 @@ class MemoryBatch:
         return np.array([e is None for e in self.errors], dtype=bool)
 
 
+@dataclass
+class Found:
+    """theory_rows' answer: MemoryBatch's arrays (NaN on refused rows) and the refusals as exceptions."""
+
+    parts: dict[str, np.ndarray]
+    allocated: np.ndarray
+    reserved: np.ndarray
+    peak: np.ndarray
+    releasable: np.ndarray
+    phase: list[str]
+    capacity: np.ndarray
+    oom_risk: np.ndarray
+    micro_batch: np.ndarray
+    cached: np.ndarray
+    errors: list[Exception | None]
+
+
+def _empty(n: int) -> Found:
+    def nan() -> np.ndarray:
+        return np.full(n, np.nan)
+
+    return Found({k: nan() for k in (*ALLOCATOR_PARTS, "overhead")}, nan(), nan(), nan(), nan(), [""] * n, nan(),
+                 nan(), np.zeros(n, dtype=np.int64), np.zeros(n), [None] * n)
+
+
+def theory_rows(job: JobColumns, place: PlacementColumns, arch: Architecture, gpu: GpuColumns,
+                calib: Calibration | None, risk: bool = True) -> Found:
+    """Theory memory of rows that share ``arch`` (each with its own GPU); refused rows get their exception."""
+    out = _empty(job.size)
+    out.errors = mem.refusals(job, place, arch, gpu.no_bf16, gpu.name)
+    idx = np.flatnonzero([e is None for e in out.errors])
+    if not len(idx):
+        return out
+    if len(idx) < job.size:
+        job, place, gpu = job.take(idx), place.take(idx), gpu.take(idx)
+    st = model_states(job, arch, place)
+    phases, has_load = mem.phase_parts(job, arch, place, st, calib)
+    table = np.empty((len(idx), len(mem.PHASES), len(ALLOCATOR_PARTS)))
+    for a, name in enumerate(mem.PHASES):
+        for b, part in enumerate(ALLOCATOR_PARTS):
+            table[:, a, b] = phases[name][part]
+    totals = table[:, :, 0].copy()
+    for b in range(1, len(ALLOCATOR_PARTS)):  # left to right, as sum() over a phase's parts
+        totals += table[:, :, b]
+    totals[:, 0] = np.where(has_load, totals[:, 0], -np.inf)  # a row without a load phase never peaks there
+    best = np.argmax(totals, axis=1)  # the first maximum, in PHASES order
+    rows = np.arange(len(idx))
+    allocated = totals[rows, best]
+    side = mem.side_stream_bytes(phases, st, place, has_load)
+    cached = mem.loss_segment_cache(job, arch, place)
+    peaks = cuda.peaks(allocated, st.outside, job, place, gpu, settings_of(job), calib, side, cached)
+    for b, part in enumerate(ALLOCATOR_PARTS):
+        out.parts[part][idx] = table[rows, best, b]
+    out.parts["overhead"][idx] = peaks.overhead
+    out.allocated[idx], out.reserved[idx], out.peak[idx] = peaks.allocated, peaks.reserved, peaks.device
+    out.releasable[idx] = peaks.releasable
+    out.capacity[idx] = gpu.memory_bytes
+    if risk:
+        out.oom_risk[idx] = mem.oom_probability(peaks.device - peaks.releasable, gpu.memory_bytes, method=job.method)
+    out.micro_batch[idx] = mem.micro_batch(job, place)
+    out.cached[idx] = cached
+    names = np.array(mem.PHASES)[best].tolist()
+    for k, i in enumerate(idx.tolist()):
+        out.phase[i] = names[k]
+    return out
+
+
 @lru_cache(maxsize=64)
 def _gpu(name: str) -> GPUSpec | str:
     try:
@@ -73,46 +133,12 @@ def _gpu(name: str) -> GPUSpec | str:
         return str(exc)
 
 
-def _states(job: Job, arch: Architecture, placement: Placement, place_key: tuple[Any, ...]) -> States:
-    """model_states, memoised: it does not read the batch size (nor the GPU), so jobs differing only
-    in batch share it."""
-    key = (tuple(v for k, v in job.__dict__.items() if k != "batch_size"), place_key)
-    found = _STATES.get(key)
-    if found is None:
-        if len(_STATES) >= _CACHE_LIMIT:
-            _STATES.clear()
-        found = _STATES[key] = model_states(job, arch, placement)
-    return found
-
-
-def _compute(job: Job, placement: Placement, place_key: tuple[Any, ...],
-             calib: Calibration | None) -> PhaseTable:
-    """estimate_memory's checks and phase table for one row (raises as the scalar path does)."""
-    arch = get_architecture(job.model)
-    st = _states(job, arch, placement, place_key)
-    phases = mem._phases(job, arch, placement, st, calib)
-    names = tuple(phases)
-    table = np.array([[phases[p][c] for c in ALLOCATOR_PARTS] for p in names], dtype=float)
-    return names, table, st.outside, mem.side_stream_bytes(phases, st, placement), mem.loss_segment_cache(
-        job, arch, placement)
-
-
-def phase_table(job: Job, placement: Placement,
-                calib: Calibration | None = None) -> PhaseTable | str:
-    """(phase names, bytes[phase, part], bytes outside the allocator, side-stream bytes, cached loss-segment bytes)
-    of one row, memoised; the error text if the row is refused."""
-    place_key = tuple(v for k, v in placement.__dict__.items() if k != "gpu_model")
-    key = (job, place_key, calib)
-    found = _PHASES.get(key)
-    if found is None:
-        try:
-            found = _compute(job, placement, place_key, calib)
-        except (AutoconfError, ValidationError, ValueError) as exc:
-            found = str(exc)
-        if len(_PHASES) >= _CACHE_LIMIT:
-            _PHASES.clear()
-        _PHASES[key] = found
-    return found
+@lru_cache(maxsize=4096)
+def _arch(name: str) -> Architecture | str:
+    try:
+        return get_architecture(name)
+    except (AutoconfError, ValueError) as exc:
+        return str(exc)
 
 
 def _gpu_error(job: Job, gpu: GPUSpec) -> str | None:
@@ -121,21 +147,53 @@ def _gpu_error(job: Job, gpu: GPUSpec) -> str | None:
     return None
 
 
-def _row(job: Job, placement: Placement,
-         calib: Calibration | None) -> tuple[PhaseTable | str, GPUSpec | None]:
-    """The phase table (or error text) of a row, with the model/GPU errors in the scalar order."""
-    try:
-        arch = get_architecture(job.model)
-        gpu = _gpu(placement.gpu_model)
-        if isinstance(gpu, str):
-            return gpu, None
-        mem.check_parallelism(arch, placement)
-    except (AutoconfError, ValueError) as exc:
-        return str(exc), None
-    error = _gpu_error(job, gpu)
-    if error is not None:
-        return error, None
-    return phase_table(job, placement, calib), gpu
+def theory_batch(jobs: Sequence[Job], placements: Sequence[Placement], calibration: Calibration | None = None,
+                 risk: bool = True) -> MemoryBatch:
+    """Theory memory of ``jobs[i]`` on ``placements[i]`` for every i; a refused row gets its error.
+
+    ``risk=False`` leaves ``oom_risk`` NaN (for callers that state their own risk, such as the hybrid).
+    """
+    n = len(jobs)
+    out = _empty(n)
+    errors: list[str | None] = [None] * n
+    if n:
+        job, place = JobColumns(jobs), PlacementColumns(placements)
+        names, inverse = np.unique([p.gpu_model for p in placements], return_inverse=True)
+        found = [_gpu(str(g)) for g in names.tolist()]
+        known = np.array([not isinstance(g, str) for g in found])[inverse]
+        specs = [g for g in found if not isinstance(g, str)] or [get_gpu("A100")]
+        slot = np.cumsum([not isinstance(g, str) for g in found]) - 1
+        gpus = GpuColumns(specs).take(np.maximum(slot[inverse], 0))
+        models, owner = np.unique([j.model for j in jobs], return_inverse=True)
+        for m, model in enumerate(models.tolist()):
+            rows = np.flatnonzero(owner == m)
+            arch = _arch(model)
+            if isinstance(arch, str):
+                for i in rows.tolist():
+                    errors[i] = arch
+                continue
+            for i in rows[~known[rows]].tolist():
+                errors[i] = str(found[inverse[i]])
+            rows = rows[known[rows]]
+            if not len(rows):
+                continue
+            part = theory_rows(job.take(rows), place.take(rows), arch, gpus.take(rows), calibration, risk)
+            _fill(out, part, rows)
+            for k, i in enumerate(rows.tolist()):
+                errors[i] = None if part.errors[k] is None else str(part.errors[k])
+    return MemoryBatch(
+        parts=out.parts, allocated=out.allocated, reserved=out.reserved, peak=out.peak, phase=out.phase,
+        capacity=out.capacity, oom_risk=out.oom_risk, micro_batch=out.micro_batch, errors=errors,
+        releasable=out.releasable, cached=out.cached)
+
+
+def _fill(out: Found, part: Found, rows: np.ndarray) -> None:
+    for key, values in part.parts.items():
+        out.parts[key][rows] = values
+    for name in ("allocated", "reserved", "peak", "releasable", "capacity", "oom_risk", "micro_batch", "cached"):
+        getattr(out, name)[rows] = getattr(part, name)
+    for k, i in enumerate(rows.tolist()):
+        out.phase[i] = part.phase[k]
 
 
 def gpu_groups(jobs: Sequence[Job], placements: Sequence[Placement]) -> tuple[np.ndarray, np.ndarray] | None:
@@ -169,74 +227,3 @@ def capacities(placements: Sequence[Placement]) -> np.ndarray:
     """Memory of each row's GPU in bytes (NaN for a GPU the catalogue does not know)."""
     found = [_gpu(p.gpu_model) for p in placements]
     return np.array([np.nan if isinstance(g, str) else float(g.memory_bytes) for g in found])
-
-
-def _peaks(allocated: np.ndarray, outside: list[tuple[float, float, float]], jobs: Sequence[Job],
-           placements: Sequence[Placement], gpus: list[GPUSpec], calib: Calibration | None) -> np.ndarray:
-    """cuda.peaks per row (``outside``: bytes outside the allocator, side-stream bytes and cached loss-segment
-    bytes): columns allocated, reserved, device, overhead, releasable."""
-    rows = [cuda.peaks(a, o, j, p, g, resolve(j), calib, side, cached)
-            for a, (o, side, cached), j, p, g in zip(allocated.tolist(), outside, jobs, placements, gpus, strict=True)]
-    return np.array([[r.allocated, r.reserved, r.device, r.overhead, r.releasable] for r in rows],
-                    dtype=float).reshape(-1, 5)
-
-
-def theory_batch(jobs: Sequence[Job], placements: Sequence[Placement], calibration: Calibration | None = None,
-                 risk: bool = True) -> MemoryBatch:
-    """Theory memory of ``jobs[i]`` on ``placements[i]`` for every i; a refused row gets its error.
-
-    ``risk=False`` leaves ``oom_risk`` NaN (for callers that state their own risk, such as the hybrid).
-    """
-    n = len(jobs)
-    errors: list[str | None] = [None] * n
-    tables: list[np.ndarray] = []
-    names: list[tuple[Phase, ...]] = []
-    outside: list[tuple[float, float, float]] = []
-    gpus: list[GPUSpec] = []
-    good: list[int] = []
-    capacity = np.full(n, np.nan)
-    for i, (job, place) in enumerate(zip(jobs, placements, strict=True)):
-        found, gpu = _row(job, place, calibration)
-        if isinstance(found, str):
-            errors[i] = found
-            continue
-        assert gpu is not None  # a phase table comes with its GPU
-        names.append(found[0])
-        tables.append(found[1])
-        outside.append((found[2], found[3], found[4]))
-        gpus.append(gpu)
-        capacity[i] = float(gpu.memory_bytes)
-        good.append(i)
-    keys = (*ALLOCATOR_PARTS, "overhead", "allocated", "reserved", "peak", "releasable", "oom_risk")
-    out = {k: np.full(n, np.nan) for k in keys}
-    phase = [""] * n
-    micro = np.zeros(n, dtype=np.int64)
-    if good:
-        sel = np.array(good)
-        width = max(t.shape[0] for t in tables)  # a "load" phase makes some tables one row longer
-        table = np.stack([np.vstack([np.full((width - t.shape[0], t.shape[1]), -np.inf), t]) for t in tables])
-        names = [("load",) * (width - len(nm)) + nm for nm in names]  # padding rows never win: -inf
-        totals = table[:, :, 0]
-        for j in range(1, table.shape[2]):  # left to right, as sum() over the phase dict
-            totals = totals + table[:, :, j]
-        best = np.argmax(totals, axis=1)  # first maximum, as max() over the dict
-        rows = np.arange(len(good))
-        for j, part in enumerate(ALLOCATOR_PARTS):
-            out[part][sel] = table[rows, best, j]
-        peaks = _peaks(totals[rows, best], outside, [jobs[i] for i in good], [placements[i] for i in good], gpus,
-                       calibration)
-        out["allocated"][sel], out["reserved"][sel] = peaks[:, 0], peaks[:, 1]
-        out["peak"][sel], out["overhead"][sel], out["releasable"][sel] = peaks[:, 2], peaks[:, 3], peaks[:, 4]
-        if risk:
-            need = (out["peak"][sel] - out["releasable"][sel]).tolist()
-            out["oom_risk"][sel] = [mem.oom_probability(p, c, method=jobs[i].method) for p, c, i in
-                                    zip(need, capacity[sel].tolist(), good, strict=True)]
-        for k, i in enumerate(good):
-            phase[i] = names[k][best[k]]
-            micro[i] = mem.micro_batch(jobs[i], placements[i])
-    return MemoryBatch(
-        parts={k: out[k] for k in (*ALLOCATOR_PARTS, "overhead")}, allocated=out["allocated"],
-        reserved=out["reserved"], peak=out["peak"],
-        phase=phase, capacity=capacity, oom_risk=out["oom_risk"], micro_batch=micro, errors=errors,
-        releasable=out["releasable"],
-    )
