@@ -132,7 +132,9 @@ def make_optimizer(job: Job, model: torch.nn.Module) -> torch.optim.Optimizer:
     if job.optimizer == "adamw-8bit":
         import bitsandbytes as bnb
 
-        eight_bit: torch.optim.Optimizer = bnb.optim.AdamW8bit(params, lr=LEARNING_RATE)
+        # looked up by name: typed the same whether or not bitsandbytes (untyped) is installed
+        make = getattr(bnb.optim, "AdamW8bit")  # noqa: B009
+        eight_bit: torch.optim.Optimizer = make(params, lr=LEARNING_RATE)
         return eight_bit
     if job.optimizer == "sgd":
         return torch.optim.SGD(params, lr=LEARNING_RATE, momentum=0.9, foreach=foreach, fused=fused)
