@@ -32,6 +32,8 @@ def test_every_job_field_has_a_flag(verb: str) -> None:
 
 @pytest.mark.parametrize(("flags", "field", "expected"), [
     (["--dora"], "dora", True),
+    (["--dora", "Yes"], "dora", True),  # a word, as every entry point reads it
+    (["--save-only-model", "off"], "save_only_model", False),
     (["--no-freeze-vision"], "freeze_vision", False),
     (["--sequence-parallel", "2", "--dp", "2"], "sequence_parallel", 2),
     (["--packing"], "packing", True),

@@ -3,7 +3,8 @@ field the verb does not spell itself.
 
 A verb declares its own flags first (the VRAM-budget CLI's spellings, docs/dialects.md), then calls
 ``add_job_arguments``: each Job field without a flag of its name gets ``--<field-name>`` with the field's type,
-choices and description (booleans as ``--x`` / ``--no-x``). A flag left out takes the Job's default or the framework
+choices and description (booleans as ``--x``, ``--x WORD`` with any word of schema.TRUE_WORDS / FALSE_WORDS, or
+``--no-x``, as the VRAM-budget CLI's switches). A flag left out takes the Job's default or the framework
 profile's value (docs/frameworks.md); a new Job field is a flag here without an edit.
 """
 
@@ -16,6 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from autoconf import defaults
+from autoconf.interfaces.cli.dialect import BoolWord
 from autoconf.schema import Framework, Job, is_flag
 from autoconf.schema.words import _choices
 
@@ -38,7 +40,7 @@ def _flag(name: str) -> dict[str, Any]:
     annotation = _scalar(info.annotation)
     words = _choices(info.annotation)
     if is_flag(info.annotation):
-        return {"action": argparse.BooleanOptionalAction}
+        return {"action": BoolWord}
     if words:
         return {"choices": words}
     if typing.get_origin(annotation) is tuple:
