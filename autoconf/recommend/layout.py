@@ -5,8 +5,8 @@ The whole search is array arithmetic: the space is numpy columns, the gate of ev
 phase tables (recommend/layout_memory.py; ``oom_risk ≤ max_oom_risk``; one ``memory_batch`` over every layout for
 other estimators), and tokens/s from the vectorised throughput (estimators/theory/layout_grid.py) under the stack
 the job names (theory/stacks.py). The fastest layout that fits wins; ties go to the simpler layout (fewer
-model-parallel GPUs, no checkpointing, less sharding, fewer GPUs). Only the winner and the runner-up become
-Job / Placement objects, with the estimator's own memory and the scalar throughput, and the reason the runner-up
+model-parallel GPUs, no checkpointing, less sharding, fewer GPUs, fewer micro-steps). Only the winner and the
+runner-up become Job / Placement objects, with the estimator's own memory and the scalar throughput, and the reason the runner-up
 lost (compute incl. pipeline bubble and recompute, or exposed communication, from the two step breakdowns).
 """
 
@@ -106,9 +106,11 @@ def why(best: Layout, other: Layout) -> str:
 
 
 def ranking(space: Space, tokens_per_second: np.ndarray, fits: np.ndarray) -> np.ndarray:
-    """Rows that fit, fastest first; ties: fewer model-parallel GPUs, no checkpointing, less sharding, fewer GPUs."""
+    """Rows that fit, fastest first; ties: fewer model-parallel GPUs, no checkpointing, less sharding, fewer GPUs,
+    fewer micro-steps (as objectives.throughput_batch)."""
     rows = space.rows
-    order = np.lexsort((rows.gpus, rows.strategy, rows.checkpointing, rows.tp * rows.pp, -tokens_per_second))
+    order = np.lexsort((rows.accumulation, rows.gpus, rows.strategy, rows.checkpointing, rows.tp * rows.pp,
+                        -tokens_per_second))
     out: np.ndarray = order[fits[order]]
     return out
 
