@@ -132,3 +132,14 @@ def test_the_best_of_several_gpu_counts_is_at_least_each_counts_best() -> None:
     assert both.best is not None and all(a.best is not None for a in alone)
     assert both.best.throughput.tokens_per_second == pytest.approx(
         max(a.best.throughput.tokens_per_second for a in alone if a.best is not None), rel=1e-12)
+
+
+def test_fine_tuning_stacks_get_data_parallel_layouts_and_model_parallel_stacks_all() -> None:
+    """HF-based frameworks run DDP / FSDP / ZeRO only; Megatron-style stacks also split tensors and pipelines."""
+    est = get_estimator("theory")
+    plain = fastest_layout(JOB, "H100", 16, est)
+    megatron = fastest_layout(JOB, "H100", 16, est, stack="megatron")
+    assert plain.best is not None and (plain.best.placement.tp, plain.best.placement.pp) == (1, 1)
+    assert megatron.evaluated > plain.evaluated
+    space = search_space(JOB, 16, model_parallel=False)
+    assert (space.rows.tp == 1).all() and (space.rows.pp == 1).all()

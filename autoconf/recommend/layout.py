@@ -1,5 +1,6 @@
 """The fastest parallel layout for one job: DP × TP × PP × sharding × micro-batch × accumulation × checkpointing
-(recommend/layout_space.py) on one GPU count or the best of several, under the memory gate.
+(recommend/layout_space.py) on one GPU count or the best of several, under the memory gate. Tensor and pipeline
+splits are searched for the stacks that run them (MODEL_PARALLEL_STACKS), data-parallel layouts for the rest.
 
 The whole search is array arithmetic: the space is numpy columns, the gate of every layout comes from theory's
 phase tables (recommend/layout_memory.py; ``oom_risk ≤ max_oom_risk``; one ``memory_batch`` over every layout for
@@ -30,6 +31,11 @@ from autoconf.schema import Job, Placement, Strategy, ThroughputEstimate
 
 SHARDINGS: tuple[Strategy, ...] = STRATEGIES
 MICRO_BATCHES = layout_space.MICRO_BATCHES
+# Stacks that run tensor and pipeline parallelism (theory/stacks.py names): Megatron-Core / NeMo (TP, PP, virtual
+# PP), nanotron (TP, PP: its ParallelismArgs), InternEvo (TP, PP with hybrid ZeRO). The fine-tuning frameworks of
+# Job.framework run data parallelism only: DDP, FSDP (full / hybrid shard) or DeepSpeed ZeRO through the HF Trainer /
+# accelerate (fms-hf-tuning's README: FSDP multi-GPU), so their layouts keep tp = pp = 1.
+MODEL_PARALLEL_STACKS = ("megatron", "nemo", "nanotron", "internevo")
 
 
 @dataclass(frozen=True)
@@ -77,17 +83,19 @@ def row_inputs(job: Job, gpu_model: str, space: Space, r: int, inter_node_gbps: 
 
 
 def search_space(job: Job, number_gpus: int | Sequence[int], gpus_per_node: int = GPUS_PER_NODE,
-                 shardings: Sequence[Strategy] = SHARDINGS, free_batch: bool = False) -> Space:
-    """The layouts of ``job.batch_size`` samples per step (``free_batch``: any, accumulation 1) on each GPU count."""
+                 shardings: Sequence[Strategy] = SHARDINGS, free_batch: bool = False, model_parallel: bool = True,
+                 ) -> Space:
+    """The layouts of ``job.batch_size`` samples per step (``free_batch``: any, accumulation 1) on each GPU count
+    (``model_parallel``: tensor and pipeline splits too)."""
     return layout_space.build(get_architecture(job.model), 0 if free_batch else job.batch_size, _counts(number_gpus),
-                              gpus_per_node, shardings, job.sequence_parallel)
+                              gpus_per_node, shardings, job.sequence_parallel, model_parallel)
 
 
 def layouts(job: Job, gpu_model: str, number_gpus: int | Sequence[int], gpus_per_node: int = GPUS_PER_NODE,
             inter_node_gbps: float | None = None, shardings: Sequence[Strategy] = SHARDINGS,
-            ) -> Iterator[tuple[Job, Placement]]:
+            model_parallel: bool = True) -> Iterator[tuple[Job, Placement]]:
     """Every (Job, Placement) of the search space, as objects (for callers that want them; the search does not)."""
-    space = search_space(job, number_gpus, gpus_per_node, shardings)
+    space = search_space(job, number_gpus, gpus_per_node, shardings, model_parallel=model_parallel)
     for r in range(len(space)):
         yield row_inputs(job, gpu_model, space, r, inter_node_gbps)
 
@@ -133,12 +141,16 @@ def _layouts(pairs: list[tuple[Job, Placement]], estimator: Estimator, stack: st
 def fastest_layout(job: Job, gpu_model: str, number_gpus: int | Sequence[int], estimator: Estimator, *,
                    gpus_per_node: int = GPUS_PER_NODE, max_oom_risk: float = MAX_OOM_RISK, stack: str | None = None,
                    inter_node_gbps: float | None = None, shardings: Sequence[Strategy] = SHARDINGS,
-                   free_batch: bool = False) -> LayoutChoice:
+                   free_batch: bool = False, model_parallel: bool | None = None) -> LayoutChoice:
     """The fastest layout of ``job`` on ``number_gpus`` × ``gpu_model`` (or on the best of several GPU counts)
     that passes the memory gate (``shardings``: the sharding strategies a stack offers, e.g. nanotron's ZeRO-0 /
-    ZeRO-1 only; ``free_batch``: the global batch is free, micro-batch × data-parallel GPUs, no accumulation)."""
+    ZeRO-1 only; ``free_batch``: the global batch is free, micro-batch × data-parallel GPUs, no accumulation;
+    ``model_parallel``: search tensor and pipeline splits, by default when the stack runs them,
+    MODEL_PARALLEL_STACKS)."""
     tp.peak_flops(get_gpu(gpu_model), job.dtype)  # a GPU without a published peak is refused up front
-    space = search_space(job, number_gpus, gpus_per_node, shardings, free_batch)
+    if model_parallel is None:
+        model_parallel = (stack or job.framework) in MODEL_PARALLEL_STACKS
+    space = search_space(job, number_gpus, gpus_per_node, shardings, free_batch, model_parallel)
     evaluated = len(space)
     if evaluated == 0:
         raise InvalidInputError("batch_size", f"no layout of {number_gpus} GPUs divides the global batch "
@@ -148,7 +160,7 @@ def fastest_layout(job: Job, gpu_model: str, number_gpus: int | Sequence[int], e
     ranked = ranking(space, speeds.tokens_per_second, gate.fits)
     if not len(ranked):
         detail = f" (refused: {gate.error})" if gate.error and not np.isfinite(gate.need).any() else ""
-        return LayoutChoice(None, None, f"none of {evaluated} layouts fits under oom_risk ≤ {max_oom_risk}{detail}",
+        return LayoutChoice(None, None, f"nothing fits with oom_risk ≤ {max_oom_risk}: none of {evaluated} layouts{detail}",
                             evaluated, 0)
     found = _layouts([row_inputs(job, gpu_model, space, int(r), inter_node_gbps) for r in ranked[:2]], estimator, stack)
     best, runner = found[0], (found[1] if len(found) > 1 else None)

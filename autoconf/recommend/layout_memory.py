@@ -59,9 +59,10 @@ def _placement(gpu_model: str, cell: tuple[int, ...], gpus_per_node: int, inter_
                      strategy=STRATEGIES[s], inter_node_gbps=inter_node_gbps)
 
 
-# A micro-batch above every one of layout_space.MICRO_BATCHES: theory_batch at (TOP, p) is the most memory any
-# layout of the group can take (every coefficient below is a byte count, so ≥ 0).
-TOP = 2 * max(MICRO_BATCHES)
+# The largest micro-batch of layout_space.MICRO_BATCHES: theory_batch at (TOP, p) is the most memory any layout of
+# the group can take (every coefficient below is a byte count, so ≥ 0). TOP · GPUs stays within Job.batch_size's
+# limit (256 × 4,096 GPUs = 1,048,576).
+TOP = max(MICRO_BATCHES)
 
 
 @lru_cache(maxsize=256)

@@ -25,9 +25,9 @@ from autoconf.catalog import Architecture
 from autoconf.estimators.theory.layout_grid import STRATEGIES, Layouts
 from autoconf.schema import Strategy
 
-# Per-GPU micro-batches tried: powers of two, as the nanotron and Megatron sweeps use (1-32 covers every
-# micro-batch of nanotron's published best layouts, which are 1-8).
-MICRO_BATCHES = (1, 2, 4, 8, 16, 32)
+# Per-GPU micro-batches tried: powers of two, as the nanotron and Megatron sweeps use (nanotron's published best
+# layouts use 1-8), up to ado-autoconf's largest per-device batch, 256 (recommend/objectives.MAX_PER_DEVICE).
+MICRO_BATCHES = tuple(1 << k for k in range(9))
 
 
 @dataclass(frozen=True)
@@ -50,22 +50,25 @@ def _powers(limit: int) -> list[int]:
     return [1 << k for k in range(limit.bit_length()) if 1 << k <= limit]
 
 
-def combinations(arch: Architecture, counts: Sequence[int], gpus_per_node: int) -> np.ndarray:
-    """(GPUs, t, p) rows of every allowed tensor × pipeline split of every GPU count."""
+def combinations(arch: Architecture, counts: Sequence[int], gpus_per_node: int, model_parallel: bool = True,
+                 ) -> np.ndarray:
+    """(GPUs, t, p) rows of every allowed tensor × pipeline split of every GPU count (t = p = 1 only without
+    ``model_parallel``)."""
     out = []
     for n in counts:
         per_node = min(n, gpus_per_node)
-        for t in _powers(per_node):
+        for t in _powers(per_node if model_parallel else 1):
             if arch.num_heads % t or (arch.num_kv_heads % t and t % arch.num_kv_heads) or n % t:
                 continue
-            out += [(n, t, p) for p in _powers(n // t) if p <= arch.num_layers and n % (t * p) == 0]
+            out += [(n, t, p) for p in _powers(n // t if model_parallel else 1)
+                    if p <= arch.num_layers and n % (t * p) == 0]
     return np.array(out, dtype=np.int64).reshape(-1, 3)
 
 
 def build(arch: Architecture, batch: int, counts: Sequence[int], gpus_per_node: int,
-          shardings: Sequence[Strategy], sequence_parallel: int = 1) -> Space:
+          shardings: Sequence[Strategy], sequence_parallel: int = 1, model_parallel: bool = True) -> Space:
     """Every layout of ``batch`` samples per step (0: free) on each GPU count of ``counts``."""
-    combos = combinations(arch, counts, gpus_per_node)
+    combos = combinations(arch, counts, gpus_per_node, model_parallel)
     k, s, m, c = (a.reshape(-1) for a in np.meshgrid(
         np.arange(len(combos)), np.array([STRATEGIES.index(x) for x in shardings], dtype=np.int64),
         np.array(MICRO_BATCHES, dtype=np.int64), np.arange(2, dtype=np.int64), indexing="ij"))

@@ -72,12 +72,18 @@ def format_text(rec: Recommendation) -> str:
         f"peak memory per GPU: {mem.peak_bytes / GIB:.1f} GiB of {mem.capacity_bytes / GIB:.1f} GiB   "
         f"oom_risk {mem.oom_risk:.3f}",
     ]
+    place = rec.estimate.placement
+    if place.tp > 1 or place.pp > 1 or rec.reason.startswith("layout: "):  # the throughput objective's layout
+        lines.append(f"layout: dp {place.dp} × tp {place.tp} × pp {place.pp}, {place.effective_strategy}, "
+                     f"checkpointing {'on' if job.gradient_checkpointing else 'off'}")
     if job.gradient_accumulation_steps > 1:
-        lines.append(f"gradient accumulation: {job.gradient_accumulation_steps} steps of "
-                     f"{job.batch_size // (rec.number_gpus * job.gradient_accumulation_steps)} samples per GPU")
+        micro = job.batch_size // (place.dp // job.sequence_parallel * job.gradient_accumulation_steps)
+        lines.append(f"gradient accumulation: {job.gradient_accumulation_steps} steps of {micro} samples per GPU")
     if tput is not None:
         lines.append(f"tokens/s: {tput.tokens_per_second:,.0f}")
     lines += [f"note: {n}" for n in mem.notes]
+    if rec.reason.startswith("layout: "):
+        lines.append(f"why: {rec.reason.split('; ', 1)[1]}")
     return "\n".join(lines)
 
 
