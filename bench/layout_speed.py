@@ -2,8 +2,9 @@
 scalar baseline in the same process.
 
 Jobs: the 26 cells of nanotron's benchmark (bench/layout_vs_nanotron.py: Llama 3 shapes 1B-70B, 8-512 H100, global
-batch 256 × 4,096 tokens) and four fine-tuning jobs searched over every GPU count of one to eight nodes (as the ado
-throughput_recommender does). For each job:
+batch 256 × 4,096 tokens; nanotron's stack, so TP and PP are searched) and four fine-tuning jobs (HF stack: data
+parallel layouts) searched over every GPU count of one to eight nodes, as the ado throughput_recommender does. For
+each job:
 
 - *baseline*: the search as it was before the array version: every layout built as a Job and a Placement, one
   theory ``memory_batch`` over all of them, the scalar ``estimate_throughput`` of each one that fits, the fastest
@@ -36,11 +37,11 @@ from autoconf.estimators.theory import throughput as tp
 from autoconf.estimators.theory import vector
 from autoconf.evaluation.data import load_measurements
 from autoconf.recommend import layout_memory
-from autoconf.recommend.layout import fastest_layout, layouts
+from autoconf.recommend.layout import MODEL_PARALLEL_STACKS, fastest_layout, layouts
 from autoconf.recommend.search import candidate_gpus
 from autoconf.schema import Job
 from bench._report import update_section
-from bench.layout_vs_nanotron import GPU, LINK, SEQ, STAND_IN
+from bench.layout_vs_nanotron import GPU, LINK, SEQ, STACK, STAND_IN
 
 ESTIMATOR = get_estimator("theory")
 FINE_TUNING = [  # (job, GPU, GPU counts): one to eight nodes of 8
@@ -51,23 +52,23 @@ FINE_TUNING = [  # (job, GPU, GPU counts): one to eight nodes of 8
 ]
 
 
-def cases() -> list[tuple[str, Job, str, list[int], float | None]]:
+def cases() -> list[tuple[str, Job, str, list[int], float | None, str | None]]:
     table = load_measurements()
     out = []
     for _, row in table[table["source"] == "nanotron-benchmarks"].iterrows():
         job = Job(model=STAND_IN[row["model_name"]], method="full", dtype="amp-bf16", tokens_per_sample=SEQ,
                   batch_size=int(row["batch_size"]))
-        out.append(("nanotron", job, GPU, [int(row["number_gpus"])], LINK))
+        out.append(("nanotron", job, GPU, [int(row["number_gpus"])], LINK, STACK))
     counts = list(candidate_gpus(64, 8))
-    out += [("fine-tuning", job, gpu, counts, None) for job, gpu in FINE_TUNING]
+    out += [("fine-tuning", job, gpu, counts, None, None) for job, gpu in FINE_TUNING]
     return out
 
 
-def baseline(job: Job, gpu: str, counts: list[int], network: float | None) -> int:
+def baseline(job: Job, gpu: str, counts: list[int], network: float | None, stack: str | None) -> int:
     """The scalar search: Job/Placement objects, one memory_batch, estimate_throughput per fitting layout."""
-    pairs = list(layouts(job, gpu, counts, inter_node_gbps=network))
+    pairs = list(layouts(job, gpu, counts, inter_node_gbps=network, model_parallel=stack in MODEL_PARALLEL_STACKS))
     memory = ESTIMATOR.memory_batch([j for j, _ in pairs], [p for _, p in pairs])
-    speeds = [tp.estimate_throughput(j, p).tokens_per_second for i, (j, p) in enumerate(pairs)
+    speeds = [tp.estimate_throughput(j, p, stack=stack).tokens_per_second for i, (j, p) in enumerate(pairs)
               if memory.errors[i] is None and memory.oom_risk[i] <= 0.05]
     assert speeds
     return len(pairs)
@@ -93,11 +94,15 @@ def best_of(repeats: int, run: Callable[[], object], before: Callable[[], None] 
 
 def measure(repeats: int) -> list[dict[str, object]]:
     rows = []
-    for kind, job, gpu, counts, network in cases():
-        def array(job: Job = job, gpu: str = gpu, counts: list[int] = counts, network: float | None = network) -> int:
-            return fastest_layout(job, gpu, counts, ESTIMATOR, inter_node_gbps=network).evaluated
-        def scalar(job: Job = job, gpu: str = gpu, counts: list[int] = counts, network: float | None = network) -> int:
-            return baseline(job, gpu, counts, network)
+    for kind, job, gpu, counts, network, stack in cases():
+        def array(job: Job = job, gpu: str = gpu, counts: list[int] = counts, network: float | None = network,
+                  stack: str | None = stack) -> int:
+            return fastest_layout(job, gpu, counts, ESTIMATOR, inter_node_gbps=network, stack=stack).evaluated
+
+        def scalar(job: Job = job, gpu: str = gpu, counts: list[int] = counts, network: float | None = network,
+                   stack: str | None = stack) -> int:
+            return baseline(job, gpu, counts, network, stack)
+
         evaluated = array()
         rows.append({"kind": kind, "layouts": evaluated, "baseline": best_of(repeats, scalar, forget),
                      "first": best_of(repeats, array, forget), "again": best_of(repeats, array)})

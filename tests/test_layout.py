@@ -45,6 +45,10 @@ def test_fastest_fits_and_beats_the_runner_up() -> None:
     assert choice.best.oom_risk <= 0.05 and choice.fitting <= choice.evaluated
     assert choice.best.throughput.tokens_per_second >= choice.runner_up.throughput.tokens_per_second
     assert "runner-up" in choice.why
+    for found in (choice.best, choice.runner_up):  # the reported figures are the scalar path's
+        scalar = tp.estimate_throughput(found.job, found.placement)
+        assert found.throughput.model_dump(exclude={"estimator"}) == pytest.approx(
+            scalar.model_dump(exclude={"estimator"}), rel=1e-9)
 
 
 def test_nothing_fits_says_so() -> None:

@@ -7,7 +7,7 @@ phase tables (recommend/layout_memory.py; ``oom_risk ≤ max_oom_risk``; one ``m
 other estimators), and tokens/s from the vectorised throughput (estimators/theory/layout_grid.py) under the stack
 the job names (theory/stacks.py). The fastest layout that fits wins; ties go to the simpler layout (fewer
 model-parallel GPUs, no checkpointing, less sharding, fewer GPUs, fewer micro-steps). Only the winner and the
-runner-up become Job / Placement objects, with the estimator's own memory and the scalar throughput, and the reason the runner-up
+runner-up become Job / Placement objects, with the estimator's own memory, and the reason the runner-up
 lost (compute incl. pipeline bubble and recompute, or exposed communication, from the two step breakdowns).
 """
 
@@ -23,7 +23,7 @@ from autoconf.defaults import GPUS_PER_NODE, MAX_OOM_RISK
 from autoconf.errors import InvalidInputError
 from autoconf.estimators.contract import Estimator
 from autoconf.estimators.theory import throughput as tp
-from autoconf.estimators.theory.layout_grid import STRATEGIES, layout_speeds
+from autoconf.estimators.theory.layout_grid import STRATEGIES, Speeds, layout_speeds
 from autoconf.recommend import layout_space
 from autoconf.recommend.layout_memory import Gate, estimator_gate, theory_gate
 from autoconf.recommend.layout_space import Space
@@ -87,8 +87,9 @@ def search_space(job: Job, number_gpus: int | Sequence[int], gpus_per_node: int 
                  ) -> Space:
     """The layouts of ``job.batch_size`` samples per step (``free_batch``: any, accumulation 1) on each GPU count
     (``model_parallel``: tensor and pipeline splits too)."""
-    return layout_space.build(get_architecture(job.model), 0 if free_batch else job.batch_size, _counts(number_gpus),
-                              gpus_per_node, shardings, job.sequence_parallel, model_parallel)
+    return layout_space.build(get_architecture(job.model), 0 if free_batch else job.batch_size,
+                              tuple(_counts(number_gpus)), gpus_per_node, tuple(shardings), job.sequence_parallel,
+                              model_parallel)
 
 
 def layouts(job: Job, gpu_model: str, number_gpus: int | Sequence[int], gpus_per_node: int = GPUS_PER_NODE,
@@ -131,11 +132,18 @@ def _gate(job: Job, gpu_model: str, space: Space, estimator: Estimator, gpus_per
     return estimator_gate(estimator, [j for j, _ in pairs], [p for _, p in pairs], max_oom_risk)
 
 
-def _layouts(pairs: list[tuple[Job, Placement]], estimator: Estimator, stack: str | None) -> list[Layout]:
-    """Layouts with the estimator's own memory (one memory_batch call) and the scalar throughput."""
+def _layouts(pairs: list[tuple[Job, Placement]], rows: list[int], speeds: Speeds, estimator: Estimator) -> list[Layout]:
+    """Layouts with the estimator's own memory (one memory_batch call) and the throughput of their rows (equal to
+    estimate_throughput's: tests/test_layout.py)."""
     memory = estimator.memory_batch([j for j, _ in pairs], [p for _, p in pairs])
-    return [Layout(j, p, tp.estimate_throughput(j, p, stack=stack), float(memory.peak[i]) / 2**30,
-                   float(memory.oom_risk[i])) for i, (j, p) in enumerate(pairs)]
+    out = []
+    for i, ((job, place), r) in enumerate(zip(pairs, rows, strict=True)):
+        tps, step, compute = (float(a[r]) for a in (speeds.tokens_per_second, speeds.step, speeds.compute))
+        speed = ThroughputEstimate(tokens_per_second=tps, tokens_per_second_per_gpu=tps / place.number_gpus,
+                                   flops_per_token=float(speeds.flops_per_token[r]), mfu=float(speeds.efficiency[r]),
+                                   step_seconds=step, compute_seconds=compute, communication_seconds=step - compute)
+        out.append(Layout(job, place, speed, float(memory.peak[i]) / 2**30, float(memory.oom_risk[i])))
+    return out
 
 
 def fastest_layout(job: Job, gpu_model: str, number_gpus: int | Sequence[int], estimator: Estimator, *,
@@ -162,7 +170,8 @@ def fastest_layout(job: Job, gpu_model: str, number_gpus: int | Sequence[int], e
         detail = f" (refused: {gate.error})" if gate.error and not np.isfinite(gate.need).any() else ""
         return LayoutChoice(None, None, f"nothing fits with oom_risk ≤ {max_oom_risk}: none of {evaluated} layouts{detail}",
                             evaluated, 0)
-    found = _layouts([row_inputs(job, gpu_model, space, int(r), inter_node_gbps) for r in ranked[:2]], estimator, stack)
+    top = [int(r) for r in ranked[:2]]
+    found = _layouts([row_inputs(job, gpu_model, space, r, inter_node_gbps) for r in top], top, speeds, estimator)
     best, runner = found[0], (found[1] if len(found) > 1 else None)
     reason = (f"fastest of {len(ranked)} fitting layouts ({evaluated} evaluated): {best.label}, "
               f"{best.throughput.tokens_per_second:,.0f} tokens/s, MFU {best.throughput.mfu:.2f}")

@@ -26,11 +26,13 @@ import numpy as np
 
 from autoconf.catalog import get_gpu
 from autoconf.estimators.contract import Estimator
+from autoconf.estimators.theory import cuda
+from autoconf.estimators.theory.frameworks import resolve
 from autoconf.estimators.theory.layout_grid import STRATEGIES
 from autoconf.estimators.theory.risk_table import SIGMA
 from autoconf.estimators.theory.vector import phase_table, theory_batch
 from autoconf.recommend.layout_space import MICRO_BATCHES, Space
-from autoconf.schema import Job, Placement
+from autoconf.schema import GIB, Job, Placement
 
 
 @dataclass(frozen=True)
@@ -59,60 +61,93 @@ def _placement(gpu_model: str, cell: tuple[int, ...], gpus_per_node: int, inter_
                      strategy=STRATEGIES[s], inter_node_gbps=inter_node_gbps)
 
 
-# The largest micro-batch of layout_space.MICRO_BATCHES: theory_batch at (TOP, p) is the most memory any layout of
-# the group can take (every coefficient below is a byte count, so ≥ 0). TOP · GPUs stays within Job.batch_size's
-# limit (256 × 4,096 GPUs = 1,048,576).
+# The largest micro-batch of layout_space.MICRO_BATCHES (TOP · GPUs stays within Job.batch_size's limit:
+# 256 × 4,096 GPUs = 1,048,576).
 TOP = max(MICRO_BATCHES)
+
+
+def _cuda_line(job: Job, place: Placement, outside: float) -> tuple[float, float]:
+    """(offset, slope) of need = device peak − releasable blocks as a function of the allocator peak:
+    theory/cuda.py ``peaks`` is affine in it (fragmentation share, workspaces, context, communicators); read at
+    0 and 1 GiB. The side-stream and loss-segment blocks it is given here (none) only move the releasable part."""
+    gpu, settings = get_gpu(place.gpu_model), resolve(job)
+    low, high = (cuda.peaks(a, outside, job, place, gpu, settings) for a in (0.0, float(GIB)))
+    return low.device - low.releasable, (high.device - high.releasable - low.device + low.releasable) / GIB
 
 
 @lru_cache(maxsize=256)
 def _groups(job: Job, gpu_model: str, packed: bytes, gpus_per_node: int, inter_node_gbps: float | None) -> _Groups:
     """The coefficients of every memory group (``packed``: Space.cells as bytes; memoised: they do not depend on
-    the global batch). Per group: theory_batch at (m, f) = (1, 1) and (TOP, p), the phase table also at (2, 1).
-    With u = T(2, 1) − T(1, 1) = b + c and v = T(TOP, p) − T(1, 1) = (TOP − 1)·u + TOP·(p − 1)·c: c, then b."""
+    the global batch).
+
+    The constant part a (states, buffers, the LM head's fixed bytes) of a group (GPUs, t, p, sharding,
+    checkpointing) does not depend on checkpointing, and the per-token parts b, c (activations, loss, recompute) only
+    on (t, p, checkpointing) and the phases FSDP adds (its activation bookkeeping, the load phase). So one
+    theory_batch row per (GPUs, t, p, sharding) at (m, f) = (1, 1), checkpointing off, gives a + b + c (and the
+    row's error, if refused); b and c come from phase tables at (1, 1), (2, 1) and (TOP, p) of one representative
+    group per (t, p, checkpointing, phases): u = T(2, 1) − T(1, 1) = b + c, v = T(TOP, p) − T(1, 1) =
+    (TOP − 1)·u + TOP·(p − 1)·c.
+    """
     cells = [tuple(int(v) for v in c) for c in np.frombuffer(packed, dtype=np.int64).reshape(-1, 5)]
-    places = [_placement(gpu_model, c, gpus_per_node, inter_node_gbps) for c in cells]
+    bases = sorted({c[:4] for c in cells})
+    places = {b: _placement(gpu_model, (*b, 0), gpus_per_node, inter_node_gbps) for b in bases}
     jobs: dict[tuple[int, ...], Job] = {}
 
-    def synthetic(cell: tuple[int, ...], micro: int, flight: int) -> Job:
-        groups = cell[0] // (cell[1] * cell[2]) // job.sequence_parallel  # data-parallel groups of the cell
-        key = (micro * groups * flight, flight, cell[4])
+    def synthetic(base: tuple[int, ...], micro: int, flight: int, ckpt: int) -> Job:
+        groups = base[0] // (base[1] * base[2]) // job.sequence_parallel  # data-parallel groups of the cell
+        key = (micro * groups * flight, flight, ckpt)
         if key not in jobs:
             jobs[key] = job.model_copy(update={"batch_size": key[0], "gradient_accumulation_steps": flight,
-                                               "gradient_checkpointing": bool(cell[4])})
+                                               "gradient_checkpointing": bool(ckpt)})
         return jobs[key]
 
-    pairs = [(synthetic(c, m, f if f == 1 else c[2]), places[i]) for i, c in enumerate(cells)
-             for m, f in ((1, 1), (TOP, 2))]
-    batch = theory_batch([j for j, _ in pairs], [p for _, p in pairs], risk=False)
-    need = batch.peak - batch.releasable_or_zero()
-    found: list[tuple[np.ndarray, ...] | None] = []
+    first = [synthetic(b, 1, 1, 0) for b in bases]
+    batch = theory_batch(first, [places[b] for b in bases], risk=False)
+    constant: dict[tuple[int, ...], tuple[tuple[str, ...], np.ndarray, tuple[float, float]]] = {}
+    refused: dict[tuple[int, ...], str] = {}
+    for k, b in enumerate(bases):
+        found = phase_table(first[k], places[b])
+        if batch.errors[k] is not None or isinstance(found, str):
+            refused[b] = str(batch.errors[k] or found)
+        else:
+            constant[b] = (found[0], found[1].sum(axis=1), _cuda_line(first[k], places[b], found[2]))
+    slopes: dict[tuple[object, ...], tuple[np.ndarray, np.ndarray] | str] = {}
+
+    def slope(base: tuple[int, ...], ckpt: int) -> tuple[np.ndarray, np.ndarray] | str:
+        fsdp = STRATEGIES[base[3]].startswith("fsdp") and base[0] // (base[1] * base[2]) > 1  # as memory._phases
+        key = (base[1], base[2], ckpt, fsdp, constant[base][0])
+        if key not in slopes:
+            points = ((1, 1), (2, 1), (TOP, base[2])) if base[2] > 1 else ((1, 1), (2, 1))
+            tables = [phase_table(synthetic(base, m, f, ckpt), places[base]) for m, f in points]
+            bad = next((t for t in tables if isinstance(t, str)), None)
+            if bad is not None:
+                slopes[key] = str(bad)
+            else:
+                totals = [t[1].sum(axis=1) for t in tables]  # type: ignore[union-attr]
+                u = totals[1] - totals[0]
+                c = ((totals[2] - totals[0] - (TOP - 1) * u) / (TOP * (base[2] - 1)) if len(totals) > 2
+                     else np.zeros_like(u))
+                slopes[key] = (u - c, c)
+        return slopes[key]
+
+    width = max((len(v[1]) for v in constant.values()), default=1)
+    base_a = np.full((len(cells), width), -np.inf)
+    per_micro, per_flight = np.zeros((len(cells), width)), np.zeros((len(cells), width))
+    offset, line = np.full(len(cells), np.nan), np.full(len(cells), np.nan)
     errors: list[str | None] = []
     for i, cell in enumerate(cells):
-        tables = [phase_table(*pairs[2 * i]), phase_table(synthetic(cell, 2, 1), places[i]), phase_table(*pairs[2 * i + 1])]
-        bad = batch.errors[2 * i] or batch.errors[2 * i + 1] or next((t for t in tables if isinstance(t, str)), None)
-        errors.append(str(bad) if bad else None)
-        found.append(None if bad else tuple(t[1].sum(axis=1) for t in tables))  # type: ignore[union-attr]
-    width = max((len(f[0]) for f in found if f is not None), default=1)
-    base = np.full((len(cells), width), -np.inf)
-    per_micro, per_flight = np.zeros((len(cells), width)), np.zeros((len(cells), width))
-    offset, slope = np.full(len(cells), np.nan), np.full(len(cells), np.nan)
-    for i, totals in enumerate(found):
-        if totals is None:
+        b = cell[:4]
+        coef = refused.get(b) or slope(b, cell[4])
+        off = slope(b, 0) if isinstance(coef, tuple) else coef
+        if isinstance(coef, str) or isinstance(off, str):
+            errors.append(coef if isinstance(coef, str) else str(off))
             continue
-        t11, t21, top = totals
-        p = cells[i][2]
-        u = t21 - t11
-        c = (top - t11 - (TOP - 1) * u) / (TOP * (p - 1)) if p > 1 else np.zeros_like(u)
-        b = u - c
+        names, t11, (offset[i], line[i]) = constant[b]
         pad = width - len(t11)  # a "load" phase makes some tables one row longer: pad the front, as theory_batch
-        base[i, pad:], per_micro[i, pad:], per_flight[i, pad:] = t11 - u, b, c
-        low, high = t11.max(), top.max()
-        # need = offset + slope · allocator peak; a peak that does not move with the micro-batch (a load phase
-        # above every layout's tables) is the same in every layout of the group
-        slope[i] = (need[2 * i + 1] - need[2 * i]) / (high - low) if high > low else 0.0
-        offset[i] = need[2 * i] - slope[i] * low
-    return _Groups(base, per_micro, per_flight, offset, slope, tuple(errors))
+        base_a[i, pad:] = t11 - off[0] - off[1]
+        per_micro[i, pad:], per_flight[i, pad:] = coef
+        errors.append(None)
+    return _Groups(base_a, per_micro, per_flight, offset, line, tuple(errors))
 
 
 def need_threshold(capacity: float, max_oom_risk: float, method: str) -> float:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -65,9 +66,11 @@ def combinations(arch: Architecture, counts: Sequence[int], gpus_per_node: int, 
     return np.array(out, dtype=np.int64).reshape(-1, 3)
 
 
-def build(arch: Architecture, batch: int, counts: Sequence[int], gpus_per_node: int,
-          shardings: Sequence[Strategy], sequence_parallel: int = 1, model_parallel: bool = True) -> Space:
-    """Every layout of ``batch`` samples per step (0: free) on each GPU count of ``counts``."""
+@lru_cache(maxsize=1024)
+def build(arch: Architecture, batch: int, counts: tuple[int, ...], gpus_per_node: int,
+          shardings: tuple[Strategy, ...], sequence_parallel: int = 1, model_parallel: bool = True) -> Space:
+    """Every layout of ``batch`` samples per step (0: free) on each GPU count of ``counts`` (memoised; the arrays
+    are read-only)."""
     combos = combinations(arch, counts, gpus_per_node, model_parallel)
     k, s, m, c = (a.reshape(-1) for a in np.meshgrid(
         np.arange(len(combos)), np.array([STRATEGIES.index(x) for x in shardings], dtype=np.int64),
@@ -94,4 +97,7 @@ def build(arch: Architecture, batch: int, counts: Sequence[int], gpus_per_node: 
     k_used = used // (2 * len(STRATEGIES))
     cells = np.stack([combos[k_used, 0], combos[k_used, 1], combos[k_used, 2], used // 2 % len(STRATEGIES),
                       used % 2], axis=1)
-    return Space(rows=rows, micro=m, group=lookup[cell[keep]], cells=cells.reshape(-1, 5))
+    space = Space(rows=rows, micro=m, group=lookup[cell[keep]], cells=cells.reshape(-1, 5))
+    for column in (*rows.__dict__.values(), space.micro, space.group, space.cells):
+        column.flags.writeable = False
+    return space

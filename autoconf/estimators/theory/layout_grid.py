@@ -12,6 +12,7 @@ throughput.py it follows; tests/test_layout.py checks every layout of several jo
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -47,7 +48,8 @@ class Layouts:
 
 @dataclass(frozen=True)
 class Speeds:
-    """Per layout: tokens/s, efficiency (the reported MFU), compute, overlappable and exposed seconds, step."""
+    """Per layout: tokens/s, efficiency (the reported MFU), compute, overlappable and exposed seconds, step;
+    FLOPs per token."""
 
     tokens_per_second: np.ndarray
     efficiency: np.ndarray
@@ -55,6 +57,7 @@ class Speeds:
     overlappable: np.ndarray
     exposed: np.ndarray
     step: np.ndarray
+    flops_per_token: np.ndarray
 
 
 def _ring(num_bytes: np.ndarray | float, ranks: np.ndarray, bandwidth: np.ndarray | float) -> np.ndarray:
@@ -63,6 +66,16 @@ def _ring(num_bytes: np.ndarray | float, ranks: np.ndarray, bandwidth: np.ndarra
     seconds = (ranks_f - 1) / ranks_f * num_bytes / (np.asarray(bandwidth) * 1e9 * tp.COLLECTIVE_EFFICIENCY)
     out: np.ndarray = np.where((ranks > 1) & (np.asarray(num_bytes) > 0), seconds, 0.0)
     return out
+
+
+@lru_cache(maxsize=1024)
+def _job_constants(job: Job, gpu_model: str, stack: str) -> tuple[np.ndarray, np.ndarray]:
+    """throughput.flops_per_token and job_factor of ``job`` with checkpointing off and on (index 0, 1); they read
+    neither the batch nor the accumulation."""
+    arch, gpu, profile = get_architecture(job.model), get_gpu(gpu_model), stack_for(stack)
+    variants = [job.model_copy(update={"gradient_checkpointing": bool(c)}) for c in (0, 1)]
+    return (np.array([tp.flops_per_token(v, arch) for v in variants]),
+            np.array([tp.job_factor(v, gpu, arch, tp.FITTED, profile) for v in variants]))
 
 
 def layout_speeds(job: Job, gpu_model: str, rows: Layouts, *, stack: str | None = None,
@@ -76,10 +89,9 @@ def layout_speeds(job: Job, gpu_model: str, rows: Layouts, *, stack: str | None 
     profile = stack_for(stack or job.framework)
     fit = tp.FITTED
     peak = tp.peak_flops(gpu, job.dtype)
-    # per-job constants, indexed by checkpointing (0 off, 1 on): throughput.flops_per_token and job_factor
-    variants = [job.model_copy(update={"gradient_checkpointing": bool(c)}) for c in (0, 1)]
-    flops = np.array([tp.flops_per_token(v, arch) for v in variants])[rows.checkpointing]
-    factor = np.array([tp.job_factor(v, gpu, arch, fit, profile) for v in variants])[rows.checkpointing]
+    key = job.model_copy(update={"batch_size": 1, "gradient_accumulation_steps": 1, "gradient_checkpointing": False})
+    flops_by, factor_by = _job_constants(key, gpu_model, profile.name)
+    flops, factor = flops_by[rows.checkpointing], factor_by[rows.checkpointing]
     x0 = fit.microbatch_tokens * (fit.fused_memory_share if profile.fused_kernels else 1.0)
     n, t, p, d, g = rows.gpus, rows.tp, rows.pp, rows.dp, rows.accumulation
     tokens = rows.batch.astype(float) * job.tokens_per_sample
@@ -124,4 +136,4 @@ def layout_speeds(job: Job, gpu_model: str, rows: Layouts, *, stack: str | None 
     else:
         exposed = exposed + tensor
     step = compute + np.maximum(0.0, hidden - compute) + exposed  # step_seconds()
-    return Speeds(tokens / step, eff, compute, hidden, exposed, step)
+    return Speeds(tokens / step, eff, compute, hidden, exposed, step, flops)
