@@ -13,8 +13,9 @@ each job:
   of a job shape in a process);
 - *array, again*: the same search once more (memory groups memoised; as for a second global batch or a sweep).
 
-Each figure is the best of ``--repeats`` runs (the machine's 2 cores are shared: the minimum is the least disturbed
-run). Writes the section ``layout-speed`` of docs/benchmarks.md.
+Each figure is the least CPU time of ``--repeats`` runs (the machine's 2 cores are shared with other workers: CPU
+time of this single-threaded process is what the search costs, whatever they take). Writes the section
+``layout-speed`` of docs/benchmarks.md.
 
     python bench/layout_speed.py [--repeats 3]
 """
@@ -82,13 +83,15 @@ def forget() -> None:
 
 
 def best_of(repeats: int, run: Callable[[], object], before: Callable[[], None] | None = None) -> float:
+    """The least CPU time of ``repeats`` runs (CPU seconds of this process: what other workers on the shared cores
+    take does not count; one thread, so it bounds the wall time of an idle machine)."""
     times = []
     for _ in range(repeats):
         if before:
             before()
-        start = time.perf_counter()
+        start = time.process_time()
         run()
-        times.append(time.perf_counter() - start)
+        times.append(time.process_time() - start)
     return min(times)
 
 
@@ -123,7 +126,7 @@ def report(rows: list[dict[str, object]], repeats: int) -> str:
         f"{repeats} runs; {os.cpu_count()} CPU cores ({platform.machine()}), Python {platform.python_version()}, "
         f"load average {os.getloadavg()[0]:.1f}. Command: `python bench/layout_speed.py`.",
         "",
-        "| search | layouts | total s | ms per search (mean / max) | layouts per second | vs baseline |",
+        "| search | layouts | total CPU s | CPU ms per search (mean / max) | layouts per CPU second | vs baseline |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     for key, name in (("baseline", "baseline (objects + memory_batch + scalar tokens/s)"),
@@ -137,9 +140,10 @@ def report(rows: list[dict[str, object]], repeats: int) -> str:
         f"{worst('first'):.0f} ms); ≥ 1,000,000 layouts per second: "
         f"{'met' if layouts_n / total('again') >= 1e6 else 'not met'} by the memoised search "
         f"({layouts_n / total('again'):,.0f}/s), {layouts_n / total('first'):,.0f}/s on first searches.",
-        "- Where a first search spends its time: three theory phase tables per memory group (GPUs × tp × pp × "
-        "sharding × checkpointing; recommend/layout_memory.py), each through the scalar phase formulas; every "
-        "layout after that is numpy. The winner and runner-up are re-estimated by the scalar path (~0.3 ms).",
+        "- Where a first search spends its time: one theory row per (GPUs, tp, pp, sharding) and three phase "
+        "tables per (tp, pp, checkpointing, FSDP) (recommend/layout_memory.py), each through the scalar phase "
+        "formulas; every layout after that is numpy. The winner and runner-up get the estimator's own memory (one "
+        "memory_batch of two rows).",
     ]
     return "\n".join(lines)
 
