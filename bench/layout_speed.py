@@ -38,12 +38,15 @@ from autoconf.estimators.theory import throughput as tp
 from autoconf.estimators.theory import vector
 from autoconf.evaluation.data import load_measurements
 from autoconf.recommend import layout_memory
+from autoconf.recommend.fastest import Fastest, fastest
 from autoconf.recommend.layout import MODEL_PARALLEL_STACKS, fastest_layout, layouts
+from autoconf.recommend.objectives import throughput_batch
 from autoconf.recommend.search import candidate_gpus
 from autoconf.schema import Job
 from bench._report import update_section
 from bench.layout_vs_nanotron import GPU, LINK, SEQ, STACK, STAND_IN
 
+ROOT = Path(__file__).resolve().parents[1]
 ESTIMATOR = get_estimator("theory")
 FINE_TUNING = [  # (job, GPU, GPU counts): one to eight nodes of 8
     (Job(model="llama3.1-8b", method="lora", tokens_per_sample=4096, batch_size=64), "H100"),
@@ -112,7 +115,34 @@ def measure(repeats: int) -> list[dict[str, object]]:
     return rows
 
 
-def report(rows: list[dict[str, object]], repeats: int) -> str:
+def seed_space() -> dict[str, float]:
+    """The 3,960-point seed space (sweep/space.yaml) answered by the throughput objective at ado's default of one
+    node (recommend/fastest.py), against the GPU count × accumulation search it replaced
+    (objectives.throughput_batch), in one process, CPU seconds."""
+    import itertools
+
+    import yaml
+
+    space = yaml.safe_load((ROOT / "sweep" / "space.yaml").read_text())["entitySpace"]
+    names = [d["identifier"] for d in space]
+    points = [dict(zip(names, v, strict=True)) for v in itertools.product(*(d["propertyDomain"]["values"]
+                                                                             for d in space))]
+    jobs = [Job(model=p["model_name"], method=p["method"], tokens_per_sample=p["tokens_per_sample"],
+                batch_size=p["batch_size"]) for p in points]
+    forget()
+    start = time.process_time()
+    found = [fastest(j, p["gpu_model"], ESTIMATOR, max_gpus=8) for j, p in zip(jobs, points, strict=True)]
+    layout_s = time.process_time() - start
+    start = time.process_time()
+    old = throughput_batch(jobs, [p["gpu_model"] for p in points], ESTIMATOR, max_gpus=8)
+    old_s = time.process_time() - start
+    chosen = [f for f in found if isinstance(f, Fastest)]
+    return {"points": len(points), "layout_s": layout_s, "old_s": old_s, "answered": len(chosen),
+            "old_answered": int((old.row >= 0).sum()), "layouts": sum(f.choice.evaluated for f in chosen),
+            "placements": old.evaluated}
+
+
+def report(rows: list[dict[str, object]], repeats: int, seed: dict[str, float]) -> str:
     def total(key: str, kind: str | None = None) -> float:
         return sum(float(r[key]) for r in rows if kind is None or r["kind"] == kind)  # type: ignore[arg-type]
 
@@ -144,6 +174,11 @@ def report(rows: list[dict[str, object]], repeats: int) -> str:
         "tables per (tp, pp, checkpointing, FSDP) (recommend/layout_memory.py), each through the scalar phase "
         "formulas; every layout after that is numpy. The winner and runner-up get the estimator's own memory (one "
         "memory_batch of two rows).",
+        f"- The {seed['points']:,.0f}-point seed space (sweep/space.yaml) through the throughput objective at ado's "
+        f"default of one node, first searches, one process: {seed['layout_s']:.1f} CPU s for {seed['layouts']:,.0f} "
+        f"layouts of the {seed['answered']:,.0f} points answered; the GPU count × accumulation search it replaced "
+        f"(objectives.throughput_batch): {seed['old_s']:.2f} CPU s for {seed['placements']:,.0f} placements, "
+        f"{seed['old_answered']:,.0f} answered.",
     ]
     return "\n".join(lines)
 
@@ -154,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", default="docs/benchmarks.md")
     args = parser.parse_args(argv)
     get_architecture("llama3.1-8b")  # the catalogue's one-off load is no search's time
-    text = report(measure(args.repeats), args.repeats)
+    text = report(measure(args.repeats), args.repeats, seed_space())
     print(text)
     update_section(Path(args.output), "layout-speed", "## Layout recommender speed\n\n" + text, title="Benchmarks")
     return 0
