@@ -252,6 +252,14 @@ def test_throughput_recommender_answers_a_layout_with_its_runner_up() -> None:
     assert out["runner_up"].startswith("runner-up ") and "\n" not in out["runner_up"]
 
 
+def test_throughput_recommender_with_a_free_batch_picks_the_micro_batch() -> None:
+    """batch_size 0: the global batch is the micro-batch × data-parallel GPUs, no accumulation."""
+    out = experiments.throughput_recommender(model_name="granite-3.1-2b", method="lora", tokens_per_sample=1024,
+                                             gpu_model="NVIDIA-A100-80GB-PCIe", batch_size=0, estimator="theory")
+    assert out["can_recommend"] == 1 and out["gradient_accumulation_steps"] == 1
+    assert out["effective_batch_size"] == out["per_device_batch_size"] * out["data_parallel"]
+
+
 def test_direct_call_answers_simple_point() -> None:
     out = experiments.min_gpu_recommender(**SIMPLE)
     assert out["can_recommend"] == 1

@@ -55,6 +55,7 @@ class _Groups:
     errors: tuple[str | None, ...]
 
 
+@lru_cache(maxsize=4096)
 def _placement(gpu_model: str, cell: tuple[int, ...], gpus_per_node: int, inter_node_gbps: float | None) -> Placement:
     n, t, p, s, _ = cell
     return Placement(gpu_model=gpu_model, number_gpus=n, gpus_per_worker=min(n, gpus_per_node), tp=t, pp=p,

@@ -43,7 +43,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
                    help="avoid-oom: the GPUs requested; per-device batch = batch size / this; throughput --layouts: "
                         "the GPUs to lay out (default %(default)s)")
     p.add_argument("--layouts", action="store_true",
-                   help="throughput: search DP × TP × PP × sharding × micro-batch × checkpointing on --number-gpus")
+                   help="throughput: search DP × TP × PP × sharding × micro-batch × checkpointing on --number-gpus "
+                        "(TP and PP whatever the framework; without --layouts only stacks that run them get them)")
     add_search_arguments(p)
     p.add_argument("--json", action="store_true", help="print the Recommendation as JSON")
     p.add_argument("--plot", metavar="FILE", help="also draw peak memory and risk vs GPU count to FILE.png or .svg")
@@ -105,7 +106,7 @@ def _layouts(args: argparse.Namespace, job: Job) -> int:
     from autoconf.recommend.layout import fastest_layout
 
     choice = fastest_layout(job, args.gpu, args.number_gpus, get_estimator(args.estimator, args.model_version),
-                            gpus_per_node=args.gpus_per_node, max_oom_risk=args.max_oom_risk)
+                            gpus_per_node=args.gpus_per_node, max_oom_risk=args.max_oom_risk, model_parallel=True)
     if args.json:
         best = choice.best
         print(json.dumps({"can_recommend": best is not None, "why": choice.why, "evaluated": choice.evaluated,
