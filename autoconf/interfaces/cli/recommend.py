@@ -78,7 +78,7 @@ def format_text(rec: Recommendation) -> str:
         lines.append(f"layout: dp {place.dp} × tp {place.tp} × pp {place.pp}, {place.effective_strategy}, "
                      f"checkpointing {'on' if job.gradient_checkpointing else 'off'}")
     if job.gradient_accumulation_steps > 1:
-        micro = job.batch_size // (place.dp // job.sequence_parallel * job.gradient_accumulation_steps)
+        micro = job.batch_size // (place.dp * job.gradient_accumulation_steps)
         lines.append(f"gradient accumulation: {job.gradient_accumulation_steps} steps of {micro} samples per GPU")
     if tput is not None:
         lines.append(f"tokens/s: {tput.tokens_per_second:,.0f}")
