@@ -56,7 +56,9 @@ STACKS: dict[str, Stack] = {
                              "kernels, TritonRMSNorm, sharded_cross_entropy; slurm_launcher.py: 1f1b pipeline engine, "
                              "tp_mode REDUCE_SCATTER with tp_linear_async_communication=True (the TP all-gathers "
                              "overlap the linears); src/nanotron/optim/zero.py: ZeRO-1 all-gathers the updated "
-                             "parameters after the step (exposed); gradients reduced in DDP buckets during backward"),
+                             "parameters after the step (exposed); src/nanotron/helpers.py registers get_fp32_accum_hook "
+                             "(optim/gradient_accumulator.py) on torch DDP: fp32 gradient buckets reduced during "
+                             "backward"),
     "fms-fsdp": Stack("fms-fsdp", fused_kernels=False, overlap_param_gather=False, tp_overlap=False,
                       source="foundation-model-stack/fms-fsdp README: PyTorch FSDP / HSDP with SDPA flash attention; "
                              "torch.compile in the newest table (Job.torch_compile)"),
