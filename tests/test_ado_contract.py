@@ -248,7 +248,8 @@ def test_throughput_recommender_answers_a_layout_with_its_runner_up() -> None:
     assert out["can_recommend"] == 1 and out["oom_risk"] <= 0.05
     assert out["data_parallel"] * out["tensor_parallel"] * out["pipeline_parallel"] == out["total_gpus"]
     assert out["per_device_batch_size"] * out["data_parallel"] * out["gradient_accumulation_steps"] == 64
-    assert out["sharding"] in ("ddp", "zero1", "zero2", "fsdp") and out["activation_checkpointing"] in (0, 1)
+    assert out["sharding"] in ("ddp", "zero1", "zero2", "fsdp-shard-grad-op", "zero3", "fsdp")  # one node: no hybrid
+    assert out["activation_checkpointing"] in (0, 1)
     assert out["runner_up"].startswith("runner-up ") and "\n" not in out["runner_up"]
 
 

@@ -22,10 +22,11 @@ JOB = Job(model="llama3.1-8b", tokens_per_sample=4096, batch_size=32)
 
 
 def test_two_gpus_space_by_hand() -> None:
-    """2 GPUs, global batch 2: (tp, pp) = (1, 1) with dp 2 takes ddp/zero1/zero2/fsdp at micro-batch 1; (2, 1)
-    and (1, 2) have dp 1, so ddp only, at micro-batch 1 or 2; each with checkpointing on or off: 8 + 4 + 4."""
+    """2 GPUs, global batch 2: (tp, pp) = (1, 1) with dp 2 takes ddp/zero1/zero2/fsdp-shard-grad-op/zero3/fsdp (no
+    hybrid on one node) at micro-batch 1; (2, 1) and (1, 2) have dp 1, so ddp only, at micro-batch 1 or 2; each with
+    checkpointing on or off: 12 + 4 + 4."""
     found = list(layouts(JOB.model_copy(update={"batch_size": 2}), "H100", 2))
-    assert len(found) == 16
+    assert len(found) == 20
     assert {(p.tp, p.pp) for _, p in found} == {(1, 1), (2, 1), (1, 2)}
 
 

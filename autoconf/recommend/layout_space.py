@@ -4,8 +4,9 @@ checkpointing) layout the schema accepts, with its accumulation.
 - tensor-parallel degree t: a power of two up to the node size, dividing the attention heads; the key/value heads
   divide it (replicated) or are divided by it (theory/memory.py check_parallelism);
 - pipeline degree p: a power of two, at most the layer count (uneven stages allowed: ceil(L / p) layers);
-- data-parallel degree d = GPUs / (t·p); sharding ``ddp`` / ``zero1`` / ``zero2`` / ``fsdp`` / ``fsdp-hybrid``, the
-  sharded ones only when d > 1, hybrid only across nodes;
+- data-parallel degree d = GPUs / (t·p); sharding ``ddp`` / ``zero1`` / ``zero2`` / ``fsdp-shard-grad-op`` /
+  ``zero3`` / ``fsdp`` / ``fsdp-hybrid`` (layout_grid.STRATEGIES), the sharded ones only when d > 1, hybrid only
+  across nodes;
 - per-GPU micro-batch m from MICRO_BATCHES with m·(d / sequence-parallel degree) dividing the global batch B
   (accumulation B / (m·d/c)); with B = 0 the global batch is free: accumulation 1, B = m·d/c;
 - full activation checkpointing off or on.
@@ -23,7 +24,7 @@ from functools import lru_cache
 import numpy as np
 
 from autoconf.catalog import Architecture
-from autoconf.estimators.theory.layout_grid import STRATEGIES, Layouts
+from autoconf.estimators.theory.layout_grid import DDP, HYBRID, STRATEGIES, Layouts
 from autoconf.schema import Strategy
 
 # Per-GPU micro-batches tried: powers of two, as the nanotron and Megatron sweeps use (nanotron's published best
@@ -78,7 +79,7 @@ def build(arch: Architecture, batch: int, counts: tuple[int, ...], gpus_per_node
     n, t, p = combos[k, 0], combos[k, 1], combos[k, 2]
     d = n // (t * p)
     per_node = np.minimum(n, gpus_per_node)
-    allowed = ((s == 0) | (d > 1)) & ((s != 4) | (n > per_node)) & (d % sequence_parallel == 0)
+    allowed = ((s == DDP) | (d > 1)) & ((s != HYBRID) | (n > per_node)) & (d % sequence_parallel == 0)
     keep = allowed.copy()
     groups = d // sequence_parallel
     if batch:

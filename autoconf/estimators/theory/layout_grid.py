@@ -22,8 +22,10 @@ from autoconf.estimators.theory.stacks import stack_for
 from autoconf.estimators.theory.states import trainable_params
 from autoconf.schema import Job, Strategy
 
-# the sharding strategies a layout column may name, by index
-STRATEGIES: tuple[Strategy, ...] = ("ddp", "zero1", "zero2", "fsdp", "fsdp-hybrid")
+# the sharding strategies a layout column may name, by index, least sharded first (the recommender's tie-break):
+# DDP; DeepSpeed ZeRO-1 / ZeRO-2; FSDP SHARD_GRAD_OP (ZeRO-2-like); ZeRO-3 and FSDP FULL_SHARD; HYBRID_SHARD
+STRATEGIES: tuple[Strategy, ...] = ("ddp", "zero1", "zero2", "fsdp-shard-grad-op", "zero3", "fsdp", "fsdp-hybrid")
+DDP, ZERO1, ZERO2, SHARD_GRAD_OP, ZERO3, FSDP, HYBRID = range(len(STRATEGIES))
 
 
 @dataclass(frozen=True)
@@ -110,8 +112,8 @@ def layout_speeds(job: Job, gpu_model: str, rows: Layouts, *, stack: str | None 
     bw = np.where(spread, min(intra, inter_node_gbps or tp.INTER_NODE_BANDWIDTH_GBPS), intra)
     gather, scatter = _ring(shard, d, bw), _ring(grads, d, bw)
     s = rows.strategy
-    zero = (s == 1) | (s == 2)
-    zero_hidden = scatter * np.where(s == 2, g, 1)
+    zero = (s == ZERO1) | (s == ZERO2)
+    zero_hidden = scatter * np.where(s == ZERO2, g, 1)
     if profile.overlap_param_gather:
         zero_hidden, zero_exposed = zero_hidden + gather, np.zeros_like(gather)
     else:
@@ -121,8 +123,9 @@ def layout_speeds(job: Job, gpu_model: str, rows: Layouts, *, stack: str | None 
     intra_h = gpu.intra_node_bandwidth_gbps
     inner = 2 * _ring(shard, local, intra_h) + _ring(grads, local, intra_h)
     outer = 2 * _ring(grads / local, workers, min(intra_h, tp.INTER_NODE_BANDWIDTH_GBPS))
-    hidden = np.select([s == 0, zero, s == 4], [2 * scatter, zero_hidden, g * inner + outer],
-                       g * (2 * gather + scatter))
+    hidden = np.select([s == DDP, zero, s == SHARD_GRAD_OP, s == HYBRID],
+                       [2 * scatter, zero_hidden, g * (gather + scatter), g * inner + outer],
+                       g * (2 * gather + scatter))  # ZeRO-3 and FSDP full shard: gather forward and backward
     exposed = np.where(zero, zero_exposed, 0.0)
     if not profile.overlap_grad_reduce:
         hidden, exposed = np.zeros_like(hidden), hidden + exposed
