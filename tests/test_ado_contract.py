@@ -63,8 +63,9 @@ CONTRACT.update({
         "optional": ["batch_size", "max_nodes", "gpus_per_node", "model_version", "estimator", "max_oom_risk",
                      *SEARCH_KNOBS],
         "outputs": ["can_recommend", "gpus", "workers", "effective_batch_size", "per_device_batch_size",
-                    "estimated_throughput", "total_gpus", "gradient_accumulation_steps", "peak_memory_gib",
-                    "oom_risk", "reason", "answered_by"],
+                    "estimated_throughput", "total_gpus", "gradient_accumulation_steps", "tensor_parallel",
+                    "pipeline_parallel", "data_parallel", "sharding", "activation_checkpointing", "peak_memory_gib",
+                    "oom_risk", "runner_up", "reason", "answered_by"],
     },
 })
 DEFAULTS = {
@@ -237,6 +238,27 @@ def test_objective_experiments_direct_calls(experiment: str, point: dict[str, An
     assert out["can_recommend"] == 1 and out["gpus"] * out["workers"] == out["total_gpus"]
     assert {k: out[k] for k in expected} == expected
     assert out["answered_by"] == "theory" and 0 < out["peak_memory_gib"] < 80
+
+
+def test_throughput_recommender_answers_a_layout_with_its_runner_up() -> None:
+    """Full fine-tuning of an 8B model, global batch 64 on one node: the fastest fitting layout of the fine-tuning
+    stack (data parallel × sharding × micro-batch × accumulation × checkpointing), its runner-up in one line."""
+    out = experiments.throughput_recommender(model_name="llama3.1-8b", method="full", tokens_per_sample=2048,
+                                             gpu_model="NVIDIA-A100-80GB-PCIe", batch_size=64, estimator="theory")
+    assert out["can_recommend"] == 1 and out["oom_risk"] <= 0.05
+    assert out["data_parallel"] * out["tensor_parallel"] * out["pipeline_parallel"] == out["total_gpus"]
+    assert out["per_device_batch_size"] * out["data_parallel"] * out["gradient_accumulation_steps"] == 64
+    assert out["sharding"] in ("ddp", "zero1", "zero2", "fsdp-shard-grad-op", "zero3", "fsdp")  # one node: no hybrid
+    assert out["activation_checkpointing"] in (0, 1)
+    assert out["runner_up"].startswith("runner-up ") and "\n" not in out["runner_up"]
+
+
+def test_throughput_recommender_with_a_free_batch_picks_the_micro_batch() -> None:
+    """batch_size 0: the global batch is the micro-batch × data-parallel GPUs, no accumulation."""
+    out = experiments.throughput_recommender(model_name="granite-3.1-2b", method="lora", tokens_per_sample=1024,
+                                             gpu_model="NVIDIA-A100-80GB-PCIe", batch_size=0, estimator="theory")
+    assert out["can_recommend"] == 1 and out["gradient_accumulation_steps"] == 1
+    assert out["effective_batch_size"] == out["per_device_batch_size"] * out["data_parallel"]
 
 
 def test_direct_call_answers_simple_point() -> None:

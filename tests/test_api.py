@@ -301,9 +301,10 @@ def test_recommend_objective(client: httpx.Client, objective: str, status: int) 
     assert got["objective"] == objective and got["can_recommend"] == 1
     if objective == "avoid-oom":
         assert got["number_gpus"] == 2 and got["job"]["batch_size"] == 16  # per-device 8 kept on the 2 GPUs
-    if objective == "throughput":
-        steps = got["job"]["gradient_accumulation_steps"]
-        assert got["job"]["batch_size"] == 16 and 16 % (got["number_gpus"] * steps) == 0
+    if objective == "throughput":  # the fastest layout: data-parallel ranks × micro-steps divide the batch
+        steps, place = got["job"]["gradient_accumulation_steps"], got["placement"]
+        dp = got["number_gpus"] // (place["tp"] * place["pp"])
+        assert got["job"]["batch_size"] == 16 and 16 % (dp * steps) == 0 and got["reason"].startswith("layout: ")
 
 
 def _nested_with(section: str, key: str, value: object) -> dict[str, Any]:

@@ -6,20 +6,27 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
+from autoconf.catalog import get_gpu
 from autoconf.estimators import get_estimator
-from autoconf.recommend.layout import fastest_layout, layouts
+from autoconf.estimators.theory import throughput as tp
+from autoconf.estimators.theory.layout_grid import layout_speeds
+from autoconf.estimators.theory.vector import theory_batch
+from autoconf.recommend.layout import fastest_layout, layouts, row_inputs, search_space
+from autoconf.recommend.layout_memory import need_threshold, theory_gate
 from autoconf.schema import Job
 
 JOB = Job(model="llama3.1-8b", tokens_per_sample=4096, batch_size=32)
 
 
 def test_two_gpus_space_by_hand() -> None:
-    """2 GPUs, global batch 2: (tp, pp) = (1, 1) with dp 2 takes ddp/zero1/zero2/fsdp at micro-batch 1; (2, 1)
-    and (1, 2) have dp 1, so ddp only, at micro-batch 1 or 2; each with checkpointing on or off: 8 + 4 + 4."""
+    """2 GPUs, global batch 2: (tp, pp) = (1, 1) with dp 2 takes ddp/zero1/zero2/fsdp-shard-grad-op/zero3/fsdp (no
+    hybrid on one node) at micro-batch 1; (2, 1) and (1, 2) have dp 1, so ddp only, at micro-batch 1 or 2; each with
+    checkpointing on or off: 12 + 4 + 4."""
     found = list(layouts(JOB.model_copy(update={"batch_size": 2}), "H100", 2))
-    assert len(found) == 16
+    assert len(found) == 20
     assert {(p.tp, p.pp) for _, p in found} == {(1, 1), (2, 1), (1, 2)}
 
 
@@ -39,6 +46,10 @@ def test_fastest_fits_and_beats_the_runner_up() -> None:
     assert choice.best.oom_risk <= 0.05 and choice.fitting <= choice.evaluated
     assert choice.best.throughput.tokens_per_second >= choice.runner_up.throughput.tokens_per_second
     assert "runner-up" in choice.why
+    for found in (choice.best, choice.runner_up):  # the reported figures are the scalar path's
+        scalar = tp.estimate_throughput(found.job, found.placement)
+        assert found.throughput.model_dump(exclude={"estimator"}) == pytest.approx(
+            scalar.model_dump(exclude={"estimator"}), rel=1e-9)
 
 
 def test_nothing_fits_says_so() -> None:
@@ -64,3 +75,76 @@ def test_cli_layouts_json() -> None:
 def test_cli_layouts_need_the_throughput_objective() -> None:
     done = _cli("--layouts", "--number-gpus", "8")
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "layouts" in done.stderr
+
+
+# jobs that exercise every branch of the array path: pipelines (micro-batches in flight), a fused stack with
+# overlaps, a free global batch, sequence parallelism, a load phase above every table (405B on 24 GB GPUs),
+# and a GPU theory refuses for bf16 (V100: every row an error)
+ARRAY_CASES = [
+    (JOB.model_copy(update={"batch_size": 64}), "H100", [8, 16], None, None, False),
+    (Job(model="llama3.2-1b", method="lora", tokens_per_sample=2048, batch_size=32, dtype="amp-bf16"),
+     "NVIDIA-A100-80GB-PCIe", [4, 8], "megatron", 400.0, False),
+    (Job(model="llama3.1-70b", method="qlora", tokens_per_sample=1024), "H100", [16], "internevo", None, True),
+    (Job(model="qwen2.5-7b", tokens_per_sample=8192, batch_size=16, sequence_parallel=2), "H100", [8], None, None, False),
+    (Job(model="llama3.1-405b", tokens_per_sample=4096, batch_size=2), "L4", [2], None, None, False),
+    (Job(model="llama3.2-1b", tokens_per_sample=512, batch_size=8), "V100", [2], None, None, False),
+]
+
+
+@pytest.mark.parametrize(("job", "gpu", "counts", "stack", "network", "free"), ARRAY_CASES)
+def test_array_search_equals_the_scalar_path_at_every_layout(
+        job: Job, gpu: str, counts: list[int], stack: str | None, network: float | None, free: bool) -> None:
+    """The gate (from group coefficients) and tokens/s (numpy) of every layout against theory_batch and
+    estimate_throughput on that layout's own Job and Placement."""
+    space = search_space(job, counts, 8, free_batch=free)
+    pairs = [row_inputs(job, gpu, space, r, network) for r in range(len(space))]
+    batch = theory_batch([j for j, _ in pairs], [p for _, p in pairs])
+    gate = theory_gate(job, gpu, space, 8, 0.05, network)
+    ok = batch.ok
+    assert (np.isfinite(gate.need) == ok).all() and (gate.error is None) == ok.all()
+    need = batch.peak - batch.releasable_or_zero()
+    np.testing.assert_allclose(gate.need[ok], need[ok], rtol=1e-9)
+    assert (gate.fits == (ok & (batch.oom_risk <= 0.05))).all()
+    if not get_gpu(gpu).peak_tflops(job.dtype):
+        return
+    speeds = layout_speeds(job, gpu, space.rows, stack=stack, inter_node_gbps=network)
+    scalar = [tp.estimate_throughput(j, p, stack=stack) for j, p in pairs]
+    np.testing.assert_allclose(speeds.tokens_per_second, [s.tokens_per_second for s in scalar], rtol=1e-9)
+    np.testing.assert_allclose(speeds.efficiency, [s.mfu for s in scalar], rtol=1e-9)
+
+
+@pytest.mark.parametrize(("risk", "sigma_multiple"), [(0.5, 0.0), (0.1587, 1.0), (0.0228, 2.0)])
+def test_need_threshold_is_the_normal_quantile(risk: float, sigma_multiple: float) -> None:
+    """P(N(0, σ) > log(cap / need)) = r at need = cap · e^(−kσ) with k the standard normal's upper-r quantile
+    (Φ(1) = 0.8413, Φ(2) = 0.9772 from the normal table)."""
+    from autoconf.estimators.theory.risk_table import SIGMA
+
+    sigma = SIGMA.get("full", SIGMA["*"])[0]
+    assert need_threshold(80.0, risk, "full") == pytest.approx(80.0 * np.exp(-sigma * sigma_multiple), rel=2e-3)
+
+
+def test_free_batch_layouts_have_no_accumulation() -> None:
+    space = search_space(JOB, 8, free_batch=True)
+    rows = space.rows
+    assert (rows.accumulation == 1).all()
+    assert (rows.batch == space.micro * rows.dp).all()
+
+
+def test_the_best_of_several_gpu_counts_is_at_least_each_counts_best() -> None:
+    est = get_estimator("theory")
+    both = fastest_layout(JOB, "H100", [8, 16], est)
+    alone = [fastest_layout(JOB, "H100", n, est) for n in (8, 16)]
+    assert both.best is not None and all(a.best is not None for a in alone)
+    assert both.best.throughput.tokens_per_second == pytest.approx(
+        max(a.best.throughput.tokens_per_second for a in alone if a.best is not None), rel=1e-12)
+
+
+def test_fine_tuning_stacks_get_data_parallel_layouts_and_model_parallel_stacks_all() -> None:
+    """HF-based frameworks run DDP / FSDP / ZeRO only; Megatron-style stacks also split tensors and pipelines."""
+    est = get_estimator("theory")
+    plain = fastest_layout(JOB, "H100", 16, est)
+    megatron = fastest_layout(JOB, "H100", 16, est, stack="megatron")
+    assert plain.best is not None and (plain.best.placement.tp, plain.best.placement.pp) == (1, 1)
+    assert megatron.evaluated > plain.evaluated
+    space = search_space(JOB, 16, model_parallel=False)
+    assert (space.rows.tp == 1).all() and (space.rows.pp == 1).all()

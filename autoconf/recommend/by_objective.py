@@ -1,8 +1,10 @@
-"""One job, one objective: ``min-gpus`` (search.recommend), ``avoid-oom`` or ``throughput`` (objectives.py).
+"""One job, one objective: ``min-gpus`` (search.recommend), ``avoid-oom`` (objectives.py) or ``throughput`` (the
+fastest parallel layout, fastest.py).
 
 The common entry of ``autoconf-gpu recommend --objective`` and ``/api/recommend``'s ``objective``:
 every objective answers with a ``Recommendation`` whose estimate is the estimator's own at the chosen
-placement (for ``throughput`` its job carries the chosen gradient accumulation).
+placement (for ``throughput`` its job and placement carry the chosen layout: accumulation, checkpointing, tp, pp,
+sharding).
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from typing import Literal, get_args
 from autoconf.defaults import GPUS_PER_NODE, MAX_GPUS, MAX_OOM_RISK
 from autoconf.errors import InvalidInputError
 from autoconf.estimators.contract import Estimator
-from autoconf.recommend.objectives import avoid_oom_batch, row_job, row_placement, throughput_batch
+from autoconf.recommend.fastest import fastest
+from autoconf.recommend.objectives import avoid_oom_batch, row_job, row_placement
 from autoconf.recommend.search import recommend
 from autoconf.schema import Job, Recommendation, Strategy
 
@@ -28,8 +31,9 @@ def recommend_for_objective(
     """The placement ``objective`` picks for ``job`` on ``gpu_model``.
 
     avoid-oom: ``requested_gpus`` is kept if the job fits there, else the fewest more GPUs, keeping the
-    per-device batch ``job.batch_size / requested_gpus``. throughput: the fastest GPU count × gradient
-    accumulation at the global batch ``job.batch_size``.
+    per-device batch ``job.batch_size / requested_gpus``. throughput: the fastest parallel layout (GPU count × DP ×
+    TP × PP × sharding × micro-batch × accumulation × checkpointing, recommend/fastest.py) at the global batch
+    ``job.batch_size``; its reason says why the runner-up lost.
     """
     if objective not in OBJECTIVES:
         raise InvalidInputError("objective", f"must be one of {', '.join(OBJECTIVES)}; got '{objective}'")
@@ -44,9 +48,8 @@ def recommend_for_objective(
         choice = avoid_oom_batch([owner], [gpu_model], [requested_gpus], estimator, max_gpus=max_gpus,
                                  gpus_per_node=gpus_per_node, max_oom_risk=max_oom_risk)
     else:
-        owner = job
-        choice = throughput_batch([job], [gpu_model], estimator, max_gpus=max_gpus, gpus_per_node=gpus_per_node,
-                                  max_oom_risk=max_oom_risk)
+        return _throughput(job, gpu_model, estimator, max_gpus=max_gpus, gpus_per_node=gpus_per_node,
+                           max_oom_risk=max_oom_risk, strategy=strategy)
     common = {"estimator": estimator.name, "model_version": estimator.model_version}
     row = int(choice.row[0])
     if row < 0:
@@ -58,3 +61,16 @@ def recommend_for_objective(
     workers = -(-n // gpus_per_node)
     return Recommendation(can_recommend=1, gpus=n // workers, workers=workers, number_gpus=n, estimate=estimate,
                           reason="; ".join(estimate.memory.notes[1:]), **common)
+
+
+def _throughput(job: Job, gpu_model: str, estimator: Estimator, *, max_gpus: int, gpus_per_node: int,
+                max_oom_risk: float, strategy: Strategy | None) -> Recommendation:
+    common = {"estimator": estimator.name, "model_version": estimator.model_version}
+    found = fastest(job, gpu_model, estimator, max_gpus=max_gpus, gpus_per_node=gpus_per_node,
+                    max_oom_risk=max_oom_risk, strategy=strategy)
+    if isinstance(found, str):
+        return Recommendation(can_recommend=0, gpus=0, workers=0, number_gpus=0, reason=found, **common)
+    n, workers = found.layout.placement.number_gpus, found.workers
+    notes = [f"layout: {found.layout.label}", found.runner_up, *found.estimate.memory.notes[1:]]
+    return Recommendation(can_recommend=1, gpus=n // workers, workers=workers, number_gpus=n,
+                          estimate=found.estimate, reason="; ".join(notes), **common)

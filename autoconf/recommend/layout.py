@@ -1,50 +1,60 @@
-"""The fastest parallel layout for one job on a fixed GPU count: DP × TP × PP × sharding × micro-batch ×
-accumulation × checkpointing, under the memory gate.
+"""The fastest parallel layout for one job: DP × TP × PP × sharding × micro-batch × accumulation × checkpointing
+(recommend/layout_space.py) on one GPU count or the best of several, under the memory gate. Tensor and pipeline
+splits are searched for the stacks that run them (MODEL_PARALLEL_STACKS), data-parallel layouts for the rest.
 
-Every layout that the schema accepts is enumerated: tensor-parallel degree t (a power of two up to the node
-size, dividing the attention heads; the key/value heads divide it, replicated, or are divided by it), pipeline
-degree p (a power of two, at most the layer count), data-parallel degree d = GPUs / (t·p); sharding ``ddp`` /
-``zero1`` / ``zero2`` / ``fsdp`` / ``fsdp-hybrid`` (sharded ones only when d > 1, hybrid only across nodes);
-per-GPU micro-batch m with m·d dividing the global batch B (accumulation B / (m·d)); full activation
-checkpointing on or off. Each layout's memory comes from the
-estimator (the gate: ``oom_risk ≤ max_oom_risk``) and its tokens/s from the throughput theory under the stack
-the job names (theory/stacks.py). The memory of all layouts is one ``Estimator.memory_batch`` call (numpy for
-theory); tokens/s is computed for the layouts that pass the gate. The fastest layout that fits wins; the
-runner-up and the reason it lost (compute, pipeline bubble or exposed communication, from the two step
-breakdowns) are returned with it.
-Ties go to the simpler layout (fewer model-parallel GPUs, no checkpointing, less sharding).
+The whole search is array arithmetic: the space is numpy columns, the gate of every layout comes from theory's
+phase tables (recommend/layout_memory.py; ``oom_risk ≤ max_oom_risk``; one ``memory_batch`` over every layout for
+other estimators), and tokens/s from the vectorised throughput (estimators/theory/layout_grid.py) under the stack
+the job names (theory/stacks.py). The fastest layout that fits wins; ties go to the simpler layout (fewer
+model-parallel GPUs, no checkpointing, less sharding, fewer GPUs, fewer micro-steps). Only the winner and the
+runner-up become Job / Placement objects, with the estimator's own memory, and the reason the runner-up
+lost (compute incl. pipeline bubble and recompute, or exposed communication, from the two step breakdowns).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from autoconf.catalog import get_architecture, get_gpu
 from autoconf.defaults import GPUS_PER_NODE, MAX_OOM_RISK
 from autoconf.errors import InvalidInputError
 from autoconf.estimators.contract import Estimator
 from autoconf.estimators.theory import throughput as tp
+from autoconf.estimators.theory.layout_grid import STRATEGIES, Speeds, layout_speeds
+from autoconf.recommend import layout_space
+from autoconf.recommend.layout_memory import Gate, estimator_gate, theory_gate
+from autoconf.recommend.layout_space import Space
 from autoconf.schema import Job, Placement, Strategy, ThroughputEstimate
 
-SHARDINGS: tuple[Strategy, ...] = ("ddp", "zero1", "zero2", "fsdp", "fsdp-hybrid")
-MICRO_BATCHES = (1, 2, 4, 8, 16, 32)
-SIMPLER = {s: i for i, s in enumerate(SHARDINGS)}  # tie-break order: less sharding first
+SHARDINGS: tuple[Strategy, ...] = STRATEGIES
+MICRO_BATCHES = layout_space.MICRO_BATCHES
+# Stacks that run tensor and pipeline parallelism (theory/stacks.py names): Megatron-Core / NeMo (TP, PP, virtual
+# PP), nanotron (TP, PP: its ParallelismArgs), InternEvo (TP, PP with hybrid ZeRO). The fine-tuning frameworks of
+# Job.framework run data parallelism only: DDP, FSDP (full / hybrid shard) or DeepSpeed ZeRO through the HF Trainer /
+# accelerate (fms-hf-tuning's README: FSDP multi-GPU), so their layouts keep tp = pp = 1.
+MODEL_PARALLEL_STACKS = ("megatron", "nemo", "nanotron", "internevo")
 
 
 @dataclass(frozen=True)
 class Layout:
-    job: Job  # with the layout's accumulation and checkpointing
+    job: Job  # with the layout's global batch, accumulation and checkpointing
     placement: Placement
     throughput: ThroughputEstimate
     peak_gib: float
     oom_risk: float
 
     @property
+    def micro_batch(self) -> int:
+        p, j = self.placement, self.job
+        return j.batch_size // (p.dp // j.sequence_parallel * j.gradient_accumulation_steps)
+
+    @property
     def label(self) -> str:
         p, j = self.placement, self.job
-        micro = j.batch_size // (p.dp * j.gradient_accumulation_steps)
-        return (f"dp {p.dp} × tp {p.tp} × pp {p.pp}, {p.effective_strategy}, micro-batch {micro}, "
+        return (f"dp {p.dp} × tp {p.tp} × pp {p.pp}, {p.effective_strategy}, micro-batch {self.micro_batch}, "
                 f"accumulation {j.gradient_accumulation_steps}, checkpointing {'on' if j.gradient_checkpointing else 'off'}")
 
 
@@ -57,40 +67,38 @@ class LayoutChoice:
     fitting: int  # of those, the ones under the memory gate
 
 
-def _powers(limit: int) -> list[int]:
-    return [1 << k for k in range(limit.bit_length()) if 1 << k <= limit]
+def _counts(number_gpus: int | Sequence[int]) -> list[int]:
+    return [number_gpus] if isinstance(number_gpus, int) else sorted(set(number_gpus))
 
 
-def layouts(job: Job, gpu_model: str, number_gpus: int, gpus_per_node: int = GPUS_PER_NODE,
-            inter_node_gbps: float | None = None, shardings: tuple[Strategy, ...] = SHARDINGS,
-            ) -> Iterator[tuple[Job, Placement]]:
-    """Every (Job, Placement) of the search space for ``job.batch_size`` samples per step on ``number_gpus``."""
-    arch = get_architecture(job.model)
-    per_node = min(number_gpus, gpus_per_node)
-    for t in _powers(per_node):
-        if arch.num_heads % t or (arch.num_kv_heads % t and t % arch.num_kv_heads) or number_gpus % t:
-            continue
-        for p in _powers(number_gpus // t):
-            if p > arch.num_layers or number_gpus % (t * p):  # uneven stages allowed (ceil(L / p) layers)
-                continue
-            d = number_gpus // (t * p)
-            for strategy in shardings:
-                if (strategy != "ddp" and d == 1) or (strategy == "fsdp-hybrid" and number_gpus <= per_node):
-                    continue
-                place = Placement(gpu_model=gpu_model, number_gpus=number_gpus, gpus_per_worker=per_node, tp=t, pp=p,
-                                  strategy=strategy, inter_node_gbps=inter_node_gbps)
-                for m in MICRO_BATCHES:
-                    if job.batch_size % (m * d):
-                        continue
-                    for ckpt in (False, True):
-                        yield job.model_copy(update={"gradient_accumulation_steps": job.batch_size // (m * d),
-                                                     "gradient_checkpointing": ckpt}), place
+def row_inputs(job: Job, gpu_model: str, space: Space, r: int, inter_node_gbps: float | None) -> tuple[Job, Placement]:
+    """The Job and Placement of layout row ``r``."""
+    rows = space.rows
+    n = int(rows.gpus[r])
+    place = Placement(gpu_model=gpu_model, number_gpus=n, gpus_per_worker=int(rows.gpus_per_worker[r]),
+                      tp=int(rows.tp[r]), pp=int(rows.pp[r]), strategy=STRATEGIES[int(rows.strategy[r])],
+                      inter_node_gbps=inter_node_gbps)
+    return job.model_copy(update={"batch_size": int(rows.batch[r]), "gradient_accumulation_steps":
+                                  int(rows.accumulation[r]), "gradient_checkpointing": bool(rows.checkpointing[r])}), place
 
 
-def _order(layout: Layout) -> tuple[float, int, int, int]:
-    p = layout.placement
-    return (-layout.throughput.tokens_per_second, p.tp * p.pp, int(layout.job.gradient_checkpointing),
-            SIMPLER[p.effective_strategy])
+def search_space(job: Job, number_gpus: int | Sequence[int], gpus_per_node: int = GPUS_PER_NODE,
+                 shardings: Sequence[Strategy] = SHARDINGS, free_batch: bool = False, model_parallel: bool = True,
+                 ) -> Space:
+    """The layouts of ``job.batch_size`` samples per step (``free_batch``: any, accumulation 1) on each GPU count
+    (``model_parallel``: tensor and pipeline splits too)."""
+    return layout_space.build(get_architecture(job.model), 0 if free_batch else job.batch_size,
+                              tuple(_counts(number_gpus)), gpus_per_node, tuple(shardings), job.sequence_parallel,
+                              model_parallel)
+
+
+def layouts(job: Job, gpu_model: str, number_gpus: int | Sequence[int], gpus_per_node: int = GPUS_PER_NODE,
+            inter_node_gbps: float | None = None, shardings: Sequence[Strategy] = SHARDINGS,
+            model_parallel: bool = True) -> Iterator[tuple[Job, Placement]]:
+    """Every (Job, Placement) of the search space, as objects (for callers that want them; the search does not)."""
+    space = search_space(job, number_gpus, gpus_per_node, shardings, model_parallel=model_parallel)
+    for r in range(len(space)):
+        yield row_inputs(job, gpu_model, space, r, inter_node_gbps)
 
 
 def why(best: Layout, other: Layout) -> str:
@@ -106,31 +114,65 @@ def why(best: Layout, other: Layout) -> str:
             f"its step is {b.step_seconds - a.step_seconds:+.2f} s, mostly {part} ({extra:+.2f} s)")
 
 
-def fastest_layout(job: Job, gpu_model: str, number_gpus: int, estimator: Estimator, *, gpus_per_node: int = GPUS_PER_NODE,
-                   max_oom_risk: float = MAX_OOM_RISK, stack: str | None = None,
-                   inter_node_gbps: float | None = None, shardings: tuple[Strategy, ...] = SHARDINGS) -> LayoutChoice:
-    """The fastest layout of ``job`` on ``number_gpus`` × ``gpu_model`` that passes the memory gate
-    (``shardings``: the sharding strategies a stack offers, e.g. nanotron's ZeRO-0 / ZeRO-1 only)."""
+def ranking(space: Space, tokens_per_second: np.ndarray, fits: np.ndarray) -> np.ndarray:
+    """Rows that fit, fastest first; ties: fewer model-parallel GPUs, no checkpointing, less sharding, fewer GPUs,
+    fewer micro-steps (as objectives.throughput_batch)."""
+    rows = space.rows
+    order = np.lexsort((rows.accumulation, rows.gpus, rows.strategy, rows.checkpointing, rows.tp * rows.pp,
+                        -tokens_per_second))
+    out: np.ndarray = order[fits[order]]
+    return out
+
+
+def _gate(job: Job, gpu_model: str, space: Space, estimator: Estimator, gpus_per_node: int, max_oom_risk: float,
+          inter_node_gbps: float | None) -> Gate:
+    if estimator.name == "theory" and getattr(estimator, "calibration", None) is None:
+        return theory_gate(job, gpu_model, space, gpus_per_node, max_oom_risk, inter_node_gbps)
+    pairs = [row_inputs(job, gpu_model, space, r, inter_node_gbps) for r in range(len(space))]
+    return estimator_gate(estimator, [j for j, _ in pairs], [p for _, p in pairs], max_oom_risk)
+
+
+def _layouts(pairs: list[tuple[Job, Placement]], rows: list[int], speeds: Speeds, estimator: Estimator) -> list[Layout]:
+    """Layouts with the estimator's own memory (one memory_batch call) and the throughput of their rows (equal to
+    estimate_throughput's: tests/test_layout.py)."""
+    memory = estimator.memory_batch([j for j, _ in pairs], [p for _, p in pairs])
+    out = []
+    for i, ((job, place), r) in enumerate(zip(pairs, rows, strict=True)):
+        tps, step, compute = (float(a[r]) for a in (speeds.tokens_per_second, speeds.step, speeds.compute))
+        speed = ThroughputEstimate(tokens_per_second=tps, tokens_per_second_per_gpu=tps / place.number_gpus,
+                                   flops_per_token=float(speeds.flops_per_token[r]), mfu=float(speeds.efficiency[r]),
+                                   step_seconds=step, compute_seconds=compute, communication_seconds=step - compute)
+        out.append(Layout(job, place, speed, float(memory.peak[i]) / 2**30, float(memory.oom_risk[i])))
+    return out
+
+
+def fastest_layout(job: Job, gpu_model: str, number_gpus: int | Sequence[int], estimator: Estimator, *,
+                   gpus_per_node: int = GPUS_PER_NODE, max_oom_risk: float = MAX_OOM_RISK, stack: str | None = None,
+                   inter_node_gbps: float | None = None, shardings: Sequence[Strategy] = SHARDINGS,
+                   free_batch: bool = False, model_parallel: bool | None = None) -> LayoutChoice:
+    """The fastest layout of ``job`` on ``number_gpus`` × ``gpu_model`` (or on the best of several GPU counts)
+    that passes the memory gate (``shardings``: the sharding strategies a stack offers, e.g. nanotron's ZeRO-0 /
+    ZeRO-1 only; ``free_batch``: the global batch is free, micro-batch × data-parallel GPUs, no accumulation;
+    ``model_parallel``: search tensor and pipeline splits, by default when the stack runs them,
+    MODEL_PARALLEL_STACKS)."""
     tp.peak_flops(get_gpu(gpu_model), job.dtype)  # a GPU without a published peak is refused up front
-    space = list(layouts(job, gpu_model, number_gpus, gpus_per_node, inter_node_gbps, shardings))
+    if model_parallel is None:
+        model_parallel = (stack or job.framework) in MODEL_PARALLEL_STACKS
+    space = search_space(job, number_gpus, gpus_per_node, shardings, free_batch, model_parallel)
     evaluated = len(space)
-    memory = estimator.memory_batch([j for j, _ in space], [p for _, p in space]) if space else None
-    found: list[Layout] = []
-    for i, (cand_job, place) in enumerate(space):
-        assert memory is not None
-        if memory.errors[i] is not None or not memory.oom_risk[i] <= max_oom_risk:
-            continue  # refused by the memory model (an error row), or over the gate
-        speed = tp.estimate_throughput(cand_job, place, stack=stack)
-        found.append(Layout(cand_job, place, speed, float(memory.peak[i]) / 2**30, float(memory.oom_risk[i])))
     if evaluated == 0:
         raise InvalidInputError("batch_size", f"no layout of {number_gpus} GPUs divides the global batch "
                                 f"{job.batch_size} (micro-batch × data-parallel degree must divide it)")
-    if not found:
-        return LayoutChoice(None, None, f"none of {evaluated} layouts fits under oom_risk ≤ {max_oom_risk}",
+    gate = _gate(job, gpu_model, space, estimator, gpus_per_node, max_oom_risk, inter_node_gbps)
+    speeds = layout_speeds(job, gpu_model, space.rows, stack=stack, inter_node_gbps=inter_node_gbps)
+    ranked = ranking(space, speeds.tokens_per_second, gate.fits)
+    if not len(ranked):
+        detail = f" (refused: {gate.error})" if gate.error and not np.isfinite(gate.need).any() else ""
+        return LayoutChoice(None, None, f"nothing fits with oom_risk ≤ {max_oom_risk}: none of {evaluated} layouts{detail}",
                             evaluated, 0)
-    found.sort(key=_order)
-    best = found[0]
-    runner = next((f for f in found[1:] if f.label != best.label), None)
-    reason = (f"fastest of {len(found)} fitting layouts ({evaluated} evaluated): {best.label}, "
+    top = [int(r) for r in ranked[:2]]
+    found = _layouts([row_inputs(job, gpu_model, space, r, inter_node_gbps) for r in top], top, speeds, estimator)
+    best, runner = found[0], (found[1] if len(found) > 1 else None)
+    reason = (f"fastest of {len(ranked)} fitting layouts ({evaluated} evaluated): {best.label}, "
               f"{best.throughput.tokens_per_second:,.0f} tokens/s, MFU {best.throughput.mfu:.2f}")
-    return LayoutChoice(best, runner, reason + ("; " + why(best, runner) if runner else ""), evaluated, len(found))
+    return LayoutChoice(best, runner, reason + ("; " + why(best, runner) if runner else ""), evaluated, len(ranked))

@@ -51,6 +51,14 @@ STACKS: dict[str, Stack] = {
     "flash-attention": Stack("flash-attention", fused_kernels=True, overlap_param_gather=False, tp_overlap=False,
                              source="Dao-AILab/flash-attention training/README.md: FlashAttention plus fused MLP, "
                                     "dropout-add-LayerNorm, cross-entropy and rotary kernels; DDP"),
+    "nanotron": Stack("nanotron", fused_kernels=True, overlap_param_gather=False, tp_overlap=True,
+                      source="huggingface/nanotron src/nanotron/models/llama.py: flash_attn attention and rotary "
+                             "kernels, TritonRMSNorm, sharded_cross_entropy; slurm_launcher.py: 1f1b pipeline engine, "
+                             "tp_mode REDUCE_SCATTER with tp_linear_async_communication=True (the TP all-gathers "
+                             "overlap the linears); src/nanotron/optim/zero.py: ZeRO-1 all-gathers the updated "
+                             "parameters after the step (exposed); src/nanotron/helpers.py registers get_fp32_accum_hook "
+                             "(optim/gradient_accumulator.py) on torch DDP: fp32 gradient buckets reduced during "
+                             "backward"),
     "fms-fsdp": Stack("fms-fsdp", fused_kernels=False, overlap_param_gather=False, tp_overlap=False,
                       source="foundation-model-stack/fms-fsdp README: PyTorch FSDP / HSDP with SDPA flash attention; "
                              "torch.compile in the newest table (Job.torch_compile)"),

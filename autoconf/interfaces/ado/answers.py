@@ -24,7 +24,8 @@ from autoconf.estimators.contract import Estimator, get_estimator
 from autoconf.estimators.learned.versions import list_versions
 from autoconf.interfaces.ado.ibm.model_paths import IBM_VERSIONS
 from autoconf.interfaces.ado.ibm.utils.config_mapper import map_valid_model_name
-from autoconf.recommend.objectives import Choice, Chosen, avoid_oom_batch, chosen, throughput_batch
+from autoconf.recommend.fastest import Fastest, fastest
+from autoconf.recommend.objectives import Choice, Chosen, avoid_oom_batch, chosen
 from autoconf.recommend.search import BatchSearch, recommend_batch
 from autoconf.schema import GIB, Answer, Estimate, Job, Placement, job_of_words
 from autoconf.schema.answer import ado_figures
@@ -296,25 +297,45 @@ def avoid_oom_answers(points: Sequence[Point]) -> list[Outputs]:
 
 
 def throughput_answers(points: Sequence[Point]) -> list[Outputs]:
-    """throughput_recommender: the most tokens/s over GPUs × accumulation (× per-device batch if batch_size = 0)."""
-    settings = ("max_nodes", "gpus_per_node", "max_oom_risk")
-    points = [{**p, "gpus_per_node": per_worker(p, "gpus_per_node")} for p in points]
+    """throughput_recommender: the fastest parallel layout that fits (recommend/fastest.py: GPU count × DP × TP × PP
+    × sharding × micro-batch × accumulation × checkpointing; batch_size 0 leaves the global batch free), with the
+    runner-up and why it lost (``runner_up``)."""
+    out: list[Outputs] = []
+    for point in points:
+        estimator, note = estimator_of(str(point["estimator"]), str(point["model_version"]))
+        try:
+            free = int(plain(point["batch_size"])) == 0
+            job = job_of({**point, "batch_size": max(1, int(plain(point["batch_size"])))})
+            per_node = per_worker(point, "gpus_per_node")
+            found: Fastest | str = fastest(
+                job, str(point["gpu_model"]), estimator, free_batch=free, gpus_per_node=per_node,
+                max_gpus=min(int(plain(point["max_nodes"])) * per_node, MAX_SEARCH_GPUS),
+                max_oom_risk=float(plain(point["max_oom_risk"])))
+        except ANSWERABLE as exc:
+            found = describe(exc)
+        if isinstance(found, str):
+            answer = refused("; ".join(filter(None, [found, note])))
+            answer.update(total_gpus=answer.pop("number_gpus"), effective_batch_size=0, per_device_batch_size=0)
+        else:
+            answer = _layout_answer(found, note)
+        out.append({**answer, "answered_by": answered_by(estimator.name, estimator.model_version)})
+    return out
 
-    def search(jobs: list[Job], pts: list[Point], estimator: Estimator, o: dict[str, Any]) -> Choice:
-        return throughput_batch(jobs, [str(p["gpu_model"]) for p in pts], estimator,
-                                max_gpus=int(o["max_nodes"]) * int(o["gpus_per_node"]),
-                                gpus_per_node=int(o["gpus_per_node"]), max_oom_risk=float(o["max_oom_risk"]),
-                                batches=[int(plain(p["batch_size"])) for p in pts])
 
-    def row(pick: Chosen | None, reason: str, o: dict[str, Any]) -> Outputs:
-        if pick is None:
-            return {**refused(reason), "effective_batch_size": 0, "per_device_batch_size": 0}
-        out = _at(pick, int(o["gpus_per_node"]))
-        out.update(effective_batch_size=pick.batch_size, per_device_batch_size=pick.per_device_batch_size,
-                   gradient_accumulation_steps=pick.gradient_accumulation_steps)
-        if "tokens_per_second" in out:
-            out["estimated_throughput"] = out["tokens_per_second"]
-        return out
-
-    return _objective(points, settings, lambda p: {**p, "batch_size": max(1, int(plain(p["batch_size"])))}, search,
-                      row, "gpus_per_node")
+def _layout_answer(found: Fastest, note: str) -> Outputs:
+    layout, estimate = found.layout, found.estimate
+    place, job, memory = layout.placement, layout.job, estimate.memory
+    workers = place.workers
+    figures = Answer(peak_bytes=memory.peak_bytes, oom_risk=memory.oom_risk,
+                     tokens_per_second=None if estimate.throughput is None else estimate.throughput.tokens_per_second)
+    out: Outputs = {"can_recommend": True, "gpus": place.number_gpus // workers, "workers": workers,
+                    "total_gpus": place.number_gpus, "effective_batch_size": job.batch_size,
+                    "per_device_batch_size": layout.micro_batch,
+                    "gradient_accumulation_steps": job.gradient_accumulation_steps,
+                    "tensor_parallel": place.tp, "pipeline_parallel": place.pp, "data_parallel": place.dp,
+                    "sharding": place.effective_strategy, "activation_checkpointing": int(job.gradient_checkpointing),
+                    **figures.ado(CHOSEN_FIGURES), "runner_up": found.runner_up,
+                    "reason": "; ".join(filter(None, [*memory.notes[1:], note]))}
+    if "tokens_per_second" in out:
+        out["estimated_throughput"] = out["tokens_per_second"]
+    return out

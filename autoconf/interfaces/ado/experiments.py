@@ -120,8 +120,10 @@ def avoid_oom_recommender(
     required_properties=REQUIRED[:4],
     optional_properties=[FREE_BATCH, MAX_NODES, COMMON_OPTIONAL[2], *COMMON_SEARCH, MAX_RISK, *SEARCH_KNOBS],
     output_property_identifiers=THROUGHPUT_OUTPUTS, use_ray=USE_RAY,
-    metadata={"description": "The fastest GPU count x gradient accumulation (x per-device batch when batch_size "
-              "is 0) that fits with oom_risk <= max_oom_risk (IBM ado-autoconf's throughput_recommender)."},
+    metadata={"description": "The fastest parallel layout (GPU count x data x tensor x pipeline parallel x "
+              "sharding x micro-batch x accumulation x checkpointing; the global batch free when batch_size is 0) that "
+              "fits with oom_risk <= max_oom_risk, with the runner-up and why it lost (IBM ado-autoconf's "
+              "throughput_recommender, extended)."},
 )
 def throughput_recommender(
     model_name: str, method: str, gpu_model: str, tokens_per_sample: int, batch_size: int = 0, max_nodes: int = 1,
@@ -132,7 +134,8 @@ def throughput_recommender(
     images_per_sample: int = JOB["images_per_sample"], image_resolution: int = JOB["image_resolution"],
     freeze_vision: bool = JOB["freeze_vision"],
 ) -> dict[str, Any]:
-    """The placement with the most tokens/s at the requested global batch (or any batch when 0)."""
+    """The layout with the most tokens/s at the requested global batch (or any batch when 0); the input
+    gradient_checkpointing is searched (on and off), not kept."""
     return answers.throughput_answers([locals()])[0]
 
 

@@ -192,5 +192,6 @@ COMMON_SEARCH = [COMMON_OPTIONAL[0], COMMON_OPTIONAL[1]]  # model_version, estim
 AVOID_OOM_OUTPUTS = ["can_recommend", "gpus", "workers", "total_gpus", "global_batch_size", "peak_memory_gib",
                      "oom_risk", "tokens_per_second", "reason", "answered_by"]
 THROUGHPUT_OUTPUTS = ["can_recommend", "gpus", "workers", "effective_batch_size", "per_device_batch_size",
-                      "estimated_throughput", "total_gpus", "gradient_accumulation_steps", "peak_memory_gib",
-                      "oom_risk", "reason", "answered_by"]
+                      "estimated_throughput", "total_gpus", "gradient_accumulation_steps", "tensor_parallel",
+                      "pipeline_parallel", "data_parallel", "sharding", "activation_checkpointing", "peak_memory_gib",
+                      "oom_risk", "runner_up", "reason", "answered_by"]

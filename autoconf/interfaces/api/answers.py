@@ -222,6 +222,7 @@ def recommend_one(item: Resolved) -> dict[str, Any]:
                            "number_gpus": rec.number_gpus, "reason": rec.reason, "estimator": rec.estimator,
                            "model_version": rec.model_version, "objective": opts.objective,
                            "job": (rec.estimate.job if rec.estimate else item.job).model_dump(mode="json"),
+                           "placement": rec.estimate.placement.model_dump(mode="json") if rec.estimate else None,
                            "gpu_model": get_gpu(item.placement.gpu_model).name, "memory": None, "throughput": None}
     if rec.estimate is not None:
         tp = rec.estimate.throughput or throughput_or_none(item.job, rec.estimate.placement)

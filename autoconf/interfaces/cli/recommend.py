@@ -42,7 +42,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
                    help="avoid-oom: the GPUs requested; per-device batch = batch size / this; throughput --layouts: "
                         "the GPUs to lay out (default %(default)s)")
     p.add_argument("--layouts", action="store_true",
-                   help="throughput: search DP × TP × PP × sharding × micro-batch × checkpointing on --number-gpus")
+                   help="throughput: search DP × TP × PP × sharding × micro-batch × checkpointing on --number-gpus "
+                        "(TP and PP whatever the framework; without --layouts only stacks that run them get them)")
     add_search_arguments(p)
     p.add_argument("--json", action="store_true", help="print the Recommendation as JSON")
     p.add_argument("--plot", metavar="FILE", help="also draw peak memory and risk vs GPU count to FILE.png or .svg")
@@ -73,12 +74,18 @@ def format_text(rec: Recommendation) -> str:
         f"peak memory per GPU: {mem.peak_bytes / GIB:.1f} GiB of {mem.capacity_bytes / GIB:.1f} GiB   "
         f"oom_risk {mem.oom_risk:.3f}",
     ]
+    place = rec.estimate.placement
+    if place.tp > 1 or place.pp > 1 or rec.reason.startswith("layout: "):  # the throughput objective's layout
+        lines.append(f"layout: dp {place.dp} × tp {place.tp} × pp {place.pp}, {place.effective_strategy}, "
+                     f"checkpointing {'on' if job.gradient_checkpointing else 'off'}")
     if job.gradient_accumulation_steps > 1:
-        lines.append(f"gradient accumulation: {job.gradient_accumulation_steps} steps of "
-                     f"{job.batch_size // (rec.number_gpus * job.gradient_accumulation_steps)} samples per GPU")
+        micro = job.batch_size // (place.dp * job.gradient_accumulation_steps)
+        lines.append(f"gradient accumulation: {job.gradient_accumulation_steps} steps of {micro} samples per GPU")
     if mem.tokens_per_second is not None:
         lines.append(f"tokens/s: {mem.tokens_per_second:,.0f}")
     lines += [f"note: {n}" for n in mem.notes]
+    if rec.reason.startswith("layout: "):
+        lines.append(f"why: {rec.reason.split('; ', 1)[1]}")
     return "\n".join(lines)
 
 
@@ -100,7 +107,7 @@ def _layouts(args: argparse.Namespace, job: Job) -> int:
     from autoconf.recommend.layout import fastest_layout
 
     choice = fastest_layout(job, args.gpu, args.number_gpus, get_estimator(args.estimator, args.model_version),
-                            gpus_per_node=args.gpus_per_node, max_oom_risk=args.max_oom_risk)
+                            gpus_per_node=args.gpus_per_node, max_oom_risk=args.max_oom_risk, model_parallel=True)
     if args.json:
         best = choice.best
         print(json.dumps({"can_recommend": best is not None, "why": choice.why, "evaluated": choice.evaluated,

@@ -1,0 +1,142 @@
+"""``throughput.estimate_throughput`` over many parallel layouts of one job at once: numpy over layout columns.
+
+The layout recommender (recommend/layout.py) ranks every DP × TP × PP × sharding × micro-batch × accumulation ×
+checkpointing layout of a job. The per-job constants (FLOPs per token and the efficiency without its micro-batch
+term, with and without checkpointing; peak FLOP/s; bytes communicated; link speeds; the stack's overlaps) are
+computed once by the scalar module's own functions, and the rest of its formulas (efficiency, compute with the 1F1B
+bubble, communication by sharding strategy, the step) runs over arrays. Each line below names the function of
+throughput.py it follows; tests/test_layout.py checks every layout of several jobs against the scalar path
+(relative difference ≤ 1e-9).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from autoconf.catalog import get_architecture, get_gpu
+from autoconf.estimators.theory import throughput as tp
+from autoconf.estimators.theory.stacks import stack_for
+from autoconf.estimators.theory.states import trainable_params
+from autoconf.schema import Job, Strategy
+
+# the sharding strategies a layout column may name, by index, least sharded first (the recommender's tie-break):
+# DDP; DeepSpeed ZeRO-1 / ZeRO-2; FSDP SHARD_GRAD_OP (ZeRO-2-like); ZeRO-3 and FSDP FULL_SHARD; HYBRID_SHARD
+STRATEGIES: tuple[Strategy, ...] = ("ddp", "zero1", "zero2", "fsdp-shard-grad-op", "zero3", "fsdp", "fsdp-hybrid")
+DDP, ZERO1, ZERO2, SHARD_GRAD_OP, ZERO3, FSDP, HYBRID = range(len(STRATEGIES))
+
+
+@dataclass(frozen=True)
+class Layouts:
+    """Layout columns (one entry per layout; integer arrays, ``checkpointing`` 0/1, ``strategy`` an index of
+    STRATEGIES). ``gpus_per_worker`` and the link figures are the Placement's, as in throughput.py."""
+
+    gpus: np.ndarray
+    tp: np.ndarray
+    pp: np.ndarray
+    strategy: np.ndarray
+    batch: np.ndarray  # global batch per optimizer step
+    accumulation: np.ndarray
+    checkpointing: np.ndarray
+    gpus_per_worker: np.ndarray
+
+    @property
+    def dp(self) -> np.ndarray:
+        out: np.ndarray = self.gpus // (self.tp * self.pp)
+        return out
+
+
+@dataclass(frozen=True)
+class Speeds:
+    """Per layout: tokens/s, efficiency (the reported MFU), compute, overlappable and exposed seconds, step;
+    FLOPs per token."""
+
+    tokens_per_second: np.ndarray
+    efficiency: np.ndarray
+    compute: np.ndarray
+    overlappable: np.ndarray
+    exposed: np.ndarray
+    step: np.ndarray
+    flops_per_token: np.ndarray
+
+
+def _ring(num_bytes: np.ndarray | float, ranks: np.ndarray, bandwidth: np.ndarray | float) -> np.ndarray:
+    """throughput._ring_seconds over arrays (0 for one rank or no bytes)."""
+    ranks_f = np.maximum(ranks, 1).astype(float)
+    seconds = (ranks_f - 1) / ranks_f * num_bytes / (np.asarray(bandwidth) * 1e9 * tp.COLLECTIVE_EFFICIENCY)
+    out: np.ndarray = np.where((ranks > 1) & (np.asarray(num_bytes) > 0), seconds, 0.0)
+    return out
+
+
+@lru_cache(maxsize=1024)
+def _job_constants(job: Job, gpu_model: str, stack: str) -> tuple[np.ndarray, np.ndarray]:
+    """throughput.flops_per_token and job_factor of ``job`` with checkpointing off and on (index 0, 1); they read
+    neither the batch nor the accumulation."""
+    arch, gpu, profile = get_architecture(job.model), get_gpu(gpu_model), stack_for(stack)
+    variants = [job.model_copy(update={"gradient_checkpointing": bool(c)}) for c in (0, 1)]
+    return (np.array([tp.flops_per_token(v, arch) for v in variants]),
+            np.array([tp.job_factor(v, gpu, arch, tp.FITTED, profile) for v in variants]))
+
+
+def layout_speeds(job: Job, gpu_model: str, rows: Layouts, *, stack: str | None = None,
+                  intra_node_gbps: float | None = None, inter_node_gbps: float | None = None) -> Speeds:
+    """estimate_throughput(job at row's batch/accumulation/checkpointing, Placement of row) for every row.
+
+    ``intra_node_gbps`` / ``inter_node_gbps``: the Placement fields of every row (None: the catalogue's NVLink /
+    PCIe figure, and throughput.INTER_NODE_BANDWIDTH_GBPS). The caller checks the GPU's peak first
+    (throughput.peak_flops raises for a GPU without one)."""
+    arch, gpu = get_architecture(job.model), get_gpu(gpu_model)
+    profile = stack_for(stack or job.framework)
+    fit = tp.FITTED
+    peak = tp.peak_flops(gpu, job.dtype)
+    key = job.model_copy(update={"batch_size": 1, "gradient_accumulation_steps": 1, "gradient_checkpointing": False})
+    flops_by, factor_by = _job_constants(key, gpu_model, profile.name)
+    flops, factor = flops_by[rows.checkpointing], factor_by[rows.checkpointing]
+    x0 = fit.microbatch_tokens * (fit.fused_memory_share if profile.fused_kernels else 1.0)
+    n, t, p, d, g = rows.gpus, rows.tp, rows.pp, rows.dp, rows.accumulation
+    tokens = rows.batch.astype(float) * job.tokens_per_sample
+    # efficiency(): micro_batch_tokens over dp · accumulation
+    micro = tokens / (d * g)
+    eff = np.minimum(factor * micro / (micro + x0), tp.MAX_EFFICIENCY)
+    # compute_seconds(): with the 1F1B bubble (p - 1) / (virtual_pp · micro-batches), virtual_pp = 1 here
+    compute = tokens * flops / (n * peak * eff) * (1 + (p - 1) / g)
+    # communication(): link_bandwidth() (the NIC once a data-parallel ring leaves the node), per strategy
+    width = tp.COMM_BYTES[job.dtype]
+    shard = arch.total_params / t / p * width
+    grads = trainable_params(job, arch) / t / p * width
+    intra = intra_node_gbps or gpu.intra_node_bandwidth_gbps
+    workers = -(-n // rows.gpus_per_worker)
+    spread = (workers > 1) & (d > 1)
+    bw = np.where(spread, min(intra, inter_node_gbps or tp.INTER_NODE_BANDWIDTH_GBPS), intra)
+    gather, scatter = _ring(shard, d, bw), _ring(grads, d, bw)
+    s = rows.strategy
+    zero = (s == ZERO1) | (s == ZERO2)
+    zero_hidden = scatter * np.where(s == ZERO2, g, 1)
+    if profile.overlap_param_gather:
+        zero_hidden, zero_exposed = zero_hidden + gather, np.zeros_like(gather)
+    else:
+        zero_exposed = gather
+    # fsdp-hybrid: throughput.communication's branch (in-node link of the catalogue; its default network)
+    local = np.minimum(d, rows.gpus_per_worker)
+    intra_h = gpu.intra_node_bandwidth_gbps
+    inner = 2 * _ring(shard, local, intra_h) + _ring(grads, local, intra_h)
+    outer = 2 * _ring(grads / local, workers, min(intra_h, tp.INTER_NODE_BANDWIDTH_GBPS))
+    hidden = np.select([s == DDP, zero, s == SHARD_GRAD_OP, s == HYBRID],
+                       [2 * scatter, zero_hidden, g * (gather + scatter), g * inner + outer],
+                       g * (2 * gather + scatter))  # ZeRO-3 and FSDP full shard: gather forward and backward
+    exposed = np.where(zero, zero_exposed, 0.0)
+    if not profile.overlap_grad_reduce:
+        hidden, exposed = np.zeros_like(hidden), hidden + exposed
+    # _tensor_parallel_seconds(): 2 all-reduces (2 rings each) per layer forward, 2 backward (+2 recompute)
+    message = rows.batch / (d * g) * job.tokens_per_sample * arch.hidden_size * width
+    per_layer = np.where(rows.checkpointing == 1, 6, 4)
+    layers = -(-arch.num_layers // p)
+    tensor = g * per_layer * layers * 2 * _ring(message, t, intra)
+    if profile.tp_overlap:
+        hidden = hidden + tensor
+    else:
+        exposed = exposed + tensor
+    step = compute + np.maximum(0.0, hidden - compute) + exposed  # step_seconds()
+    return Speeds(tokens / step, eff, compute, hidden, exposed, step, flops)

@@ -1,0 +1,104 @@
+"""The search space of the layout recommender as numpy columns: every (GPUs, TP, PP, sharding, micro-batch,
+checkpointing) layout the schema accepts, with its accumulation.
+
+- tensor-parallel degree t: a power of two up to the node size, dividing the attention heads; the key/value heads
+  divide it (replicated) or are divided by it (theory/memory.py check_parallelism);
+- pipeline degree p: a power of two, at most the layer count (uneven stages allowed: ceil(L / p) layers);
+- data-parallel degree d = GPUs / (t·p); sharding ``ddp`` / ``zero1`` / ``zero2`` / ``fsdp-shard-grad-op`` /
+  ``zero3`` / ``fsdp`` / ``fsdp-hybrid`` (layout_grid.STRATEGIES), the sharded ones only when d > 1, hybrid only
+  across nodes;
+- per-GPU micro-batch m from MICRO_BATCHES with m·(d / sequence-parallel degree) dividing the global batch B
+  (accumulation B / (m·d/c)); with B = 0 the global batch is free: accumulation 1, B = m·d/c;
+- full activation checkpointing off or on.
+
+Built as an outer product of the few (GPUs, t, p) combinations with strategies × micro-batches × checkpointing,
+then masked: no Python loop over layouts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from autoconf.catalog import Architecture
+from autoconf.estimators.theory.layout_grid import DDP, HYBRID, STRATEGIES, Layouts
+from autoconf.schema import Strategy
+
+# Per-GPU micro-batches tried: powers of two, as the nanotron and Megatron sweeps use (nanotron's published best
+# layouts use 1-8), up to ado-autoconf's largest per-device batch, 256 (recommend/objectives.MAX_PER_DEVICE).
+MICRO_BATCHES = tuple(1 << k for k in range(9))
+
+
+@dataclass(frozen=True)
+class Space:
+    """The layouts (``rows``) and, per row, its memory group: one (GPUs, t, p, strategy, checkpointing) cell, the
+    unit theory memory is computed for (recommend/layout_memory.py). ``cells`` lists each group's
+    (GPUs, t, p, strategy index, checkpointing): every allowed one, whatever the global batch, so that searches
+    of one job at different batches share them."""
+
+    rows: Layouts
+    micro: np.ndarray
+    group: np.ndarray
+    cells: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.micro)
+
+
+def _powers(limit: int) -> list[int]:
+    return [1 << k for k in range(limit.bit_length()) if 1 << k <= limit]
+
+
+def combinations(arch: Architecture, counts: Sequence[int], gpus_per_node: int, model_parallel: bool = True,
+                 ) -> np.ndarray:
+    """(GPUs, t, p) rows of every allowed tensor × pipeline split of every GPU count (t = p = 1 only without
+    ``model_parallel``)."""
+    out = []
+    for n in counts:
+        per_node = min(n, gpus_per_node)
+        for t in _powers(per_node if model_parallel else 1):
+            if arch.num_heads % t or (arch.num_kv_heads % t and t % arch.num_kv_heads) or n % t:
+                continue
+            out += [(n, t, p) for p in _powers(n // t if model_parallel else 1)
+                    if p <= arch.num_layers and n % (t * p) == 0]
+    return np.array(out, dtype=np.int64).reshape(-1, 3)
+
+
+@lru_cache(maxsize=1024)
+def build(arch: Architecture, batch: int, counts: tuple[int, ...], gpus_per_node: int,
+          shardings: tuple[Strategy, ...], sequence_parallel: int = 1, model_parallel: bool = True) -> Space:
+    """Every layout of ``batch`` samples per step (0: free) on each GPU count of ``counts`` (memoised; the arrays
+    are read-only)."""
+    combos = combinations(arch, counts, gpus_per_node, model_parallel)
+    k, s, m, c = (a.reshape(-1) for a in np.meshgrid(
+        np.arange(len(combos)), np.array([STRATEGIES.index(x) for x in shardings], dtype=np.int64),
+        np.array(MICRO_BATCHES, dtype=np.int64), np.arange(2, dtype=np.int64), indexing="ij"))
+    n, t, p = combos[k, 0], combos[k, 1], combos[k, 2]
+    d = n // (t * p)
+    per_node = np.minimum(n, gpus_per_node)
+    allowed = ((s == DDP) | (d > 1)) & ((s != HYBRID) | (n > per_node)) & (d % sequence_parallel == 0)
+    keep = allowed.copy()
+    groups = d // sequence_parallel
+    if batch:
+        keep &= batch % (m * np.maximum(groups, 1)) == 0
+        accumulation = batch // np.maximum(m * groups, 1)
+        total = np.full(len(k), batch, dtype=np.int64)
+    else:
+        accumulation, total = np.ones(len(k), dtype=np.int64), m * groups
+    cell = (k * len(STRATEGIES) + s) * 2 + c  # the memory group: every allowed one, whatever the batch
+    used = np.unique(cell[allowed])
+    lookup = np.full(len(combos) * len(STRATEGIES) * 2, -1, dtype=np.int64)
+    lookup[used] = np.arange(len(used))
+    k, s, m, c = k[keep], s[keep], m[keep], c[keep]
+    rows = Layouts(gpus=n[keep], tp=t[keep], pp=p[keep], strategy=s, batch=total[keep],
+                   accumulation=accumulation[keep], checkpointing=c, gpus_per_worker=per_node[keep])
+    k_used = used // (2 * len(STRATEGIES))
+    cells = np.stack([combos[k_used, 0], combos[k_used, 1], combos[k_used, 2], used // 2 % len(STRATEGIES),
+                      used % 2], axis=1)
+    space = Space(rows=rows, micro=m, group=lookup[cell[keep]], cells=cells.reshape(-1, 5))
+    for column in (*rows.__dict__.values(), space.micro, space.group, space.cells):
+        column.flags.writeable = False
+    return space
