@@ -15,10 +15,18 @@ import pytest
 from autoconf.catalog import get_architecture, get_gpu
 from autoconf.errors import InvalidInputError
 from autoconf.estimators.contract import get_estimator
+from autoconf.estimators.theory import communication
 from autoconf.estimators.theory import throughput as tp
 from autoconf.evaluation import throughput_fit
 from autoconf.evaluation.data import load_measurements
 from autoconf.schema import Job, Placement
+
+
+@pytest.fixture()
+def no_latency(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bandwidth volumes only: every collective call's latency α set to 0 (collectives.py is tested on its own)."""
+    monkeypatch.setattr(communication, "latency_seconds", lambda *args: 0.0)
+
 
 
 def _job(**kw: Any) -> Job:
@@ -127,7 +135,7 @@ def test_communication_by_link_and_nodes() -> None:
     assert two_nodes.overlappable > one_node.overlappable  # the NIC (25 GB/s) is slower than NVLink (300 GB/s)
 
 
-def test_fsdp_volume_is_three_halves_of_ddp() -> None:
+def test_fsdp_volume_is_three_halves_of_ddp(no_latency: None) -> None:
     job, arch, gpu = _job(), get_architecture("llama3.1-8b"), get_gpu("NVIDIA-A100-SXM4-80GB")
     ddp = tp.communication(job, arch, Placement(gpu_model=gpu.name, number_gpus=8, strategy="ddp"), gpu)
     fsdp = tp.communication(job, arch, Placement(gpu_model=gpu.name, number_gpus=8, strategy="fsdp"), gpu)

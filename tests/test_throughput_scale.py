@@ -10,11 +10,20 @@ import pandas as pd
 import pytest
 
 from autoconf.catalog import get_architecture, get_gpu
+from autoconf.estimators.theory import communication
 from autoconf.estimators.theory import throughput as tp
+from autoconf.estimators.theory.collectives import latency_seconds
 from autoconf.estimators.theory.stacks import stack_for
 from autoconf.evaluation import throughput_fit as tf
 from autoconf.evaluation.data import load_measurements
 from autoconf.schema import Job, Placement
+
+
+@pytest.fixture()
+def no_latency(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bandwidth volumes only: every collective call's latency α set to 0 (collectives.py is tested on its own)."""
+    monkeypatch.setattr(communication, "latency_seconds", lambda *args: 0.0)
+
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +85,7 @@ def test_interleaved_pipeline_bubble() -> None:
     assert piped / flat == pytest.approx(1 + 3 / (2 * 4))
 
 
-def test_stacks_decide_what_is_exposed() -> None:
+def test_stacks_decide_what_is_exposed(no_latency: None) -> None:
     job = Job(model="llama3.1-8b", tokens_per_sample=4096, batch_size=16, gradient_accumulation_steps=2)
     arch, gpu = get_architecture("llama3.1-8b"), get_gpu("H100")
     place = Placement(gpu_model="H100", number_gpus=16, tp=2, strategy="zero1")
@@ -86,7 +95,7 @@ def test_stacks_decide_what_is_exposed() -> None:
     assert megatron.overlappable == pytest.approx(hf.overlappable + hf.exposed)
 
 
-def test_placement_network_overrides_the_default() -> None:
+def test_placement_network_overrides_the_default(no_latency: None) -> None:
     job = Job(model="llama3.1-8b", tokens_per_sample=4096, batch_size=16)
     arch, gpu = get_architecture("llama3.1-8b"), get_gpu("H100")
     slow = tp.communication(job, arch, Placement(gpu_model="H100", number_gpus=16), gpu)
@@ -107,3 +116,30 @@ def test_fp8_peak_doubles_bf16(name: str) -> None:
     """Hopper and Blackwell tensor cores run FP8 at twice the BF16 rate (NVIDIA datasheets)."""
     gpu = get_gpu(name)
     assert gpu.fp8_tflops == pytest.approx(2 * gpu.bf16_tflops, rel=0.01)  # type: ignore[operator]
+
+
+# NCCL 2.8 tuning.cc, Simple protocol: ring base 8.4 µs, ring hop 3.4 (NVLink) / 5.7 (PCIe) / 9.6 (network) µs,
+# tree hop 28 (NVLink) / 50 (network) µs; a multi-node ring all-reduce is 1.9 × its sum. Worked by hand:
+@pytest.mark.parametrize("kind, ranks, nodes, link, micros", [
+    ("all-gather", 1, 1, "nvlink", 0.0),
+    ("all-gather", 8, 1, "nvlink", 8.4 + 7 * 3.4),
+    ("reduce-scatter", 8, 1, "pcie", 8.4 + 7 * 5.7),
+    ("all-gather", 16, 2, "nvlink", 8.4 + 14 * 3.4 + 1 * 9.6),
+    ("all-reduce", 8, 1, "nvlink", 8.4 + 14 * 3.4),  # ring 56 µs beats the tree's 2 · 7 · 28 = 392 µs
+    ("all-reduce", 1024, 128, "nvlink", 2 * (7 * 28 + 7 * 50)),  # tree 1,092 µs; ring (8.4 + 1792·3.4 + 254·9.6)·1.9
+    ("broadcast", 64, 8, "nvlink", 8.4 + 9.6),
+])
+def test_collective_latency_follows_nccl_tuning(kind: str, ranks: int, nodes: int, link: str, micros: float) -> None:
+    assert latency_seconds(kind, ranks, nodes, link) == pytest.approx(micros * 1e-6)
+
+
+def test_latency_grows_with_ranks_in_a_zero_step() -> None:
+    """InternEvo broadcasts the updated shards once per ZeRO rank: its exposed α grows with the rank count."""
+    job = Job(model="internlm-7b", tokens_per_sample=2048, batch_size=8 * 8, gradient_accumulation_steps=4)
+    arch, gpu = get_architecture("internlm-7b"), get_gpu("NVIDIA-A100-SXM4-80GB")
+    exposed = [tp.communication(job.model_copy(update={"batch_size": 8 * n}), arch,
+                                Placement(gpu_model=gpu.name, number_gpus=n, strategy="zero1"), gpu, 50.0,
+                                stack_for("internevo")).exposed for n in (64, 128)]
+    # the ring's parameter bytes per GPU change only through (n-1)/n; the broadcasts add 64 × (8.4 + 9.6) µs
+    assert exposed[1] - exposed[0] == pytest.approx(
+        64 * 18e-6 + (127 / 128 - 63 / 64) * arch.total_params * 2 / (50e9 * 0.8), rel=1e-6)

@@ -49,6 +49,11 @@ _VP = re.compile(r"\bVP[ =](\d+)")
 # dgxc-benchmarking runs on NVIDIA DGX Cloud H100 nodes: DGX H100 has 8 ConnectX-7 400 Gb/s InfiniBand ports for
 # the compute fabric (NVIDIA DGX H100 user guide, "Network ports"): 8 x 400 / 8 = 400 GB/s per node.
 ASSUMED_LINKS = {"dgxc-benchmarking": 400.0}
+# Campaigns that do not name their network but run on a GPU whose clusters are built one way: llm-foundry's H100
+# tables (MosaicML platform, January 2024) state no interconnect; H100 training clusters follow NVIDIA's HGX / DGX
+# H100 reference design of one 400 Gb/s InfiniBand or RoCE NIC per GPU (NVIDIA DGX SuperPOD H100 reference
+# architecture), 400 GB/s per node. An assumption, stated in docs/accuracy.md.
+ASSUMED_CAMPAIGN_LINKS = {"llm-foundry/llmfoundry_mpt_train_benchmarks.csv:H100": 400.0}
 # Data strategies outside the Job schema -> the Job strategy with the same sharding.
 STRATEGIES = {"megatron": "zero1"}
 PRECISION_NOT_MODELLED = ("fp8", "amp_fp8", "mxfp8", "nvfp4", "fp8-cs", "fp8-mx")
@@ -79,6 +84,9 @@ def inter_node_gbps(campaign: str, source: str = "") -> float:
     found = _LINK.search(campaign or "")
     if found:
         return float(found.group(1)) / 8
+    for prefix, gbps in ASSUMED_CAMPAIGN_LINKS.items():
+        if (campaign or "").startswith(prefix):
+            return gbps
     return ASSUMED_LINKS.get(source, tp.INTER_NODE_BANDWIDTH_GBPS)
 
 

@@ -11,8 +11,9 @@ The embedding lookup costs no matmul FLOPs; the LM head does (V·h weights).
 
 The efficiency (fraction of the GPU's dense peak achieved on these FLOPs, recompute included) is fitted
 on the measured tokens/s rows of data/ (constants below; autoconf.evaluation.throughput_fit fits them). Communication
-(DDP all-reduce, ZeRO/FSDP reduce-scatter + all-gather, TP all-reduces) is computed from message sizes
-and link bandwidth; it is hidden behind compute when it can overlap, and only the excess is added.
+(DDP all-reduce, ZeRO/FSDP reduce-scatter + all-gather, TP all-reduces) is computed from message sizes, link
+bandwidth and NCCL's per-call latency (theory/communication.py, theory/collectives.py); it is hidden behind
+compute when it can overlap, and only the excess is added.
 """
 
 from __future__ import annotations
@@ -21,6 +22,16 @@ from dataclasses import dataclass
 
 from autoconf.catalog import Architecture, GPUSpec, get_architecture, get_gpu
 from autoconf.errors import InvalidInputError
+from autoconf.estimators.theory.communication import (  # re-exported: the throughput model's public names
+    COLLECTIVE_EFFICIENCY as COLLECTIVE_EFFICIENCY,
+)
+from autoconf.estimators.theory.communication import COMM_BYTES as COMM_BYTES
+from autoconf.estimators.theory.communication import INTER_NODE_BANDWIDTH_GBPS as INTER_NODE_BANDWIDTH_GBPS
+from autoconf.estimators.theory.communication import Communication as Communication
+from autoconf.estimators.theory.communication import _ring_seconds as _ring_seconds
+from autoconf.estimators.theory.communication import communication as communication
+from autoconf.estimators.theory.communication import intra_bandwidth as intra_bandwidth
+from autoconf.estimators.theory.communication import link_bandwidth as link_bandwidth
 from autoconf.estimators.theory.stacks import Stack, stack_for
 from autoconf.estimators.theory.states import trainable_params
 from autoconf.schema import Job, Placement, ThroughputEstimate
@@ -65,11 +76,11 @@ class EfficiencyFit:
 
 FITTED = EfficiencyFit(
     by_group={},
-    by_method={'full': 1.0098, 'lora': 0.8906, 'qlora': 0.9062},
-    microbatch_tokens=2811.7, fused_loss_factor=1.1508, moe_factor=0.8274, rows=1409,
+    by_method={'full': 1.0053, 'lora': 0.8914, 'qlora': 0.9072},
+    microbatch_tokens=2811.7, fused_loss_factor=1.1473, moe_factor=0.8283, rows=1425,
     memory_bound=9.9763, attention_cost=0.9990,
-    stack_factor=0.5657, compile_factor=1.1616, fused_memory_share=0.00,
-    fitted_on='1409 ok non-duplicate tokens/s rows of data/measurements.csv (bench/throughput_accuracy.py --fit)',
+    stack_factor=0.5688, compile_factor=1.1669, fused_memory_share=0.00,
+    fitted_on='1425 ok non-duplicate tokens/s rows of data/measurements.csv (bench/throughput_accuracy.py --fit)',
 )
 # Those rows: fms-acceleration (A100-SXM4-80GB, L40; full, LoRA, QLoRA, dense and MoE), llm-foundry (MPT
 # 125m-70b pre-training on A100-40GB/80GB and H100, 8-512 GPUs), Liger (A100), NVIDIA DGX Cloud NeMo recipes
@@ -81,27 +92,6 @@ FITTED = EfficiencyFit(
 # the memory-bound and attention terms always divide it (a 7B model at 2,048 tokens: 0.71 on A100, 0.57 on H100
 # before the micro-batch term).
 MAX_EFFICIENCY = 0.95  # no kernel mix sustains more than ~95 % of the dense tensor-core peak
-
-# ---- communication constants ----------------------------------------------------------------------------
-# Inter-node bandwidth per node, one direction, GB/s: two 100 Gb/s Ethernet NICs per node (IBM's Vela
-# cloud, where ado's measurements run: IBM Research blog "Why we built an AI supercomputer in the cloud",
-# 2023). An assumption: pass inter_node_gbps for InfiniBand clusters (DGX H100: 8 × 400 Gb/s = 400 GB/s).
-INTER_NODE_BANDWIDTH_GBPS = 25.0
-# NCCL ring collectives reach ~80 % of the nominal link rate as bus bandwidth (nccl-tests' busbw on
-# NVLink and PCIe systems); an assumption applied to both intra- and inter-node links.
-COLLECTIVE_EFFICIENCY = 0.8
-# Collectives move parameters/gradients in the compute dtype: 2 bytes for bf16/fp16 and amp (FSDP
-# MixedPrecision param_dtype / reduce_dtype bf16 as accelerate configures it), 4 for pure fp32.
-COMM_BYTES = {"bf16": 2, "fp16": 2, "amp-bf16": 2, "amp-fp16": 2, "fp32": 4}
-
-
-@dataclass(frozen=True)
-class Communication:
-    """Seconds of collectives per optimizer step on one GPU."""
-
-    overlappable: float  # can run concurrently with compute (bucketed reduce, prefetched all-gather)
-    exposed: float  # cannot (ZeRO-1/2 parameter all-gather after the step, tensor-parallel all-reduces)
-
 
 def matmul_params(arch: Architecture) -> float:
     """Active weights that take part in a matmul per token: all but embedding lookups and norms."""
@@ -213,75 +203,6 @@ def peak_flops(gpu: GPUSpec, dtype: str) -> float:
             f"got {gpu.name} (no {dtype} TFLOPS in the catalogue)"
         )
     return peak * 1e12
-
-
-def _ring_seconds(num_bytes: float, ranks: int, bandwidth_gbps: float) -> float:
-    """One ring all-gather or reduce-scatter: each GPU sends (N-1)/N of the buffer."""
-    if ranks <= 1 or num_bytes <= 0:
-        return 0.0
-    return (ranks - 1) / ranks * num_bytes / (bandwidth_gbps * 1e9 * COLLECTIVE_EFFICIENCY)
-
-
-def intra_bandwidth(gpu: GPUSpec, placement: Placement) -> float:
-    """GB/s per GPU inside a node: the Placement's figure, else the GPU's NVLink / PCIe link."""
-    return placement.intra_node_gbps or gpu.intra_node_bandwidth_gbps
-
-
-def link_bandwidth(gpu: GPUSpec, placement: Placement, inter_node_gbps: float) -> float:
-    """Bottleneck bandwidth of a data-parallel ring: the NIC as soon as the ring leaves the node.
-
-    A ring that spans nodes enters and leaves each node once, so it runs at the node's network bandwidth
-    (NCCL spreads its channels over all of a node's NICs) unless the in-node link is slower.
-    """
-    intra = intra_bandwidth(gpu, placement)
-    # data-parallel ranks sit tp·pp GPUs apart: with tp·pp ≥ the node size, even dp = 2 leaves the node
-    spread = placement.workers > 1 and placement.dp > 1
-    return min(intra, placement.inter_node_gbps or inter_node_gbps) if spread else intra
-
-
-def communication(
-    job: Job, arch: Architecture, placement: Placement, gpu: GPUSpec,
-    inter_node_gbps: float = INTER_NODE_BANDWIDTH_GBPS, stack: Stack | None = None,
-) -> Communication:
-    """Collective seconds per optimizer step (per GPU), by strategy and by what the stack overlaps."""
-    stack = stack or stack_for(job.framework)
-    strategy, dp, gas = placement.effective_strategy, placement.dp, job.gradient_accumulation_steps
-    width = COMM_BYTES[job.dtype]
-    shard = arch.total_params / placement.tp / placement.pp * width  # this rank's replica, bytes
-    grads = trainable_params(job, arch) / placement.tp / placement.pp * width
-    bw = link_bandwidth(gpu, placement, inter_node_gbps)
-    gather, scatter = _ring_seconds(shard, dp, bw), _ring_seconds(grads, dp, bw)
-    if strategy in ("ddp", "zero0"):
-        hidden, exposed = 2 * scatter, 0.0  # all-reduce once per step (no_sync while accumulating)
-    elif strategy in ("zero1", "zero2"):
-        hidden, exposed = scatter * (gas if strategy == "zero2" else 1), gather
-        if stack.overlap_param_gather:  # the updated shards are gathered during the next forward
-            hidden, exposed = hidden + gather, 0.0
-    elif strategy == "fsdp-shard-grad-op":
-        hidden, exposed = gas * (gather + scatter), 0.0
-    elif strategy == "fsdp-hybrid":
-        local = min(dp, placement.gpus_per_worker or min(placement.number_gpus, 8))
-        intra = gpu.intra_node_bandwidth_gbps
-        inner = 2 * _ring_seconds(shard, local, intra) + _ring_seconds(grads, local, intra)
-        outer = 2 * _ring_seconds(grads / local, placement.workers, min(intra, inter_node_gbps))
-        hidden, exposed = gas * inner + outer, 0.0
-    else:  # fsdp full shard, zero3: gather for forward and again for backward, reduce-scatter grads
-        hidden, exposed = gas * (2 * gather + scatter), 0.0
-    if not stack.overlap_grad_reduce:
-        hidden, exposed = 0.0, hidden + exposed
-    tensor = gas * _tensor_parallel_seconds(job, arch, placement, gpu)
-    return Communication(hidden + tensor, exposed) if stack.tp_overlap else Communication(hidden, exposed + tensor)
-
-
-def _tensor_parallel_seconds(job: Job, arch: Architecture, placement: Placement, gpu: GPUSpec) -> float:
-    """Megatron TP: 2 all-reduces of b·s·h activations per layer forward, 2 backward (+2 recompute)."""
-    if placement.tp <= 1:
-        return 0.0
-    micro = job.batch_size / (placement.dp * job.gradient_accumulation_steps)
-    message = micro * job.tokens_per_sample * arch.hidden_size * COMM_BYTES[job.dtype]
-    per_layer = 6 if job.gradient_checkpointing else 4
-    layers = -(-arch.num_layers // placement.pp)
-    return per_layer * layers * 2 * _ring_seconds(message, placement.tp, intra_bandwidth(gpu, placement))
 
 
 def compute_seconds(
