@@ -9,6 +9,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -17,6 +18,7 @@ from autoconf.errors import InvalidInputError
 from autoconf.estimators.contract import get_estimator
 from autoconf.estimators.theory import communication
 from autoconf.estimators.theory import throughput as tp
+from autoconf.estimators.theory import throughput_grid as grid
 from autoconf.evaluation import throughput_fit
 from autoconf.evaluation.data import load_measurements
 from autoconf.schema import Job, Placement
@@ -207,3 +209,41 @@ def test_bench_writes_its_section(tmp_path: Path) -> None:
     text = report.read_text()
     assert "<!-- section:throughput-theory -->" in text and "LOSO median" in text
     assert "| llm-foundry |" in text and "| **all** |" in text
+
+
+def test_fp8_runs_the_decoder_gemms_at_the_fp8_peak() -> None:
+    """Llama-3.1-8B, full FT, 4,096 tokens, no recompute, on H100 (989 BF16 / 1,979 FP8 dense TFLOPS).
+
+    Per layer q, o 4096², k, v 4096·1024, MLP 3·4096·14336: 218,103,808 weights; × 32 layers, × 6 FLOPs.
+    The head (128,256 · 4096, × 6) and attention (4 · 32 · 4096 · 4096 / 2 forward, × 3) stay at the BF16 peak.
+    """
+    layers, rest = 6 * 32 * 218_103_808, 6 * 128_256 * 4096 + 3 * 4 * 32 * 4096 * 4096 / 2
+    expected = (layers + rest) / (layers / 1979e12 + rest / 989e12)
+    job = _job(fp8=True, gradient_checkpointing=False)
+    assert tp.job_peak(job, get_gpu("H100"), get_architecture("llama3.1-8b")) == pytest.approx(expected, rel=1e-3)
+    assert tp.job_peak(_job(), get_gpu("H100"), get_architecture("llama3.1-8b")) == pytest.approx(989e12)
+
+
+def test_fp8_needs_fp8_tensor_cores() -> None:
+    place = Placement(gpu_model="NVIDIA-A100-SXM4-80GB")
+    with pytest.raises(InvalidInputError) as info:
+        tp.estimate_throughput(_job(fp8=True), place)
+    assert info.value.field == "fp8"
+    assert tp.throughput_or_none(_job(fp8=True), place) is None
+
+
+@pytest.mark.parametrize("job, gpu", [
+    (_job(fp8=True, batch_size=64), "H100"),
+    (_job(model="llama3.1-70b", batch_size=128), "NVIDIA-A100-SXM4-80GB"),
+    (_job(method="lora", batch_size=32, tokens_per_sample=2048), "L40S"),
+])
+@pytest.mark.parametrize("gpus, accumulation", [(1, 1), (8, 2), (16, 4), (64, 1)])
+def test_grid_equals_scalar_with_latency_and_fp8(job: Job, gpu: str, gpus: int, accumulation: int) -> None:
+    """throughput_grid (the recommender's and the sweep's path) against estimate_throughput, FSDP over nodes of 8."""
+    batch = job.batch_size
+    scalar = tp.estimate_throughput(job.model_copy(update={"gradient_accumulation_steps": accumulation}),
+                                    Placement(gpu_model=gpu, number_gpus=gpus, gpus_per_worker=min(gpus, 8)))
+    vector = grid.tokens_per_second(grid.job_constants([job], [gpu]), np.array([0]),
+                                    np.array([float(job.tokens_per_sample)]), np.array([batch]), np.array([gpus]),
+                                    np.array([accumulation]), 8)
+    assert vector[0] == pytest.approx(scalar.tokens_per_second, rel=1e-12)

@@ -42,21 +42,26 @@ K_GRID = [0.0] + [float(v) for v in np.geomspace(0.05, 50, 31)]  # memory-bound 
 A_GRID = [0.0] + [float(v) for v in np.geomspace(0.02, 5, 25)]  # attention extra cost
 PHI_GRID = [float(v) for v in np.linspace(0.0, 1.0, 11)]  # fused-kernel stacks' share of the memory-bound term
 METHODS = ("full", "lora", "qlora")
-EXTRAS = ("fused", "moe", "kernels", "compiled")  # multiplicative factors F, M, S, C (0/1 features)
+EXTRAS = ("fused", "moe", "kernels", "compiled", "fp8")  # multiplicative factors F, M, S, C, P (0/1 features)
 _LINK = re.compile(r"(\d+(?:\.\d+)?)\s*Gbps node-node", re.IGNORECASE)
 _VP = re.compile(r"\bVP[ =](\d+)")
 # Node-to-node links of clusters a source names but whose rows do not restate the link (GB/s per node).
 # dgxc-benchmarking runs on NVIDIA DGX Cloud H100 nodes: DGX H100 has 8 ConnectX-7 400 Gb/s InfiniBand ports for
 # the compute fabric (NVIDIA DGX H100 user guide, "Network ports"): 8 x 400 / 8 = 400 GB/s per node.
-ASSUMED_LINKS = {"dgxc-benchmarking": 400.0}
+# nemo-megatron-bridge-perf's NeMo 24.07 tables are measured on DGX-H100 systems (the same fabric).
+ASSUMED_LINKS = {"dgxc-benchmarking": 400.0, "nemo-megatron-bridge-perf": 400.0}
 # Campaigns that do not name their network but run on a GPU whose clusters are built one way: llm-foundry's H100
 # tables (MosaicML platform, January 2024) state no interconnect; H100 training clusters follow NVIDIA's HGX / DGX
 # H100 reference design of one 400 Gb/s InfiniBand or RoCE NIC per GPU (NVIDIA DGX SuperPOD H100 reference
 # architecture), 400 GB/s per node. An assumption, stated in docs/accuracy.md.
 ASSUMED_CAMPAIGN_LINKS = {"llm-foundry/llmfoundry_mpt_train_benchmarks.csv:H100": 400.0}
 # Data strategies outside the Job schema -> the Job strategy with the same sharding.
-STRATEGIES = {"megatron": "zero1"}
-PRECISION_NOT_MODELLED = ("fp8", "amp_fp8", "mxfp8", "nvfp4", "fp8-cs", "fp8-mx")
+STRATEGIES = {"megatron": "zero1", "megatron-fsdp": "fsdp"}  # Megatron-FSDP: parameters, grads, states sharded
+# FP8 recipes (Job.fp8): TE delayed / current scaling, MXFP8 block scaling (Blackwell), llm-foundry amp_fp8.
+# NVFP4 (4-bit) and cells whose precision the source leaves open are not modelled.
+PRECISION_FP8 = ("fp8", "amp_fp8", "mxfp8", "fp8-cs", "fp8-mx", "fp8-cs (fp8-mx)")
+PRECISION_NOT_MODELLED = ("nvfp4", "not stated (fp8 per the page text for most rows)")
+
 
 
 @dataclass(frozen=True)
@@ -97,10 +102,24 @@ def _inputs(row: pd.Series) -> tuple[Job, Placement, str]:
     if precision in PRECISION_NOT_MODELLED:
         raise ValueError(f"compute precision {precision} not modelled")
     data = row.to_dict()
+    if str(data.get("expert_parallel") or "") not in ("", "nan", "1", "1.0"):
+        raise ValueError("expert parallelism not modelled")
+    if stack in ("nemo", "megatron") and str(data.get("packing")) in ("1", "1.0", "True"):
+        # NeMo packed SFT attends within each packed sample (THD layout, cu_seqlens: NeMo docs "Sequence Packing");
+        # the samples' lengths are not stated, so the attention FLOPs are unknown
+        raise ValueError("packed sequences with per-sample attention not modelled")
     if stack in STACKS:
         data["framework"] = "hf-trainer"
+        data["gradient_accumulation_steps"] = _megatron_accumulation(data)
+        if stack in ("nemo", "megatron") and _missing(data.get("gradient_checkpointing")):
+            data["gradient_checkpointing"] = 0  # Megatron-LM --recompute-granularity defaults to None: no recompute
     data["strategy"] = STRATEGIES.get(str(data.get("strategy") or ""), data.get("strategy"))
+    if precision in PRECISION_FP8:  # FP8 GEMMs inside BF16 training (llm-foundry amp_fp8: autocast BF16 + TE FP8)
+        data["dtype"] = str(data.get("dtype") or "bf16").replace("fp8", "bf16")
+        data["amp"] = str(data.get("amp") or "").replace("fp8", "bf16") or data.get("amp")
     job, place = row_to_inputs(data)
+    if precision in PRECISION_FP8:
+        job = job.model_copy(update={"fp8": True})
     if "torch.compile" in str(data.get("kernels") or "") and not job.torch_compile:
         job = job.model_copy(update={"torch_compile": True})
     layout = {c: int(data[c]) for c, key in (("tensor_parallel", "tp"), ("pipeline_parallel", "pp"))
@@ -110,6 +129,22 @@ def _inputs(row: pd.Series) -> tuple[Job, Placement, str]:
         place = Placement(**{**place.model_dump(), "tp": layout.get("tensor_parallel", 1),
                              "pp": layout.get("pipeline_parallel", 1), "virtual_pp": int(vp.group(1)) if vp else 1})
     return job, place, stack if stack in STACKS else "hf"
+
+
+def _megatron_accumulation(data: dict[str, object]) -> object:
+    """A row that states the global and the micro batch but no accumulation: Megatron's GBS = MBS · GA · DP with
+    DP = GPUs / (TP · PP · CP) (Megatron-LM arguments: num_micro_batches = GBS / (MBS · DP))."""
+    ga, mbs = data.get("gradient_accumulation_steps"), data.get("per_device_batch_size")
+    if not _missing(ga) or _missing(mbs):
+        return ga
+    degrees = [1 if _missing(data.get(c)) else int(float(str(data.get(c))))
+               for c in ("tensor_parallel", "pipeline_parallel", "context_parallel")]
+    dp = int(float(str(data["number_gpus"]))) // math.prod(degrees)
+    return max(1, int(float(str(data["batch_size"]))) // (int(float(str(mbs))) * max(dp, 1)))
+
+
+def _missing(value: object) -> bool:
+    return value is None or str(value) in ("", "nan")
 
 
 def throughput_rows(frame: pd.DataFrame) -> pd.DataFrame:
@@ -137,7 +172,8 @@ def throughput_rows(frame: pd.DataFrame) -> pd.DataFrame:
             "model": job.model, "stack": profile.name,
             "method": job.method, "job": job, "placement": place, "family": gpu.architecture,
             "fused": tp.fused_kernels(job), "moe": arch.is_moe, "x": tp.micro_batch_tokens(job, place),
-            "kernels": profile.fused_kernels, "compiled": bool(job.torch_compile), "gpus": place.number_gpus,
+            "kernels": profile.fused_kernels, "compiled": bool(job.torch_compile), "fp8": job.fp8,
+            "gpus": place.number_gpus,
             "layout": str(row.get("kernels") or ""),
             "q": tp.ridge_over_hidden(job, gpu, arch), "a": tp.attention_share(job, arch), "link": link,
             "implied": implied if implied is not None else math.nan, "measured": float(row["tokens_per_second"]),
@@ -151,7 +187,7 @@ def _field(exc: Exception) -> str:
     """The input a refusal names: AutoconfError.field, or the first location of a pydantic error."""
     if isinstance(exc, ValidationError) and exc.errors():
         return str(exc.errors()[0]["loc"][0])
-    if not isinstance(exc, AutoconfError) and "compute precision" in str(exc):
+    if not isinstance(exc, AutoconfError) and ("compute precision" in str(exc) or "not modelled" in str(exc)):
         return str(exc).removesuffix(" not modelled")
     return str(getattr(exc, "field", "") or type(exc).__name__)
 
@@ -211,7 +247,7 @@ def fit_efficiency(rows: pd.DataFrame, shape: Shape = SHIPPED, fitted_on: str = 
         by_method[method] = math.exp(sum(n * math.log(e) for e, n in pooled) / sum(n for _, n in pooled))
     by_group = {g: v for g, v in values.items() if shape.by_generation}
     return tp.EfficiencyFit(by_group, by_method, x0, factor["fused"], factor["moe"], len(rows), k, alpha, fitted_on,
-                            factor["kernels"], factor["compiled"], phi)
+                            factor["kernels"], factor["compiled"], phi, factor["fp8"])
 
 
 def predict(rows: pd.DataFrame, params: tp.EfficiencyFit) -> np.ndarray:
@@ -244,6 +280,6 @@ def fitted_block(params: tp.EfficiencyFit) -> str:
         f"moe_factor={params.moe_factor:.4f}, rows={params.rows},\n"
         f"    memory_bound={params.memory_bound:.4f}, attention_cost={params.attention_cost:.4f},\n"
         f"    stack_factor={params.stack_factor:.4f}, compile_factor={params.compile_factor:.4f}, "
-        f"fused_memory_share={params.fused_memory_share:.2f},\n"
+        f"fused_memory_share={params.fused_memory_share:.2f}, fp8_factor={params.fp8_factor:.4f},\n"
         f"    fitted_on={params.fitted_on!r},\n)"
     )

@@ -38,7 +38,8 @@ from autoconf.schema import Job, Placement, ThroughputEstimate
 
 # ---- fitted efficiency -----------------------------------------------------------------------------------
 # efficiency = E[GPU architecture, method] · x / (x + φX0) / (1 + φK · R / w) / (1 + α · a) · (F if fused) · (M if MoE)
-#              · (S if the stack fuses its element-wise kernels) · (C if torch.compile); φ = 1 for unfused stacks.
+#              · (S if the stack fuses its element-wise kernels) · (C if torch.compile) · (P if FP8 GEMMs);
+#              φ = 1 for unfused stacks. With FP8 the FLOPs run at job_peak (FP8 on the decoder layers' GEMMs).
 # x: tokens of one micro-batch on one GPU; X0 a per-micro-batch fixed cost (optimizer step, launches, data
 # loader) in tokens of compute. R / h: the GPU's ridge point (dense peak FLOP/s over memory bytes/s, FLOPs per
 # byte) over the layer's matmul width w (h; an MoE expert's intermediate size if smaller): per token and
@@ -72,19 +73,22 @@ class EfficiencyFit:
     # φ: a fused-kernel stack's time outside large GEMMs relative to an unfused one; it scales both the memory-bound
     # term K·R/w and the per-micro-batch overhead X0 (element-wise kernels, launches: what fusion removes)
     fused_memory_share: float = 1.0
+    fp8_factor: float = 1.0  # P: FP8 GEMMs' efficiency relative to the training dtype's (Job.fp8)
 
 
 FITTED = EfficiencyFit(
     by_group={},
-    by_method={'full': 1.0053, 'lora': 0.8914, 'qlora': 0.9072},
-    microbatch_tokens=2811.7, fused_loss_factor=1.1473, moe_factor=0.8283, rows=1425,
+    by_method={'full': 1.0043, 'lora': 0.8958, 'qlora': 0.9069},
+    microbatch_tokens=2811.7, fused_loss_factor=1.1484, moe_factor=0.8279, rows=1492,
     memory_bound=9.9763, attention_cost=0.9990,
-    stack_factor=0.5688, compile_factor=1.1669, fused_memory_share=0.00,
-    fitted_on='1425 ok non-duplicate tokens/s rows of data/measurements.csv (bench/throughput_accuracy.py --fit)',
+    stack_factor=0.5663, compile_factor=1.1680, fused_memory_share=0.00, fp8_factor=0.7906,
+    fitted_on='1492 ok non-duplicate tokens/s rows of data/measurements.csv (bench/throughput_accuracy.py --fit)',
 )
 # Those rows: fms-acceleration (A100-SXM4-80GB, L40; full, LoRA, QLoRA, dense and MoE), llm-foundry (MPT
 # 125m-70b pre-training on A100-40GB/80GB and H100, 8-512 GPUs), Liger (A100), NVIDIA DGX Cloud NeMo recipes
-# (H100, 8-2,304 GPUs, TP/PP/CP layouts, BF16), InternEvo (A100, 8-1,024 GPUs) and fms-fsdp (A100, H100).
+# (H100 and GB200, 8-2,304 GPUs, TP/PP/CP layouts, BF16 and FP8), NeMo 24.07 FP8 pre-training (H100), llm-foundry's
+# FP8 table (H100), InternEvo (A100, 8-1,024 GPUs) and fms-fsdp (A100, H100). P < 1: FP8 GEMMs reach 0.79 of the
+# fraction of their (doubled) peak that BF16 GEMMs reach of theirs (amax / cast / transpose kernels around them).
 # S < 1 with φ = 0: a fused-kernel stack (stacks.py) pays no memory-bound or per-micro-batch overhead term, and
 # its E·S is what is left (0.57 of the HF E: the plain GEMM-plus-attention efficiency of those stacks). No per-GPU-architecture E:
 # fitted per architecture, the leave-one-source-out error was worse (docs/accuracy.md, throughput-theory);
@@ -150,7 +154,7 @@ def ridge_over_hidden(job: Job, gpu: GPUSpec, arch: Architecture) -> float:
     Tensor parallelism leaves the ratio alone when it shards the norms and activations too (Megatron's
     sequence parallelism): the matmul FLOPs and the element-wise bytes per GPU both shrink tp times.
     """
-    return peak_flops(gpu, job.dtype) / (gpu.memory_bandwidth_gbps * 1e9) / matmul_width(arch)
+    return job_peak(job, gpu, arch) / (gpu.memory_bandwidth_gbps * 1e9) / matmul_width(arch)
 
 
 def job_factor(
@@ -168,6 +172,7 @@ def job_factor(
     base *= fit.fused_loss_factor if fused_kernels(job) else 1.0
     base *= fit.stack_factor if stack.fused_kernels else 1.0
     base *= fit.compile_factor if job.torch_compile else 1.0
+    base *= fit.fp8_factor if job.fp8 else 1.0
     return base * (fit.moe_factor if arch.is_moe else 1.0)
 
 
@@ -205,6 +210,26 @@ def peak_flops(gpu: GPUSpec, dtype: str) -> float:
     return peak * 1e12
 
 
+def job_peak(job: Job, gpu: GPUSpec, arch: Architecture) -> float:
+    """The dense peak the job's FLOPs run at, FLOP/s: the training dtype's, or with FP8 the harmonic blend of
+    the FP8 peak on the decoder layers' weight matmuls and the dtype's peak on attention and the LM head.
+
+    Transformer Engine's FP8 recipes (NeMo / Megatron-Core, llm-foundry ``fc_type: te``) cast the inputs of
+    te.Linear layers (QKV, output projection, MLP: forward, data- and weight-gradient GEMMs) to FP8; the core
+    attention (flash / cuDNN) and Megatron's output layer stay in BF16 (TE docs, "Using FP8 with Transformer
+    Engine"; Megatron-Core ``--fp8-format``). A Blackwell MXFP8 recipe scales the same GEMMs by blocks.
+    """
+    dtype_peak = peak_flops(gpu, job.dtype)
+    if not job.fp8:
+        return dtype_peak
+    if not gpu.fp8_tflops:
+        raise InvalidInputError("fp8", f"needs FP8 tensor cores; {gpu.name} has no FP8 TFLOPS in the catalogue "
+                                       "(Hopper, Ada and Blackwell have)")
+    matmuls, attention = flops_parts(job, arch)
+    layers = matmuls * (1.0 - arch.vocab_size * arch.hidden_size / matmul_params(arch))
+    return (matmuls + attention) / (layers / (gpu.fp8_tflops * 1e12) + (matmuls - layers + attention) / dtype_peak)
+
+
 def compute_seconds(
     job: Job, arch: Architecture, placement: Placement, gpu: GPUSpec, eff: float, flops: float | None = None
 ) -> float:
@@ -215,7 +240,7 @@ def compute_seconds(
     """
     tokens = job.batch_size * job.tokens_per_sample
     per_token = flops if flops is not None else flops_per_token(job, arch)
-    seconds = tokens * per_token / (placement.number_gpus * peak_flops(gpu, job.dtype) * eff)
+    seconds = tokens * per_token / (placement.number_gpus * job_peak(job, gpu, arch) * eff)
     micro_batches = job.gradient_accumulation_steps
     return seconds * (1 + (placement.pp - 1) / (placement.virtual_pp * micro_batches))
 
@@ -234,7 +259,7 @@ def estimate_throughput(
     ``stack`` names a throughput profile (stacks.STACKS); default: the Job's framework.
     """
     arch, gpu = get_architecture(job.model), get_gpu(placement.gpu_model)
-    peak_flops(gpu, job.dtype)  # a GPU without a published peak is refused before anything else
+    job_peak(job, gpu, arch)  # a GPU without a published peak (or FP8 without FP8 tensor cores) is refused first
     profile = stack_for(stack or job.framework)
     eff = efficiency_override if efficiency_override is not None else efficiency(
         job, placement, gpu, arch, fit, profile)
@@ -253,7 +278,8 @@ def estimate_throughput(
 
 
 def throughput_or_none(job: Job, placement: Placement) -> ThroughputEstimate | None:
-    """estimate_throughput, or None when the GPU has no published peak for the dtype (A10G, V100 bf16)."""
-    if not get_gpu(placement.gpu_model).peak_tflops(job.dtype):
+    """estimate_throughput, or None when the GPU has no published peak for the dtype (A10G, V100 bf16) or for FP8."""
+    gpu = get_gpu(placement.gpu_model)
+    if not gpu.peak_tflops(job.dtype) or (job.fp8 and not gpu.fp8_tflops):
         return None
     return estimate_throughput(job, placement)

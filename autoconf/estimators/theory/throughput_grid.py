@@ -35,13 +35,12 @@ def _constants(job: Job, gpu_model: str) -> tuple[float, ...]:
     """The per-job constants of the formula (NaN row when the GPU has no peak or the job is refused)."""
     try:
         arch, gpu = get_architecture(job.model), get_gpu(gpu_model)
-        peak = gpu.peak_tflops(job.dtype)
-        if not peak:
+        if not gpu.peak_tflops(job.dtype) or (job.fp8 and not gpu.fp8_tflops):
             return (np.nan,) * CONSTANTS
         base = tp.job_factor(job, gpu, arch)  # the efficiency without its micro-batch term
         width = tp.COMM_BYTES[job.dtype]
         hop = collectives.RING_HOP_US["nvlink" if gpu.intra_node_link == "nvlink" else "pcie"]
-        return (tp.flops_per_token(job, arch), base, peak * 1e12, arch.total_params * width,
+        return (tp.flops_per_token(job, arch), base, tp.job_peak(job, gpu, arch), arch.total_params * width,
                 trainable_params(job, arch) * width, gpu.intra_node_bandwidth_gbps, float(arch.num_layers), hop)
     except (AutoconfError, ValueError):
         return (np.nan,) * CONSTANTS
