@@ -76,11 +76,11 @@ def targets(rows: pd.DataFrame) -> list[str]:
 
 def series_key(rows: pd.DataFrame) -> pd.Series:
     """One scaling series: a source's model, method, layout (as the data states it), micro-batch tokens per GPU,
-    accumulation, sequence length and recompute."""
+    accumulation, sequence length, recompute and FP8."""
     return pd.Series([
         f"{j.model} {j.method} tp{p.tp} pp{p.pp} vp{p.virtual_pp} cp{j.sequence_parallel} {p.effective_strategy} "
         f"({layout.split(';')[0]}) {tp.micro_batch_tokens(j, p):.0f} tokens/micro-batch ga{j.gradient_accumulation_steps} "
-        f"seq{j.tokens_per_sample}{' ckpt' if j.gradient_checkpointing else ''}"
+        f"seq{j.tokens_per_sample}{' ckpt' if j.gradient_checkpointing else ''}{' fp8' if j.fp8 else ''}"
         for j, p, layout in zip(rows["job"], rows["placement"], rows["layout"], strict=True)], index=rows.index)
 
 
@@ -134,9 +134,11 @@ def report(rows: pd.DataFrame, params: tp.EfficiencyFit) -> str:
     ]
     lines += [f"Targets (issue 22): LOSO median ≤ {TARGET_MEDIAN:.0f} % and |bias| ≤ {TARGET_BIAS:.0f} % on every "
               f"source with ≥ {TARGET_MIN_ROWS} rows:", "", *targets(rows), ""]
-    for column in ("source", "framework", "family", "gpu", "method"):
-        title = "GPU generation" if column == "family" else column
-        lines += [f"By {title}:", "", *table(rows, column), ""]
+    rows = rows.assign(precision=["fp8 GEMMs" if j.fp8 else j.dtype for j in rows["job"]],
+                       generation_source=[f"{f} / {s}" for f, s in zip(rows["family"], rows["source"], strict=True)])
+    titles = {"family": "GPU generation", "generation_source": "GPU generation and source"}
+    for column in ("source", "framework", "family", "generation_source", "gpu", "method", "precision"):
+        lines += [f"By {titles.get(column, column)}:", "", *table(rows, column), ""]
     lines += [f"Scaling curves, LOSO (the source's rows predicted by constants fitted without it): tokens/s per GPU "
               f"against GPU count, target within {SCALING_TOLERANCE:.0f} % at every point:", "", *scaling(rows), ""]
     lines += [
