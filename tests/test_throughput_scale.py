@@ -143,3 +143,26 @@ def test_latency_grows_with_ranks_in_a_zero_step() -> None:
     # the ring's parameter bytes per GPU change only through (n-1)/n; the broadcasts add 64 × (8.4 + 9.6) µs
     assert exposed[1] - exposed[0] == pytest.approx(
         64 * 18e-6 + (127 / 128 - 63 / 64) * arch.total_params * 2 / (50e9 * 0.8), rel=1e-6)
+
+
+def test_selective_checkpointing_recomputes_a_share_of_the_layers() -> None:
+    """Llama-3.1-8B, 4,096 tokens: 7,504,658,432 matmul weights (32 · 218,103,808 + the 128,256 · 4096 head),
+    attention 4 · 32 · 4096 · 4096 / 2 per token forward. Half the layers recomputed: 6N + N, attention × 3.5."""
+    job = Job(model="llama3.1-8b", tokens_per_sample=4096, batch_size=8)
+    n, attention = 7_504_658_432, 4 * 32 * 4096 * 4096 / 2
+    assert tp.flops_parts(job, recompute=0.5) == pytest.approx((7 * n, 3.5 * attention), rel=1e-9)
+    assert tp.flops_parts(job) == pytest.approx((8 * n, 4 * attention), rel=1e-9)  # checkpointing: all layers
+    full = tp.estimate_throughput(job, Placement(gpu_model="H100"))
+    half = tp.estimate_throughput(job, Placement(gpu_model="H100"), recompute=0.5)
+    assert half.tokens_per_second > full.tokens_per_second
+
+
+@pytest.mark.parametrize("gpu, expected", [
+    ("NVIDIA-A100-SXM4-80GB", 3 * (0.59 / 0.51 - 1)), ("NVIDIA-H100-80GB-HBM3", 3 * (0.40 / 0.35 - 1)),
+])
+def test_recompute_share_from_the_stated_mfu_and_hfu(gpu: str, expected: float) -> None:
+    """fms-fsdp 13B with selective checkpointing: MFU 0.51 / HFU 0.59 (A100), 0.35 / 0.40 (H100)."""
+    row = pd.Series({"kernels": "selective activation checkpointing", "gpu_model": gpu,
+                     "notes": "MFU (A100 80G)=0.51, HFU (A100 80G)=0.59, MFU (H100 80G)=0.35, HFU (H100 80G)=0.40"})
+    assert tf.stated_recompute(row) == pytest.approx(expected)
+    assert pd.isna(tf.stated_recompute(row.drop("kernels")))

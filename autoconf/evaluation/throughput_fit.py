@@ -45,6 +45,8 @@ METHODS = ("full", "lora", "qlora")
 EXTRAS = ("fused", "moe", "kernels", "compiled", "fp8")  # multiplicative factors F, M, S, C, P (0/1 features)
 _LINK = re.compile(r"(\d+(?:\.\d+)?)\s*Gbps node-node", re.IGNORECASE)
 _VP = re.compile(r"\bVP[ =](\d+)")
+# fms-fsdp states MFU and HFU per GPU next to each table cell ("MFU (A100 80G)=0.51, HFU (A100 80G)=0.59")
+_MFU_HFU = re.compile(r"MFU \((A100|H100) 80G\)=([\d.]+), HFU \(\1 80G\)=([\d.]+)")
 # Node-to-node links of clusters a source names but whose rows do not restate the link (GB/s per node).
 # dgxc-benchmarking runs on NVIDIA DGX Cloud H100 nodes: DGX H100 has 8 ConnectX-7 400 Gb/s InfiniBand ports for
 # the compute fabric (NVIDIA DGX H100 user guide, "Network ports"): 8 x 400 / 8 = 400 GB/s per node.
@@ -147,6 +149,23 @@ def _missing(value: object) -> bool:
     return value is None or str(value) in ("", "nan")
 
 
+def stated_recompute(row: pd.Series) -> float:
+    """The share of layers a selective-checkpointing row recomputes, from the MFU and HFU its source states for
+    its GPU: HFU counts the recomputed forward (2 of the 6 FLOPs per weight per token), so HFU / MFU = 1 + f / 3
+    (fms-fsdp README: "HFU ... includes the recomputation"). NaN when the row is not selective or states neither."""
+    if "selective" not in str(row.get("kernels") or ""):
+        return math.nan
+    gpu = "H100" if "H100" in str(row.get("gpu_model")) else "A100"
+    for tag, mfu, hfu in _MFU_HFU.findall(str(row.get("notes") or "")):
+        if tag == gpu and float(mfu) > 0:
+            return min(max(3.0 * (float(hfu) / float(mfu) - 1.0), 0.0), 1.0)
+    return math.nan
+
+
+def _recompute(value: object) -> float | None:
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(str(value))
+
+
 def throughput_rows(frame: pd.DataFrame) -> pd.DataFrame:
     """Ok, non-duplicate rows with tokens/s, a resolvable model and a GPU with a peak, with the fit features.
 
@@ -166,7 +185,9 @@ def throughput_rows(frame: pd.DataFrame) -> pd.DataFrame:
             continue
         link = inter_node_gbps(str(row.get("campaign", "")), str(row["source"]))
         profile = stack_for(stack if stack != "hf" else job.framework)
-        implied = tp.implied_efficiency(job, place, float(row["tokens_per_second"]), link, profile)
+        recompute = stated_recompute(row)
+        implied = tp.implied_efficiency(job, place, float(row["tokens_per_second"]), link, profile,
+                                        _recompute(recompute))
         records.append({
             "source": row["source"], "framework": stack if stack != "hf" else job.framework, "gpu": gpu.name,
             "model": job.model, "stack": profile.name,
@@ -175,7 +196,8 @@ def throughput_rows(frame: pd.DataFrame) -> pd.DataFrame:
             "kernels": profile.fused_kernels, "compiled": bool(job.torch_compile), "fp8": job.fp8,
             "gpus": place.number_gpus,
             "layout": str(row.get("kernels") or ""),
-            "q": tp.ridge_over_hidden(job, gpu, arch), "a": tp.attention_share(job, arch), "link": link,
+            "q": tp.ridge_over_hidden(job, gpu, arch, _recompute(recompute)),
+            "a": tp.attention_share(job, arch, _recompute(recompute)), "link": link, "recompute": recompute,
             "implied": implied if implied is not None else math.nan, "measured": float(row["tokens_per_second"]),
         })
     out = pd.DataFrame.from_records(records)
@@ -252,9 +274,12 @@ def fit_efficiency(rows: pd.DataFrame, shape: Shape = SHIPPED, fitted_on: str = 
 
 def predict(rows: pd.DataFrame, params: tp.EfficiencyFit) -> np.ndarray:
     """Whole-job tokens/s of each row with the given constants (the row's interconnect)."""
+    recompute = rows["recompute"] if "recompute" in rows else pd.Series(math.nan, index=rows.index)
     return np.array([
-        tp.estimate_throughput(job, place, fit=params, inter_node_gbps=link, stack=stack).tokens_per_second
-        for job, place, link, stack in zip(rows["job"], rows["placement"], rows["link"], rows["stack"], strict=True)
+        tp.estimate_throughput(job, place, fit=params, inter_node_gbps=link, stack=stack,
+                               recompute=_recompute(again)).tokens_per_second
+        for job, place, link, stack, again in zip(rows["job"], rows["placement"], rows["link"], rows["stack"],
+                                                  recompute, strict=True)
     ])
 
 

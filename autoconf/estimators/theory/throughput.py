@@ -78,10 +78,10 @@ class EfficiencyFit:
 
 FITTED = EfficiencyFit(
     by_group={},
-    by_method={'full': 1.0043, 'lora': 0.8958, 'qlora': 0.9069},
-    microbatch_tokens=2811.7, fused_loss_factor=1.1484, moe_factor=0.8279, rows=1492,
+    by_method={'full': 1.0032, 'lora': 0.8954, 'qlora': 0.9066},
+    microbatch_tokens=2811.7, fused_loss_factor=1.1491, moe_factor=0.8281, rows=1492,
     memory_bound=9.9763, attention_cost=0.9990,
-    stack_factor=0.5663, compile_factor=1.1680, fused_memory_share=0.00, fp8_factor=0.7906,
+    stack_factor=0.5669, compile_factor=1.0831, fused_memory_share=0.00, fp8_factor=0.7907,
     fitted_on='1492 ok non-duplicate tokens/s rows of data/measurements.csv (bench/throughput_accuracy.py --fit)',
 )
 # Those rows: fms-acceleration (A100-SXM4-80GB, L40; full, LoRA, QLoRA, dense and MoE), llm-foundry (MPT
@@ -104,9 +104,19 @@ def matmul_params(arch: Architecture) -> float:
     return float(arch.active_params - lookups - norms)
 
 
-def flops_parts(job: Job, arch: Architecture | None = None) -> tuple[float, float]:
+def recompute_fraction(job: Job, recompute: float | None = None) -> float:
+    """Share of the decoder layers whose forward is recomputed in backward: ``recompute`` when given (selective
+    checkpointing of every k-th block: fms-fsdp ``selective_checkpointing``, InternEvo ``checkpoint=0.x``), else
+    1 with gradient checkpointing and 0 without."""
+    if recompute is not None:
+        return min(max(recompute, 0.0), 1.0)
+    return 1.0 if job.gradient_checkpointing else 0.0
+
+
+def flops_parts(job: Job, arch: Architecture | None = None, recompute: float | None = None) -> tuple[float, float]:
     """Training FLOPs per token as (weight matmuls, attention scores + weighted sum), recompute included."""
     arch = arch or get_architecture(job.model)
+    again = recompute_fraction(job, recompute)
     n = matmul_params(arch)
     causal = 1.0 if job.attention == "eager" else 0.5
     attn_fwd = 4.0 * arch.num_layers * job.tokens_per_sample * arch.q_width * causal
@@ -115,19 +125,19 @@ def flops_parts(job: Job, arch: Architecture | None = None) -> tuple[float, floa
     else:
         adapters = float(trainable_params(job, arch))
         fwd, bwd = 2 * n + 2 * adapters, 2 * n + 4 * adapters  # input grads only through the frozen base
-    passes = 4.0 if job.gradient_checkpointing else 3.0  # forward, backward (2x), + forward recompute
-    return fwd + bwd + (fwd if job.gradient_checkpointing else 0.0), attn_fwd * passes
+    passes = 3.0 + again  # forward, backward (2x), + the recomputed layers' forward
+    return fwd + bwd + again * fwd, attn_fwd * passes
 
 
-def flops_per_token(job: Job, arch: Architecture | None = None) -> float:
+def flops_per_token(job: Job, arch: Architecture | None = None, recompute: float | None = None) -> float:
     """Training FLOPs per token (forward + backward, + forward recompute with checkpointing)."""
-    matmuls, attention = flops_parts(job, arch)
+    matmuls, attention = flops_parts(job, arch, recompute)
     return matmuls + attention
 
 
-def attention_share(job: Job, arch: Architecture) -> float:
+def attention_share(job: Job, arch: Architecture, recompute: float | None = None) -> float:
     """Fraction of the counted FLOPs that are attention's QKᵀ and AV (grows with the sequence length)."""
-    matmuls, attention = flops_parts(job, arch)
+    matmuls, attention = flops_parts(job, arch, recompute)
     return attention / (matmuls + attention)
 
 
@@ -148,17 +158,18 @@ def matmul_width(arch: Architecture) -> int:
     return min(arch.hidden_size, arch.expert_intermediate_size) if arch.is_moe else arch.hidden_size
 
 
-def ridge_over_hidden(job: Job, gpu: GPUSpec, arch: Architecture) -> float:
+def ridge_over_hidden(job: Job, gpu: GPUSpec, arch: Architecture, recompute: float | None = None) -> float:
     """R / w: the GPU's dense peak FLOPs per byte of memory bandwidth, over the layer's matmul width.
 
     Tensor parallelism leaves the ratio alone when it shards the norms and activations too (Megatron's
     sequence parallelism): the matmul FLOPs and the element-wise bytes per GPU both shrink tp times.
     """
-    return job_peak(job, gpu, arch) / (gpu.memory_bandwidth_gbps * 1e9) / matmul_width(arch)
+    return job_peak(job, gpu, arch, recompute) / (gpu.memory_bandwidth_gbps * 1e9) / matmul_width(arch)
 
 
 def job_factor(
     job: Job, gpu: GPUSpec, arch: Architecture, fit: EfficiencyFit = FITTED, stack: Stack | None = None,
+    recompute: float | None = None,
 ) -> float:
     """Everything of the efficiency but the micro-batch term: E · memory-bound · attention · F · M · S · C.
 
@@ -167,8 +178,8 @@ def job_factor(
     stack = stack or stack_for(job.framework)
     base = fit.by_group.get((gpu.architecture, job.method), fit.by_method[job.method])
     share = fit.fused_memory_share if stack.fused_kernels else 1.0
-    base /= 1.0 + share * fit.memory_bound * ridge_over_hidden(job, gpu, arch)
-    base /= 1.0 + fit.attention_cost * attention_share(job, arch)
+    base /= 1.0 + share * fit.memory_bound * ridge_over_hidden(job, gpu, arch, recompute)
+    base /= 1.0 + fit.attention_cost * attention_share(job, arch, recompute)
     base *= fit.fused_loss_factor if fused_kernels(job) else 1.0
     base *= fit.stack_factor if stack.fused_kernels else 1.0
     base *= fit.compile_factor if job.torch_compile else 1.0
@@ -178,23 +189,23 @@ def job_factor(
 
 def efficiency(
     job: Job, placement: Placement, gpu: GPUSpec, arch: Architecture, fit: EfficiencyFit = FITTED,
-    stack: Stack | None = None,
+    stack: Stack | None = None, recompute: float | None = None,
 ) -> float:
     """Fraction of the dense peak reached on the counted FLOPs, from the fitted constants."""
     stack = stack or stack_for(job.framework)
     x = micro_batch_tokens(job, placement)
-    factor = job_factor(job, gpu, arch, fit, stack)
+    factor = job_factor(job, gpu, arch, fit, stack, recompute)
     x0 = fit.microbatch_tokens * (fit.fused_memory_share if stack.fused_kernels else 1.0)
     return min(factor * x / (x + x0), MAX_EFFICIENCY)
 
 
 def implied_efficiency(
     job: Job, placement: Placement, measured_tokens_per_second: float,
-    inter_node_gbps: float = INTER_NODE_BANDWIDTH_GBPS, stack: Stack | None = None,
+    inter_node_gbps: float = INTER_NODE_BANDWIDTH_GBPS, stack: Stack | None = None, recompute: float | None = None,
 ) -> float | None:
     """The efficiency that makes this model reproduce a measured tokens/s (None if comm-bound)."""
     arch, gpu = get_architecture(job.model), get_gpu(placement.gpu_model)
-    at_peak = compute_seconds(job, arch, placement, gpu, 1.0)
+    at_peak = compute_seconds(job, arch, placement, gpu, 1.0, flops_per_token(job, arch, recompute), recompute)
     comm = communication(job, arch, placement, gpu, inter_node_gbps, stack)
     busy = job.batch_size * job.tokens_per_sample / measured_tokens_per_second - comm.exposed
     return at_peak / busy if busy > comm.overlappable else None
@@ -210,7 +221,7 @@ def peak_flops(gpu: GPUSpec, dtype: str) -> float:
     return peak * 1e12
 
 
-def job_peak(job: Job, gpu: GPUSpec, arch: Architecture) -> float:
+def job_peak(job: Job, gpu: GPUSpec, arch: Architecture, recompute: float | None = None) -> float:
     """The dense peak the job's FLOPs run at, FLOP/s: the training dtype's, or with FP8 the harmonic blend of
     the FP8 peak on the decoder layers' weight matmuls and the dtype's peak on attention and the LM head.
 
@@ -225,13 +236,14 @@ def job_peak(job: Job, gpu: GPUSpec, arch: Architecture) -> float:
     if not gpu.fp8_tflops:
         raise InvalidInputError("fp8", f"needs FP8 tensor cores; {gpu.name} has no FP8 TFLOPS in the catalogue "
                                        "(Hopper, Ada and Blackwell have)")
-    matmuls, attention = flops_parts(job, arch)
+    matmuls, attention = flops_parts(job, arch, recompute)
     layers = matmuls * (1.0 - arch.vocab_size * arch.hidden_size / matmul_params(arch))
     return (matmuls + attention) / (layers / (gpu.fp8_tflops * 1e12) + (matmuls - layers + attention) / dtype_peak)
 
 
 def compute_seconds(
-    job: Job, arch: Architecture, placement: Placement, gpu: GPUSpec, eff: float, flops: float | None = None
+    job: Job, arch: Architecture, placement: Placement, gpu: GPUSpec, eff: float, flops: float | None = None,
+    recompute: float | None = None,
 ) -> float:
     """Seconds of matmul work per optimizer step on one GPU, with the pipeline bubble.
 
@@ -239,8 +251,8 @@ def compute_seconds(
     chunks per GPU shrinks each slot v times (Narayanan et al. 2021, §2.2.2): bubble = (p - 1) / (v · m).
     """
     tokens = job.batch_size * job.tokens_per_sample
-    per_token = flops if flops is not None else flops_per_token(job, arch)
-    seconds = tokens * per_token / (placement.number_gpus * job_peak(job, gpu, arch) * eff)
+    per_token = flops if flops is not None else flops_per_token(job, arch, recompute)
+    seconds = tokens * per_token / (placement.number_gpus * job_peak(job, gpu, arch, recompute) * eff)
     micro_batches = job.gradient_accumulation_steps
     return seconds * (1 + (placement.pp - 1) / (placement.virtual_pp * micro_batches))
 
@@ -253,20 +265,22 @@ def step_seconds(compute: float, comm: Communication) -> float:
 def estimate_throughput(
     job: Job, placement: Placement, *, efficiency_override: float | None = None,
     inter_node_gbps: float = INTER_NODE_BANDWIDTH_GBPS, fit: EfficiencyFit = FITTED, stack: str | None = None,
+    recompute: float | None = None,
 ) -> ThroughputEstimate:
     """Tokens/s of the whole job and per GPU, the assumed efficiency, and the step's parts.
 
-    ``stack`` names a throughput profile (stacks.STACKS); default: the Job's framework.
+    ``stack`` names a throughput profile (stacks.STACKS); default: the Job's framework. ``recompute``: the share
+    of layers recomputed under selective checkpointing (recompute_fraction); default: all with checkpointing.
     """
     arch, gpu = get_architecture(job.model), get_gpu(placement.gpu_model)
     job_peak(job, gpu, arch)  # a GPU without a published peak (or FP8 without FP8 tensor cores) is refused first
     profile = stack_for(stack or job.framework)
     eff = efficiency_override if efficiency_override is not None else efficiency(
-        job, placement, gpu, arch, fit, profile)
+        job, placement, gpu, arch, fit, profile, recompute)
     if not 0 < eff <= 1:
         raise InvalidInputError("efficiency", f"must be in (0, 1]; got {eff}")
-    flops = flops_per_token(job, arch)
-    compute = compute_seconds(job, arch, placement, gpu, eff, flops)
+    flops = flops_per_token(job, arch, recompute)
+    compute = compute_seconds(job, arch, placement, gpu, eff, flops, recompute)
     comm = communication(job, arch, placement, gpu, inter_node_gbps, profile)
     step = step_seconds(compute, comm)
     tps = job.batch_size * job.tokens_per_sample / step
