@@ -144,8 +144,10 @@ def report(rows: pd.DataFrame, params: tp.EfficiencyFit) -> str:
     lines += [
         f"Leave one model out (all sources): median {lomo[0]:.1f} %, p90 {lomo[1]:.1f} %, bias {lomo[2]:+.1f} %.",
         "",
-        "Shapes of the efficiency formula, each fitted the same way (all carry S, C and φ for the fused-kernel "
-        "stacks; the attention term prices long sequences, the memory-bound term small models on fast GPUs):",
+        "Shapes of the efficiency formula, each fitted the same way (all carry S, C, P and φ for the fused-kernel "
+        "stacks, and price attention at its kernel's published efficiency, throughput.ATTENTION_EFFICIENCY; the "
+        "α term adds a fitted extra cost on the attention share, the memory-bound term prices small models on fast "
+        "GPUs):",
         "",
         *variants(rows),
         "",

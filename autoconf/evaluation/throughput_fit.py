@@ -81,8 +81,8 @@ class Shape:
                 + ", X0, F, M")
 
 
-SHIPPED = Shape()
-VARIANTS = (Shape(True, False, False), Shape(True, True, True), Shape(False, True, False), Shape(False, True, True))
+SHIPPED = Shape(attention_term=False)  # attention is priced by its kernel (throughput.ATTENTION_EFFICIENCY)
+VARIANTS = (Shape(True, False, False), Shape(True, True, False), Shape(False, True, False), Shape(False, True, True))
 
 
 def inter_node_gbps(campaign: str, source: str = "") -> float:

@@ -19,6 +19,8 @@ The profile says *what* a stack does, with a source per claim; *how much* each b
 - bucket_params / bucket_params_per_rank: gradient bucket size in parameters (each bucket is one collective call,
   so one latency α: theory/collectives.py); 0 = the HF defaults (PyTorch DDP ``bucket_cap_mb=25``; DeepSpeed
   ZeRO-1/2 ``reduce_bucket_size`` = ``allgather_bucket_size`` = 5e8 elements).
+- attention_kernel: "cudnn" for Transformer Engine's cuDNN fused attention (NeMo / Megatron-Core recipes), whose
+  Hopper kernels are of FlashAttention-3's kind; "fa2" for FlashAttention-2 and PyTorch SDPA (everything else).
 - param_broadcast: the sharded optimizer's updated parameters reach the other ranks as one broadcast per rank
   (InternEvo ``HybridZeroOptimizer.broadcast_params``) instead of bucketed all-gathers.
 """
@@ -39,6 +41,7 @@ class Stack:
     bucket_params: float = 0.0
     bucket_params_per_rank: float = 0.0
     param_broadcast: bool = False
+    attention_kernel: str = "fa2"  # throughput.ATTENTION_EFFICIENCY: "fa2" (FlashAttention-2 / SDPA) or "cudnn"
 
 
 DDP_BUCKET_BYTES = 25 * 2**20  # torch.nn.parallel.DistributedDataParallel(bucket_cap_mb=25)
@@ -59,11 +62,12 @@ _MEGATRON = Stack("megatron", fused_kernels=True, overlap_param_gather=True, tp_
                   source="NVIDIA/NeMo performance recipes and dgxc-benchmarking configs: Transformer Engine layers, "
                          "distributed optimizer with overlap_grad_reduce / overlap_param_gather, tp_comm_overlap; "
                          "Megatron-Core DistributedDataParallel bucket_size default max(4e7, 1e6 · dp) parameters",
-                  bucket_params=4e7, bucket_params_per_rank=1e6)
+                  bucket_params=4e7, bucket_params_per_rank=1e6, attention_kernel="cudnn")
 STACKS: dict[str, Stack] = {
     "hf": _HF,
     "megatron": _MEGATRON,
-    "nemo": Stack("nemo", True, True, True, source=_MEGATRON.source, bucket_params=4e7, bucket_params_per_rank=1e6),
+    "nemo": Stack("nemo", True, True, True, source=_MEGATRON.source, bucket_params=4e7, bucket_params_per_rank=1e6,
+                  attention_kernel="cudnn"),
     "internevo": Stack("internevo", fused_kernels=True, overlap_param_gather=False, tp_overlap=False,
                        source="InternLM/InternEvo configs/7B_sft.py and doc/en/train_performance.md: flash_attn "
                               "fused RMSNorm / rotary / MLP kernels (use_flash_attn=True); hybrid_zero_optimizer "

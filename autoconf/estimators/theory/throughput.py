@@ -39,14 +39,15 @@ from autoconf.schema import Job, Placement, ThroughputEstimate
 # ---- fitted efficiency -----------------------------------------------------------------------------------
 # efficiency = E[GPU architecture, method] · x / (x + φX0) / (1 + φK · R / w) / (1 + α · a) · (F if fused) · (M if MoE)
 #              · (S if the stack fuses its element-wise kernels) · (C if torch.compile) · (P if FP8 GEMMs);
-#              φ = 1 for unfused stacks. With FP8 the FLOPs run at job_peak (FP8 on the decoder layers' GEMMs).
+#              φ = 1 for unfused stacks. It prices the weight matmuls (at matmul_peak: with FP8, the FP8 peak on the
+#              decoder layers' GEMMs); attention runs at its kernel's published efficiency (ATTENTION_EFFICIENCY).
 # x: tokens of one micro-batch on one GPU; X0 a per-micro-batch fixed cost (optimizer step, launches, data
 # loader) in tokens of compute. R / h: the GPU's ridge point (dense peak FLOP/s over memory bytes/s, FLOPs per
 # byte) over the layer's matmul width w (h; an MoE expert's intermediate size if smaller): per token and
 # layer the matmuls cost ∝ h² FLOPs while norms, activations, softmax and residual adds move ∝ h bytes, so
 # the memory-bound share of the step grows as R / w (small models, MoE with narrow experts, and fast-compute
-# GPUs such as H100 with R ≈ 295 against A100's 153). a: attention's share of the counted FLOPs; α its extra
-# cost (flash/SDPA kernels, backward especially, run below the dense GEMM rate). F: the fused-loss kernel
+# GPUs such as H100 with R ≈ 295 against A100's 153). a: attention's share of the counted FLOPs; α an extra cost
+# on top of the attention kernel's own time (fitted 0 in the shipped shape: the kernel efficiency prices it). F: the fused-loss kernel
 # bundles (Job.loss_kernel fused-ce = fms-acceleration FOAK / flash_attn's fused CE in llm-foundry,
 # fused-linear-ce = Liger); M: HF's MoE blocks (per-expert loops, small GEMMs). Recompute FLOPs are counted,
 # so this is a hardware-FLOPs utilisation; the reported `mfu` is this assumed efficiency. A GPU architecture
@@ -78,23 +79,35 @@ class EfficiencyFit:
 
 FITTED = EfficiencyFit(
     by_group={},
-    by_method={'full': 1.0032, 'lora': 0.8954, 'qlora': 0.9066},
-    microbatch_tokens=2811.7, fused_loss_factor=1.1491, moe_factor=0.8281, rows=1492,
-    memory_bound=9.9763, attention_cost=0.9990,
-    stack_factor=0.5669, compile_factor=1.0831, fused_memory_share=0.00, fp8_factor=0.7907,
+    by_method={'full': 1.0420, 'lora': 0.9153, 'qlora': 0.9180},
+    microbatch_tokens=2233.4, fused_loss_factor=1.1451, moe_factor=0.8847, rows=1492,
+    memory_bound=15.8114, attention_cost=0.0000,
+    stack_factor=0.5193, compile_factor=1.1110, fused_memory_share=0.00, fp8_factor=0.7397,
     fitted_on='1492 ok non-duplicate tokens/s rows of data/measurements.csv (bench/throughput_accuracy.py --fit)',
 )
 # Those rows: fms-acceleration (A100-SXM4-80GB, L40; full, LoRA, QLoRA, dense and MoE), llm-foundry (MPT
 # 125m-70b pre-training on A100-40GB/80GB and H100, 8-512 GPUs), Liger (A100), NVIDIA DGX Cloud NeMo recipes
 # (H100 and GB200, 8-2,304 GPUs, TP/PP/CP layouts, BF16 and FP8), NeMo 24.07 FP8 pre-training (H100), llm-foundry's
-# FP8 table (H100), InternEvo (A100, 8-1,024 GPUs) and fms-fsdp (A100, H100). P < 1: FP8 GEMMs reach 0.79 of the
+# FP8 table (H100), InternEvo (A100, 8-1,024 GPUs) and fms-fsdp (A100, H100). P < 1: FP8 GEMMs reach 0.74 of the
 # fraction of their (doubled) peak that BF16 GEMMs reach of theirs (amax / cast / transpose kernels around them).
 # S < 1 with φ = 0: a fused-kernel stack (stacks.py) pays no memory-bound or per-micro-batch overhead term, and
-# its E·S is what is left (0.57 of the HF E: the plain GEMM-plus-attention efficiency of those stacks). No per-GPU-architecture E:
+# its E·S is what is left (0.52 of the HF E: the plain GEMM-plus-attention efficiency of those stacks). No per-GPU-architecture E:
 # fitted per architecture, the leave-one-source-out error was worse (docs/accuracy.md, throughput-theory);
 # the GPU enters through its peak, its ridge point R and its links. E > 1 is not an efficiency by itself:
-# the memory-bound and attention terms always divide it (a 7B model at 2,048 tokens: 0.71 on A100, 0.57 on H100
-# before the micro-batch term).
+# the memory-bound term always divides it (K · R / w: a 7B model's matmuls at 0.66 on A100, 0.49 on H100 before the
+# micro-batch term).
+# Attention (QKᵀ, softmax, AV) runs in its own kernel at a published fraction of the dense peak, not at the
+# fitted GEMM efficiency. FlashAttention-2 reaches "50-73 % of the theoretical maximum FLOPs/s on A100" (Dao 2023,
+# abstract) and "only 35 % utilization on the H100" (Shah et al. 2024, FlashAttention-3, abstract); FlashAttention-3
+# is "1.5-2.0×" faster on H100 (same abstract): 0.53-0.70, the class of Transformer Engine's cuDNN fused attention.
+# Each value is the middle of its published range (0.615; 0.35; 0.6125). Ada runs Ampere's FlashAttention-2 kernels
+# and Blackwell is given Hopper's: assumptions, no published figure. FLOPs as FlashAttention counts them (backward
+# 2.5 × forward: throughput.flops_parts).
+ATTENTION_EFFICIENCY = {
+    ("Ampere", "fa2"): 0.615, ("Ampere", "cudnn"): 0.615, ("Ada Lovelace", "fa2"): 0.615,
+    ("Ada Lovelace", "cudnn"): 0.615, ("Hopper", "fa2"): 0.35, ("Hopper", "cudnn"): 0.6125,
+    ("Blackwell", "fa2"): 0.35, ("Blackwell", "cudnn"): 0.6125,
+}
 MAX_EFFICIENCY = 0.95  # no kernel mix sustains more than ~95 % of the dense tensor-core peak
 
 def matmul_params(arch: Architecture) -> float:
@@ -125,7 +138,9 @@ def flops_parts(job: Job, arch: Architecture | None = None, recompute: float | N
     else:
         adapters = float(trainable_params(job, arch))
         fwd, bwd = 2 * n + 2 * adapters, 2 * n + 4 * adapters  # input grads only through the frozen base
-    passes = 3.0 + again  # forward, backward (2x), + the recomputed layers' forward
+    # forward, backward, + the recomputed layers' forward; a flash kernel's backward recomputes QKᵀ: 2.5 × its
+    # forward (FlashAttention-2 paper's FLOP count), eager autograd's backward 2 ×
+    passes = (3.0 if job.attention == "eager" else 3.5) + again
     return fwd + bwd + again * fwd, attn_fwd * passes
 
 
@@ -205,10 +220,11 @@ def implied_efficiency(
 ) -> float | None:
     """The efficiency that makes this model reproduce a measured tokens/s (None if comm-bound)."""
     arch, gpu = get_architecture(job.model), get_gpu(placement.gpu_model)
-    at_peak = compute_seconds(job, arch, placement, gpu, 1.0, flops_per_token(job, arch, recompute), recompute)
+    at_peak = compute_seconds(job, arch, placement, gpu, 1.0, recompute, stack, matmuls_only=True)
+    attention = compute_seconds(job, arch, placement, gpu, 1.0, recompute, stack) - at_peak
     comm = communication(job, arch, placement, gpu, inter_node_gbps, stack)
     busy = job.batch_size * job.tokens_per_sample / measured_tokens_per_second - comm.exposed
-    return at_peak / busy if busy > comm.overlappable else None
+    return at_peak / (busy - attention) if busy > max(comm.overlappable, attention) else None
 
 
 def peak_flops(gpu: GPUSpec, dtype: str) -> float:
@@ -241,20 +257,47 @@ def job_peak(job: Job, gpu: GPUSpec, arch: Architecture, recompute: float | None
     return (matmuls + attention) / (layers / (gpu.fp8_tflops * 1e12) + (matmuls - layers + attention) / dtype_peak)
 
 
+def matmul_peak(job: Job, gpu: GPUSpec, arch: Architecture, recompute: float | None = None) -> float:
+    """job_peak over the weight matmuls alone (attention runs at its own kernel's rate: attention_seconds)."""
+    dtype_peak = peak_flops(gpu, job.dtype)
+    if not job.fp8:
+        return dtype_peak
+    job_peak(job, gpu, arch, recompute)  # refuses FP8 without FP8 tensor cores
+    matmuls, _ = flops_parts(job, arch, recompute)
+    layers = matmuls * (1.0 - arch.vocab_size * arch.hidden_size / matmul_params(arch))
+    return matmuls / (layers / (float(gpu.fp8_tflops or 0) * 1e12) + (matmuls - layers) / dtype_peak)
+
+
+def attention_efficiency(gpu: GPUSpec, stack: Stack) -> float:
+    """ATTENTION_EFFICIENCY of the stack's attention kernel on the GPU's generation (older GPUs: Ampere's)."""
+    return ATTENTION_EFFICIENCY.get((gpu.architecture, stack.attention_kernel), ATTENTION_EFFICIENCY[("Ampere", "fa2")])
+
+
+def attention_seconds(job: Job, gpu: GPUSpec, arch: Architecture, stack: Stack | None = None,
+                      recompute: float | None = None) -> float:
+    """Seconds per token of attention FLOPs on one whole GPU, at the kernel's published efficiency and the dtype peak
+    (FP8 recipes keep attention in BF16)."""
+    _, attention = flops_parts(job, arch, recompute)
+    return attention / (peak_flops(gpu, job.dtype) * attention_efficiency(gpu, stack or stack_for(job.framework)))
+
+
 def compute_seconds(
-    job: Job, arch: Architecture, placement: Placement, gpu: GPUSpec, eff: float, flops: float | None = None,
-    recompute: float | None = None,
+    job: Job, arch: Architecture, placement: Placement, gpu: GPUSpec, eff: float, recompute: float | None = None,
+    stack: Stack | None = None, matmuls_only: bool = False,
 ) -> float:
-    """Seconds of matmul work per optimizer step on one GPU, with the pipeline bubble.
+    """Seconds of compute per optimizer step on one GPU: the matmuls at efficiency ``eff`` of matmul_peak, attention
+    at attention_seconds, with the pipeline bubble.
 
     1F1B with m micro-batches and p stages idles (p - 1) micro-batch slots per step; interleaving v model
     chunks per GPU shrinks each slot v times (Narayanan et al. 2021, §2.2.2): bubble = (p - 1) / (v · m).
     """
     tokens = job.batch_size * job.tokens_per_sample
-    per_token = flops if flops is not None else flops_per_token(job, arch, recompute)
-    seconds = tokens * per_token / (placement.number_gpus * job_peak(job, gpu, arch, recompute) * eff)
+    matmuls, _ = flops_parts(job, arch, recompute)
+    per_token = matmuls / (matmul_peak(job, gpu, arch, recompute) * eff)
+    if not matmuls_only:
+        per_token += attention_seconds(job, gpu, arch, stack, recompute)
     micro_batches = job.gradient_accumulation_steps
-    return seconds * (1 + (placement.pp - 1) / (placement.virtual_pp * micro_batches))
+    return tokens * per_token / placement.number_gpus * (1 + (placement.pp - 1) / (placement.virtual_pp * micro_batches))
 
 
 def step_seconds(compute: float, comm: Communication) -> float:
@@ -280,7 +323,7 @@ def estimate_throughput(
     if not 0 < eff <= 1:
         raise InvalidInputError("efficiency", f"must be in (0, 1]; got {eff}")
     flops = flops_per_token(job, arch, recompute)
-    compute = compute_seconds(job, arch, placement, gpu, eff, flops, recompute)
+    compute = compute_seconds(job, arch, placement, gpu, eff, recompute, profile)
     comm = communication(job, arch, placement, gpu, inter_node_gbps, profile)
     step = step_seconds(compute, comm)
     tps = job.batch_size * job.tokens_per_sample / step

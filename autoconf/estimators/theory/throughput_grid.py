@@ -23,11 +23,11 @@ from autoconf.estimators.theory import throughput as tp
 from autoconf.estimators.theory.states import trainable_params
 from autoconf.schema import Job
 
-# Per-job constants, in this order: FLOPs/token, the efficiency without its micro-batch term
-# (throughput.job_factor), peak FLOPs/s, parameter bytes gathered per FSDP all-gather, gradient bytes
+# Per-job constants, in this order: matmul FLOPs/token, the efficiency without its micro-batch term
+# (throughput.job_factor), the matmuls' peak FLOPs/s, parameter bytes gathered per FSDP all-gather, gradient bytes
 # reduce-scattered, intra-node GB/s, FSDP units (decoder layers), the in-node ring hop latency in µs
-# (collectives.RING_HOP_US by the GPU's link).
-CONSTANTS = 8
+# (collectives.RING_HOP_US by the GPU's link), attention seconds per token on one GPU (throughput.attention_seconds).
+CONSTANTS = 9
 
 
 @lru_cache(maxsize=65536)
@@ -40,8 +40,10 @@ def _constants(job: Job, gpu_model: str) -> tuple[float, ...]:
         base = tp.job_factor(job, gpu, arch)  # the efficiency without its micro-batch term
         width = tp.COMM_BYTES[job.dtype]
         hop = collectives.RING_HOP_US["nvlink" if gpu.intra_node_link == "nvlink" else "pcie"]
-        return (tp.flops_per_token(job, arch), base, tp.job_peak(job, gpu, arch), arch.total_params * width,
-                trainable_params(job, arch) * width, gpu.intra_node_bandwidth_gbps, float(arch.num_layers), hop)
+        matmuls, _ = tp.flops_parts(job, arch)
+        return (matmuls, base, tp.matmul_peak(job, gpu, arch), arch.total_params * width,
+                trainable_params(job, arch) * width, gpu.intra_node_bandwidth_gbps, float(arch.num_layers), hop,
+                tp.attention_seconds(job, gpu, arch))
     except (AutoconfError, ValueError):
         return (np.nan,) * CONSTANTS
 
@@ -62,12 +64,12 @@ def tokens_per_second(constants: np.ndarray, owner: np.ndarray, tokens_per_sampl
     """Tokens/s of candidate rows: row r is job ``owner[r]`` with global ``batch[r]`` on ``gpus[r]`` GPUs
     and ``accumulation[r]`` micro-steps; ``tokens_per_sample`` is per job. NaN where a job has no constants."""
     c = constants[owner]
-    flops, base, peak, shard, grads, intra, layers, hop = (c[:, k] for k in range(CONSTANTS))
+    flops, base, peak, shard, grads, intra, layers, hop, attention = (c[:, k] for k in range(CONSTANTS))
     n, g, b = gpus.astype(float), accumulation.astype(float), batch.astype(float)
     tokens = b * tokens_per_sample[owner]
     micro = tokens / (n * g)  # throughput.micro_batch_tokens with dp = number_gpus
     eff = np.minimum(base * micro / (micro + tp.FITTED.microbatch_tokens), tp.MAX_EFFICIENCY)
-    compute = tokens * flops / (n * peak * eff)  # compute_seconds, pp = 1: no bubble
+    compute = tokens * (flops / (peak * eff) + attention) / n  # compute_seconds, pp = 1: no bubble
     workers = np.ceil(n / np.minimum(n, gpus_per_node))
     bandwidth = np.where(workers <= 1, intra, np.minimum(intra, tp.INTER_NODE_BANDWIDTH_GBPS))
     # collectives.latency_seconds of one ring all-gather / reduce-scatter over n ranks on `workers` nodes
