@@ -167,3 +167,17 @@ def test_recompute_share_from_the_stated_mfu_and_hfu(gpu: str, expected: float) 
                      "notes": "MFU (A100 80G)=0.51, HFU (A100 80G)=0.59, MFU (H100 80G)=0.35, HFU (H100 80G)=0.40"})
     assert tf.stated_recompute(row) == pytest.approx(expected)
     assert pd.isna(tf.stated_recompute(row.drop("kernels")))
+
+
+def test_zero_inside_the_node_syncs_parameters_over_nvlink() -> None:
+    """InternEvo zero1=8 on 64 A100 (8 nodes, 50 GB/s each): the exposed parameter sync is a ring inside the node
+    at NVLink's 300 GB/s × 0.8 over 8 ranks, plus 8 broadcasts of (8.4 + 3.4) µs; zero1=-1 rings over all 64 at the
+    NIC's 50 GB/s × 0.8 (and 64 broadcasts of (8.4 + 9.6) µs)."""
+    job = Job(model="internlm-7b", tokens_per_sample=2048, batch_size=8 * 64, gradient_accumulation_steps=4)
+    arch, gpu = get_architecture("internlm-7b"), get_gpu("NVIDIA-A100-SXM4-80GB")
+    place = Placement(gpu_model=gpu.name, number_gpus=64, strategy="zero1")
+    shard = arch.total_params * 2
+    node = tp.communication(job, arch, place, gpu, 50.0, stack_for("internevo"), zero_group=8)
+    everyone = tp.communication(job, arch, place, gpu, 50.0, stack_for("internevo"))
+    assert node.exposed == pytest.approx(7 / 8 * shard / 240e9 + 8 * 11.8e-6, rel=1e-6)
+    assert everyone.exposed == pytest.approx(63 / 64 * shard / 40e9 + 64 * 18e-6, rel=1e-6)

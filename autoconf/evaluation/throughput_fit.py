@@ -45,6 +45,7 @@ METHODS = ("full", "lora", "qlora")
 EXTRAS = ("fused", "moe", "kernels", "compiled", "fp8")  # multiplicative factors F, M, S, C, P (0/1 features)
 _LINK = re.compile(r"(\d+(?:\.\d+)?)\s*Gbps node-node", re.IGNORECASE)
 _VP = re.compile(r"\bVP[ =](\d+)")
+_ZERO_GROUP = re.compile(r"\bzero1=(\d+)")  # InternEvo's ZeRO group size (zero1=-1: all data-parallel ranks)
 # fms-fsdp states MFU and HFU per GPU next to each table cell ("MFU (A100 80G)=0.51, HFU (A100 80G)=0.59")
 _MFU_HFU = re.compile(r"MFU \((A100|H100) 80G\)=([\d.]+), HFU \(\1 80G\)=([\d.]+)")
 # Node-to-node links of clusters a source names but whose rows do not restate the link (GB/s per node).
@@ -186,8 +187,10 @@ def throughput_rows(frame: pd.DataFrame) -> pd.DataFrame:
         link = inter_node_gbps(str(row.get("campaign", "")), str(row["source"]))
         profile = stack_for(stack if stack != "hf" else job.framework)
         recompute = stated_recompute(row)
+        found = _ZERO_GROUP.search(str(row.get("kernels") or ""))
+        group = int(found.group(1)) if found and int(found.group(1)) > 1 else None
         implied = tp.implied_efficiency(job, place, float(row["tokens_per_second"]), link, profile,
-                                        _recompute(recompute))
+                                        _recompute(recompute), group)
         records.append({
             "source": row["source"], "framework": stack if stack != "hf" else job.framework, "gpu": gpu.name,
             "model": job.model, "stack": profile.name,
@@ -198,6 +201,7 @@ def throughput_rows(frame: pd.DataFrame) -> pd.DataFrame:
             "layout": str(row.get("kernels") or ""),
             "q": tp.ridge_over_hidden(job, gpu, arch, _recompute(recompute)),
             "a": tp.attention_share(job, arch, _recompute(recompute)), "link": link, "recompute": recompute,
+            "zero_group": group,
             "implied": implied if implied is not None else math.nan, "measured": float(row["tokens_per_second"]),
         })
     out = pd.DataFrame.from_records(records)
@@ -275,12 +279,17 @@ def fit_efficiency(rows: pd.DataFrame, shape: Shape = SHIPPED, fitted_on: str = 
 def predict(rows: pd.DataFrame, params: tp.EfficiencyFit) -> np.ndarray:
     """Whole-job tokens/s of each row with the given constants (the row's interconnect)."""
     recompute = rows["recompute"] if "recompute" in rows else pd.Series(math.nan, index=rows.index)
+    groups = rows["zero_group"] if "zero_group" in rows else pd.Series(None, index=rows.index, dtype=object)
     return np.array([
         tp.estimate_throughput(job, place, fit=params, inter_node_gbps=link, stack=stack,
-                               recompute=_recompute(again)).tokens_per_second
-        for job, place, link, stack, again in zip(rows["job"], rows["placement"], rows["link"], rows["stack"],
-                                                  recompute, strict=True)
+                               recompute=_recompute(again), zero_group=_group(group)).tokens_per_second
+        for job, place, link, stack, again, group in zip(rows["job"], rows["placement"], rows["link"], rows["stack"],
+                                                         recompute, groups, strict=True)
     ])
+
+
+def _group(value: object) -> int | None:
+    return None if value is None or pd.isna(value) else int(float(str(value)))
 
 
 def held_out_predictions(rows: pd.DataFrame, by: str, shape: Shape = SHIPPED) -> np.ndarray:

@@ -83,9 +83,15 @@ def dp_nodes(placement: Placement) -> int:
 
 def communication(
     job: Job, arch: Architecture, placement: Placement, gpu: GPUSpec,
-    inter_node_gbps: float = INTER_NODE_BANDWIDTH_GBPS, stack: Stack | None = None,
+    inter_node_gbps: float = INTER_NODE_BANDWIDTH_GBPS, stack: Stack | None = None, zero_group: int | None = None,
 ) -> Communication:
-    """Collective seconds per optimizer step (per GPU), by strategy and by what the stack overlaps."""
+    """Collective seconds per optimizer step (per GPU), by strategy and by what the stack overlaps.
+
+    ``zero_group``: ZeRO-1/2 shards the optimizer inside groups of this many data-parallel ranks (InternEvo
+    ``zero1=k``: "for smaller models ... split the parameters within nodes"); the updated parameters are synced
+    inside the group and the gradients reduce-scattered inside it, then all-reduced across the dp / k replicas.
+    Default: one group of all data-parallel ranks.
+    """
     stack = stack or stack_for(job.framework)
     strategy, dp, gas = placement.effective_strategy, placement.dp, job.gradient_accumulation_steps
     width = COMM_BYTES[job.dtype]
@@ -103,9 +109,19 @@ def communication(
     if strategy in ("ddp", "zero0"):  # all-reduce once per step (no_sync while accumulating)
         hidden, exposed = 2 * scatter + buckets * alpha("all-reduce"), 0.0
     elif strategy in ("zero1", "zero2"):
+        group, inside = min(dp, zero_group or dp), nodes
         reduce = scatter + buckets * alpha("reduce-scatter")
+        if group < dp:  # sharded inside groups of consecutive ranks; the gradient shards all-reduced across groups
+            per_node = placement.gpus_per_worker or min(placement.number_gpus, 8)
+            inside = max(1, math.ceil(group * placement.tp * placement.pp / per_node))
+            group_bw = intra_bandwidth(gpu, placement) if inside == 1 else bw
+            replicas = dp // group
+            gather = _ring_seconds(shard, group, group_bw)
+            reduce = (_ring_seconds(grads, group, group_bw) + 2 * _ring_seconds(grads / group, replicas, bw)
+                      + buckets * (alpha("reduce-scatter", group, inside) + alpha("all-reduce", replicas, nodes)))
         hidden = reduce * (gas if strategy == "zero2" else 1)
-        sync = dp * alpha("broadcast") if stack.param_broadcast else buckets * alpha("all-gather")
+        sync = (group * alpha("broadcast", group, inside) if stack.param_broadcast
+                else buckets * alpha("all-gather", group, inside))
         exposed = gather + sync
         if stack.overlap_param_gather:  # the updated shards are gathered during the next forward
             hidden, exposed = hidden + exposed, 0.0

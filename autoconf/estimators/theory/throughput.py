@@ -79,19 +79,19 @@ class EfficiencyFit:
 
 FITTED = EfficiencyFit(
     by_group={},
-    by_method={'full': 1.0420, 'lora': 0.9153, 'qlora': 0.9180},
-    microbatch_tokens=2233.4, fused_loss_factor=1.1451, moe_factor=0.8847, rows=1492,
+    by_method={'full': 1.0414, 'lora': 0.9163, 'qlora': 0.9181},
+    microbatch_tokens=2233.4, fused_loss_factor=1.1450, moe_factor=0.8847, rows=1492,
     memory_bound=15.8114, attention_cost=0.0000,
-    stack_factor=0.5193, compile_factor=1.1110, fused_memory_share=0.00, fp8_factor=0.7397,
+    stack_factor=0.5069, compile_factor=1.1116, fused_memory_share=0.00, fp8_factor=0.7562,
     fitted_on='1492 ok non-duplicate tokens/s rows of data/measurements.csv (bench/throughput_accuracy.py --fit)',
 )
 # Those rows: fms-acceleration (A100-SXM4-80GB, L40; full, LoRA, QLoRA, dense and MoE), llm-foundry (MPT
 # 125m-70b pre-training on A100-40GB/80GB and H100, 8-512 GPUs), Liger (A100), NVIDIA DGX Cloud NeMo recipes
 # (H100 and GB200, 8-2,304 GPUs, TP/PP/CP layouts, BF16 and FP8), NeMo 24.07 FP8 pre-training (H100), llm-foundry's
-# FP8 table (H100), InternEvo (A100, 8-1,024 GPUs) and fms-fsdp (A100, H100). P < 1: FP8 GEMMs reach 0.74 of the
+# FP8 table (H100), InternEvo (A100, 8-1,024 GPUs) and fms-fsdp (A100, H100). P < 1: FP8 GEMMs reach 0.76 of the
 # fraction of their (doubled) peak that BF16 GEMMs reach of theirs (amax / cast / transpose kernels around them).
 # S < 1 with φ = 0: a fused-kernel stack (stacks.py) pays no memory-bound or per-micro-batch overhead term, and
-# its E·S is what is left (0.52 of the HF E: the plain GEMM-plus-attention efficiency of those stacks). No per-GPU-architecture E:
+# its E·S is what is left (0.51 of the HF E: the plain GEMM-plus-attention efficiency of those stacks). No per-GPU-architecture E:
 # fitted per architecture, the leave-one-source-out error was worse (docs/accuracy.md, throughput-theory);
 # the GPU enters through its peak, its ridge point R and its links. E > 1 is not an efficiency by itself:
 # the memory-bound term always divides it (K · R / w: a 7B model's matmuls at 0.66 on A100, 0.49 on H100 before the
@@ -217,12 +217,13 @@ def efficiency(
 def implied_efficiency(
     job: Job, placement: Placement, measured_tokens_per_second: float,
     inter_node_gbps: float = INTER_NODE_BANDWIDTH_GBPS, stack: Stack | None = None, recompute: float | None = None,
+    zero_group: int | None = None,
 ) -> float | None:
     """The efficiency that makes this model reproduce a measured tokens/s (None if comm-bound)."""
     arch, gpu = get_architecture(job.model), get_gpu(placement.gpu_model)
     at_peak = compute_seconds(job, arch, placement, gpu, 1.0, recompute, stack, matmuls_only=True)
     attention = compute_seconds(job, arch, placement, gpu, 1.0, recompute, stack) - at_peak
-    comm = communication(job, arch, placement, gpu, inter_node_gbps, stack)
+    comm = communication(job, arch, placement, gpu, inter_node_gbps, stack, zero_group)
     busy = job.batch_size * job.tokens_per_sample / measured_tokens_per_second - comm.exposed
     return at_peak / (busy - attention) if busy > max(comm.overlappable, attention) else None
 
@@ -308,12 +309,13 @@ def step_seconds(compute: float, comm: Communication) -> float:
 def estimate_throughput(
     job: Job, placement: Placement, *, efficiency_override: float | None = None,
     inter_node_gbps: float = INTER_NODE_BANDWIDTH_GBPS, fit: EfficiencyFit = FITTED, stack: str | None = None,
-    recompute: float | None = None,
+    recompute: float | None = None, zero_group: int | None = None,
 ) -> ThroughputEstimate:
     """Tokens/s of the whole job and per GPU, the assumed efficiency, and the step's parts.
 
     ``stack`` names a throughput profile (stacks.STACKS); default: the Job's framework. ``recompute``: the share
     of layers recomputed under selective checkpointing (recompute_fraction); default: all with checkpointing.
+    ``zero_group``: ZeRO-1/2 inside groups of that many data-parallel ranks (communication.communication).
     """
     arch, gpu = get_architecture(job.model), get_gpu(placement.gpu_model)
     job_peak(job, gpu, arch)  # a GPU without a published peak (or FP8 without FP8 tensor cores) is refused first
@@ -324,7 +326,7 @@ def estimate_throughput(
         raise InvalidInputError("efficiency", f"must be in (0, 1]; got {eff}")
     flops = flops_per_token(job, arch, recompute)
     compute = compute_seconds(job, arch, placement, gpu, eff, recompute, profile)
-    comm = communication(job, arch, placement, gpu, inter_node_gbps, profile)
+    comm = communication(job, arch, placement, gpu, inter_node_gbps, profile, zero_group)
     step = step_seconds(compute, comm)
     tps = job.batch_size * job.tokens_per_sample / step
     return ThroughputEstimate(
