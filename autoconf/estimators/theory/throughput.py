@@ -91,7 +91,7 @@ FITTED = EfficiencyFit(
 # FP8 table (H100), InternEvo (A100, 8-1,024 GPUs) and fms-fsdp (A100, H100). P < 1: FP8 GEMMs reach 0.76 of the
 # fraction of their (doubled) peak that BF16 GEMMs reach of theirs (amax / cast / transpose kernels around them).
 # S < 1 with φ = 0: a fused-kernel stack (stacks.py) pays no memory-bound or per-micro-batch overhead term, and
-# its E·S is what is left (0.51 of the HF E: the plain GEMM-plus-attention efficiency of those stacks). No per-GPU-architecture E:
+# its E·S is what is left (0.51 of the HF E: the plain GEMM efficiency of those stacks). No per-GPU-architecture E:
 # fitted per architecture, the leave-one-source-out error was worse (docs/accuracy.md, throughput-theory);
 # the GPU enters through its peak, its ridge point R and its links. E > 1 is not an efficiency by itself:
 # the memory-bound term always divides it (K · R / w: a 7B model's matmuls at 0.66 on A100, 0.49 on H100 before the
