@@ -17,9 +17,13 @@ from pydantic import ValidationError
 
 from autoconf.defaults import GPUS_PER_NODE, MAX_GPUS, MAX_OOM_RISK
 from autoconf.errors import AutoconfError, describe
+from autoconf.estimators.columns import frame_columns
 from autoconf.estimators.contract import Estimator
 from autoconf.estimators.frame import MEMORY_COLUMNS, OUTPUT_COLUMNS, VISION_COLUMNS, row_inputs
-from autoconf.estimators.theory.vector import MemoryBatch
+from autoconf.estimators.theory.estimator import TheoryEstimator
+from autoconf.estimators.theory.rows import PlacementColumns
+from autoconf.estimators.theory.vector import MemoryBatch, as_batch, theory_columns
+from autoconf.recommend.columns import theory_search, tokens_per_second
 from autoconf.recommend.search import BatchSearch, new_search, recommend_batch
 from autoconf.schema import GIB, Job, Placement
 
@@ -77,8 +81,12 @@ def recommend_frame(frame: pd.DataFrame, estimator: Estimator, *, max_gpus: int 
     """Batch columns of design §8: input columns + estimates + the recommendation, one row per input row.
 
     With ``number_gpus`` in a row the memory columns are for that placement; without it, for the
-    recommended one (or the largest tried when nothing fits). A bad row gets its ``error``.
+    recommended one (or the largest tried when nothing fits). A bad row gets its ``error``. The theory
+    estimator reads the rows as columns (recommend/columns.py); the others row by row.
     """
+    search_args = dict(max_gpus=max_gpus, gpus_per_node=gpus_per_node, max_oom_risk=max_oom_risk, strict=strict)
+    if type(estimator) is TheoryEstimator:
+        return _theory_frame(frame, estimator, gpus_per_node, progress, search_args)
     jobs, places, given, errors = _frame_inputs(frame)
     ok_jobs = {i: j for i, j in enumerate(jobs) if j is not None}
     ok_places = {i: p for i, p in enumerate(places) if p is not None}
@@ -93,23 +101,56 @@ def recommend_frame(frame: pd.DataFrame, estimator: Estimator, *, max_gpus: int 
         if progress:
             progress(start + len(chunk), len(valid))
     search = _concat(parts)
+    fixed = [i for i in valid if given[i] and errors[i] is None]
+    given_out = _given_columns(estimator, [ok_jobs[i] for i in fixed], [ok_places[i] for i in fixed]) if fixed else None
+    return _columns(frame, estimator, np.array(valid, dtype=np.int64), search, errors, fixed, given_out, gpus_per_node)
+
+
+def _theory_frame(frame: pd.DataFrame, estimator: TheoryEstimator, gpus_per_node: int, progress: Progress | None,
+                  search_args: dict[str, Any]) -> pd.DataFrame:
+    """recommend_frame for the theory estimator: rows read as columns, every candidate in one theory batch."""
+    cols = frame_columns(frame)
+    search = theory_search(cols, estimator.calibration, **search_args)
+    if progress:
+        progress(int(cols.ok.sum()), int(cols.ok.sum()))
+    valid = np.flatnonzero(cols.ok)
+    fixed = np.flatnonzero(cols.ok & cols.given)
+    given_out = None
+    if len(fixed):
+        p = cols.place
+        place = PlacementColumns(p["number_gpus"][fixed], p["gpus_per_worker"][fixed], p["tp"][fixed], p["pp"][fixed],
+                                 p["offload"][fixed], p["strategy"][fixed])
+        found, errs = theory_columns(cols.jobs.take(fixed), place, cols.model[fixed], p["gpu_model"][fixed],
+                                     estimator.calibration)
+        ok = np.array([e is None for e in errs], dtype=bool)
+        tputs = np.full(len(fixed), np.nan)
+        if ok.any():
+            tputs[ok] = tokens_per_second(cols, fixed[ok], place.number_gpus[ok], place.gpus_per_worker[ok],
+                                          GPUS_PER_NODE, place.take(np.flatnonzero(ok)))
+        given_out = as_batch(found, errs), tputs
+    return _columns(frame, estimator, valid, search, list(cols.errors), fixed.tolist(), given_out, gpus_per_node)
+
+
+def _columns(frame: pd.DataFrame, estimator: Estimator, valid: np.ndarray, search: BatchSearch,
+             errors: list[str | None], fixed: list[int], given_out: tuple[MemoryBatch, np.ndarray] | None,
+             gpus_per_node: int) -> pd.DataFrame:
+    """The output columns from the search over the ``valid`` rows and the memory of the ``fixed`` rows."""
     n = len(frame)
     out: dict[str, Any] = {c: [None] * n for c in OUTPUT_COLUMNS}
     columns = (*MEMORY_COLUMNS, *VISION_COLUMNS)
     mem = {k: np.full(n, np.nan) for k in (*columns, "allocated", "reserved", "peak", "capacity", "oom_risk")}
     tput = np.full(n, np.nan)
-    for k, i in enumerate(valid):
-        for key in mem:
-            mem[key][i] = search.memory[key][k]
-        tput[i] = search.tokens_per_second[k]
-        chosen = int(search.number_gpus[k])
-        workers = -(-chosen // gpus_per_node) if chosen else 0
-        out["can_recommend"][i], out["workers"][i] = int(bool(chosen)), workers
-        out["gpus"][i] = chosen // workers if chosen else 0
+    for key in mem:
+        mem[key][valid] = search.memory[key]
+    tput[valid] = search.tokens_per_second
+    chosen = search.number_gpus
+    workers = np.where(chosen > 0, -(-chosen // gpus_per_node), 0)
+    can, gpus = (chosen > 0).astype(int).tolist(), np.where(chosen > 0, chosen // np.maximum(workers, 1), 0).tolist()
+    for k, i in enumerate(valid.tolist()):
+        out["can_recommend"][i], out["workers"][i], out["gpus"][i] = can[k], int(workers[k]), gpus[k]
         out["reason"][i], errors[i] = search.reasons[k], search.errors[k]
-    fixed = [i for i in valid if given[i] and errors[i] is None]
-    if fixed:
-        batch, tputs = _given_columns(estimator, [ok_jobs[i] for i in fixed], [ok_places[i] for i in fixed])
+    if given_out is not None:
+        batch, tputs = given_out
         for k, i in enumerate(fixed):
             for part in columns:
                 mem[part][i] = batch.parts[part][k]

@@ -27,8 +27,9 @@ def notes(jobs: Sequence[Job], placements: Sequence[Placement], batch: MemoryBat
           rows: Sequence[int]) -> list[tuple[str, ...]]:
     """memory_notes of each selected (answered) row."""
     cached = batch.cached if batch.cached is not None else np.zeros(len(batch))
-    return [memory_notes(jobs[i], placements[i], get_architecture(jobs[i].model), int(batch.micro_batch[i]),
-                         float(cached[i])) for i in rows]
+    return [memory_notes(int(batch.micro_batch[i]), jobs[i].tokens_per_sample, float(cached[i]),
+                         jobs[i].method == "qlora", placements[i].offload, get_architecture(jobs[i].model))
+            for i in rows]
 
 
 def grid_covers(place: Placement) -> bool:

@@ -1,0 +1,186 @@
+"""The placement search of search.py for the theory estimator over sweep columns: no Job or Placement per row.
+
+Every candidate GPU count of every row is one row of a theory batch (``vector.theory_columns``, numpy per model);
+per row the first candidate that is refused or whose ``oom_risk`` ≤ ``max_oom_risk`` decides, exactly as
+``recommend_batch`` reads its waves. Tokens/s at the chosen placements: ``throughput_grid`` where it covers the
+placement, ``throughput_or_none`` on the row's Job elsewhere. The result is a ``BatchSearch`` of the rows read
+(``FrameColumns.ok``), which ``recommend_frame`` turns into batch columns.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autoconf.catalog import approximation_note, get_architecture
+from autoconf.estimators.columns import FrameColumns
+from autoconf.estimators.theory import throughput_grid as grid
+from autoconf.estimators.theory.memory import ALLOCATOR_PARTS, Found, _empty, memory_notes
+from autoconf.estimators.theory.rows import PlacementColumns
+from autoconf.estimators.theory.throughput import throughput_or_none
+from autoconf.estimators.theory.vector import theory_columns
+from autoconf.recommend.search import BatchSearch, candidate_gpus, new_search
+from autoconf.schema import GIB, Calibration, Placement
+
+PAIR_CHUNK = 250_000  # candidate rows per theory call: bounds the memory of a large sweep
+
+
+def _candidates(cols: FrameColumns, rows: np.ndarray, counts: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """(row, GPU count) of every candidate in search order: sequence parallelism divides the count and the global
+    batch splits evenly over the data-parallel groups (memory.micro_batch's rule)."""
+    sp = cols.jobs.sequence_parallel[rows][:, None]
+    per = np.array(counts)[None, :] // sp * cols.jobs.gradient_accumulation_steps[rows][:, None]
+    fit = (np.array(counts)[None, :] % sp == 0) & (cols.jobs.batch_size[rows][:, None] % np.maximum(per, 1) == 0)
+    r, c = np.nonzero(fit)
+    return rows[r], np.array(counts, dtype=np.int64)[c]
+
+
+def _theory(cols: FrameColumns, who: np.ndarray, place: PlacementColumns,
+            calib: Calibration | None) -> tuple[Found, list[str | None]]:
+    return theory_columns(cols.jobs.take(who), place, cols.model[who], cols.place["gpu_model"][who], calib)
+
+
+def search_placement(cols: FrameColumns, who: np.ndarray, counts: np.ndarray, gpus_per_node: int) -> PlacementColumns:
+    """The candidate placements of search.py's _placement: ``counts`` GPUs, whole nodes, the row's strategy."""
+    ones = np.ones(len(who), dtype=np.int64)
+    return PlacementColumns(counts, np.minimum(counts, gpus_per_node), ones, ones,
+                            np.full(len(who), "none"), cols.place["strategy"][who])
+
+
+def theory_search(cols: FrameColumns, calib: Calibration | None, *, max_gpus: int, gpus_per_node: int,
+                  max_oom_risk: float, strict: bool) -> BatchSearch:
+    """recommend_batch with the theory estimator over the read rows of ``cols`` (in their order)."""
+    rows = np.flatnonzero(cols.ok)
+    search = new_search(len(rows))
+    pos = np.full(cols.size, -1, dtype=np.int64)
+    pos[rows] = np.arange(len(rows))
+    notes = {m: approximation_note(str(m)) for m in set(cols.model[rows].tolist())}
+    flagged = [i for i in rows.tolist() if notes[cols.model[i]]]
+    pending = np.ones(cols.size, dtype=bool)
+    if strict:  # theory's training domain: every catalogued architecture that is not approximated
+        for i in flagged:
+            search.reasons[pos[i]] = f"outside the training domain of model version None: {notes[cols.model[i]]}"
+            pending[i] = False
+    who, count = _candidates(cols, rows[pending[rows]], list(candidate_gpus(max_gpus, gpus_per_node)))
+    parts = [_theory(cols, who[s:s + PAIR_CHUNK], search_placement(cols, who[s:s + PAIR_CHUNK],
+                                                                    count[s:s + PAIR_CHUNK], gpus_per_node), calib)
+             for s in range(0, len(who), PAIR_CHUNK)]
+    found, errors = _join(parts, len(who))
+    refused = np.array([e is not None for e in errors], dtype=bool)
+    first = _first(who, refused | (found.oom_risk <= max_oom_risk), cols.size)
+    last = np.full(cols.size, -1, dtype=np.int64)
+    seen = np.unique(who)
+    last[seen] = np.searchsorted(who, seen, side="right") - 1  # the pairs of a row are consecutive
+    stopped = first >= 0
+    error_rows = np.flatnonzero(stopped & refused[np.maximum(first, 0)])
+    for i in error_rows.tolist():
+        search.errors[pos[i]] = search.reasons[pos[i]] = errors[first[i]]
+    pick = np.where(stopped, first, last)
+    tried = (pick >= 0) & cols.ok
+    tried[error_rows] = False
+    at, pairs = pos[tried], pick[tried]
+    for key in (*ALLOCATOR_PARTS, "overhead"):
+        search.memory[key][at] = found.parts[key][pairs]
+    for key in ("peak", "capacity", "allocated", "reserved", "oom_risk", "releasable"):
+        search.memory[key][at] = getattr(found, key)[pairs]
+    for k, j in zip(at.tolist(), pairs.tolist(), strict=True):
+        search.phase[k] = found.phase[j]
+    fits = tried & stopped
+    search.number_gpus[pos[fits]] = count[first[fits]]
+    _annotate(search, cols, pos, who, count, found, first[fits], gpus_per_node)
+    tried_gpus = np.zeros(cols.size, dtype=np.int64)
+    tried_gpus[tried] = count[pick[tried]]
+    for i in np.flatnonzero(cols.ok & ~fits & ~np.isin(np.arange(cols.size), error_rows)).tolist():
+        k = pos[i]
+        if search.reasons[k]:
+            continue
+        search.reasons[k] = _nothing_fits(search, k, int(tried_gpus[i]), max_gpus, max_oom_risk) if tried[i] else (
+            f"batch_size {cols.jobs.batch_size[i]} does not split evenly over any candidate GPU count ≤ {max_gpus}"
+            + (f" that sequence_parallel {cols.jobs.sequence_parallel[i]} divides"
+               if cols.jobs.sequence_parallel[i] > 1 else ""))
+    for i in flagged:  # every answer about an approximate architecture says so
+        k, flag = pos[i], notes[cols.model[i]]
+        if flag not in search.reasons[k]:
+            search.reasons[k] = "; ".join(filter(None, [search.reasons[k], flag]))
+    return search
+
+
+def _first(who: np.ndarray, stop: np.ndarray, size: int) -> np.ndarray:
+    """Per row, the first candidate (pair index) that stops the search, else -1 (pairs are in row order)."""
+    out = np.full(size, -1, dtype=np.int64)
+    hits = np.flatnonzero(stop)
+    found, index = np.unique(who[hits], return_index=True)
+    out[found] = hits[index]
+    return out
+
+
+def _join(parts: list[tuple[Found, list[str | None]]], n: int) -> tuple[Found, list[str | None]]:
+    if len(parts) == 1:
+        return parts[0]
+    if not parts:
+        return _empty(n), []
+    found = [p for p, _ in parts]
+    arrays = {name: np.concatenate([getattr(f, name) for f in found]) for name in
+              ("allocated", "reserved", "peak", "releasable", "capacity", "oom_risk", "micro_batch", "cached")}
+    return Found(parts={k: np.concatenate([f.parts[k] for f in found]) for k in found[0].parts},
+                 phase=sum((f.phase for f in found), []), errors=[], **arrays), sum((e for _, e in parts), [])
+
+
+def _annotate(search: BatchSearch, cols: FrameColumns, pos: np.ndarray, who: np.ndarray, count: np.ndarray,
+              found: Found, pairs: np.ndarray, gpus_per_node: int) -> None:
+    """Reasons (the notes after the first) and tokens/s of the chosen placements."""
+    for j in pairs.tolist():
+        i = int(who[j])
+        arch = get_architecture(str(cols.model[i]))
+        note = memory_notes(int(found.micro_batch[j]), int(cols.jobs.tokens_per_sample[i]), float(found.cached[j]),
+                            cols.jobs.method[i] == "qlora", "none", arch)
+        search.notes[pos[i]], search.reasons[pos[i]] = note, "; ".join(note[1:])
+    if len(pairs):
+        search.tokens_per_second[pos[who[pairs]]] = tokens_per_second(
+            cols, who[pairs], count[pairs], np.minimum(count[pairs], gpus_per_node), gpus_per_node)
+
+
+def tokens_per_second(cols: FrameColumns, who: np.ndarray, counts: np.ndarray, per_worker: np.ndarray,
+                      gpus_per_node: int, place: PlacementColumns | None = None) -> np.ndarray:
+    """Theory tokens/s of rows ``who`` on ``counts`` GPUs: throughput_grid where it covers the placement (one stage,
+    no tensor parallelism, FSDP full shard or ZeRO-3 over > 1 GPU, no bandwidth override), else the row's Job."""
+    strategy = place.effective_strategy if place is not None else np.where(
+        cols.place["strategy"][who] != "", cols.place["strategy"][who], np.where(counts > 1, "fsdp", "ddp"))
+    covered = (counts == 1) | np.isin(strategy, ("fsdp", "zero3"))
+    if place is not None:
+        covered &= (place.tp == 1) & (place.pp == 1) & (cols.place["virtual_pp"][who] == 1)
+        covered &= ~cols.place["bandwidth_set"][who]
+    out = np.full(len(who), np.nan)
+    for k in np.flatnonzero(~covered).tolist():
+        job, given = cols.row(int(who[k]))
+        at = given if place is not None else Placement(gpu_model=given.gpu_model, number_gpus=int(counts[k]),
+                                                        gpus_per_worker=int(per_worker[k]), strategy=given.strategy)
+        t = throughput_or_none(job, at)
+        out[k] = np.nan if t is None else t.tokens_per_second
+    fast = np.flatnonzero(covered)
+    if not len(fast):
+        return out
+    rows = who[fast]
+    key = cols.words.drop(columns=[c for c in ("batch_size", "gradient_accumulation_steps", "number_gpus",
+                                               "gpus_per_worker") if c in cols.words]).iloc[rows]
+    owner = key.groupby(list(key.columns), sort=False, dropna=False).ngroup().to_numpy() if len(key.columns) else \
+        np.zeros(len(rows), dtype=np.int64)
+    firsts = np.unique(owner, return_index=True)[1]
+    jobs = [cols.row(int(rows[f]))[0] for f in firsts]
+    constants = grid.job_constants(jobs, [str(cols.place["gpu_model"][rows[f]]) for f in firsts])
+    owner = np.searchsorted(np.unique(owner), owner)
+    tokens = np.array([j.tokens_per_sample for j in jobs], dtype=float)
+    nodes = per_worker[fast] if place is None else np.where(per_worker[fast] > 0, per_worker[fast], gpus_per_node)
+    values = np.full(len(fast), np.nan)
+    for node in np.unique(nodes).tolist():  # the grid takes one node size per call
+        sel = nodes == node
+        values[sel] = grid.tokens_per_second(constants, owner[sel], tokens, cols.jobs.batch_size[rows][sel],
+                                             counts[fast][sel], cols.jobs.gradient_accumulation_steps[rows][sel],
+                                             int(node))
+    out[fast] = values
+    return out
+
+
+def _nothing_fits(search: BatchSearch, k: int, gpus: int, max_gpus: int, max_oom_risk: float) -> str:
+    best = f"{search.memory['peak'][k] / GIB:.1f} GiB per GPU at {gpus} GPUs"
+    return (f"nothing fits up to {max_gpus} GPUs with oom_risk ≤ {max_oom_risk} (best: {best}, "
+            f"capacity {search.memory['capacity'][k] / GIB:.1f} GiB)")
