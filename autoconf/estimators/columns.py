@@ -40,13 +40,29 @@ class FrameColumns:
     errors: list[str | None]
     given: np.ndarray  # number_gpus stated in the row
     model: np.ndarray
+    model_codes: Codes  # the distinct models and each row's index into them
+    gpu_codes: Codes
     jobs: JobColumns  # every row (refused rows hold defaults)
     place: dict[str, np.ndarray]  # gpu_model, number_gpus, gpus_per_worker (0 = unset), strategy ("" = unset), ...
     words: pd.DataFrame  # the canonical words of each row (for the few rows that need a Job object)
 
     def row(self, i: int) -> tuple[Job, Placement]:
         """Job and Placement of one row (read by job_and_placement)."""
-        return job_and_placement(_words(self.words, i))
+        return self.rows(np.array([i]))[0]
+
+    def rows(self, rows: np.ndarray) -> list[tuple[Job, Placement]]:
+        """Job and Placement of some rows (each distinct set of words read once)."""
+        records = [tuple((k, v) for k, v in r.items() if not _missing(v))
+                   for r in self.words.iloc[rows].to_dict(orient="records")]
+        try:
+            return [_read_row(r) for r in records]
+        except TypeError:  # an unhashable cell (a list): read without the cache
+            return [job_and_placement(dict(r)) for r in records]
+
+
+@lru_cache(maxsize=65536)
+def _read_row(words: tuple[tuple[str, Any], ...]) -> tuple[Job, Placement]:
+    return job_and_placement(dict(words))
 
 
 def _words(frame: pd.DataFrame, i: int) -> dict[str, Any]:
@@ -87,6 +103,10 @@ def _read_place(field: str, kind: type, value: Any) -> tuple[bool, Any]:  # noqa
 def _column(values: pd.Series, read: Callable[[str, type, Any], tuple[bool, Any]], field: str,
             default: Any) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN401
     """(value of each row, read ok) of one column: each distinct value read once, missing cells ``default``."""
+    if values.isna().all():  # an absent or empty column: the default everywhere
+        fill = np.empty(len(values), dtype=object)
+        fill.fill(default)
+        return fill, np.ones(len(values), dtype=bool)
     try:
         codes, uniques = pd.factorize(values, use_na_sentinel=True)
     except TypeError:  # unhashable cells (lists): every row is read one by one
@@ -97,6 +117,10 @@ def _column(values: pd.Series, read: Callable[[str, type, Any], tuple[bool, Any]
     good = np.array([k for k, _ in found] + [True], dtype=bool)
     index = np.where(codes < 0, len(found), codes)
     return table[index], good[index]
+
+
+def _EMPTY(n: int) -> pd.Series:  # noqa: N802 - a constant-like factory
+    return pd.Series(np.full(n, np.nan))
 
 
 def canonical_frame(frame: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
@@ -122,7 +146,7 @@ def frame_columns(frame: pd.DataFrame, default_gpus: int = 1) -> FrameColumns:
     values: dict[str, np.ndarray] = {}
     for field in _JOB_READ:
         base = Job.model_fields[field].default if field != "model" else None
-        col = words[field] if field in words else pd.Series([None] * n, dtype=object)
+        col = words[field] if field in words else _EMPTY(n)
         if field == "model":
             col = col.map(lambda v: v if _missing(v) or isinstance(v, str) else str(v))
         values[field], good = _column(col, _read_job, field, base)
@@ -132,7 +156,7 @@ def frame_columns(frame: pd.DataFrame, default_gpus: int = 1) -> FrameColumns:
         base = Placement.model_fields[field].default if field != "gpu_model" else None
         if field == "number_gpus":
             base = default_gpus
-        col = words[field] if field in words else pd.Series([None] * n, dtype=object)
+        col = words[field] if field in words else _EMPTY(n)
         values[field], good = _column(col, _read_place, field, base)
         ok &= good
     ok &= (values["model"] != None) & (values["gpu_model"] != None)  # noqa: E711 - element-wise
@@ -151,8 +175,14 @@ def frame_columns(frame: pd.DataFrame, default_gpus: int = 1) -> FrameColumns:
         for field in _PLACE_READ:
             values[field][i] = getattr(place, field)
     given = words["number_gpus"].notna().to_numpy() if "number_gpus" in words else np.zeros(n, dtype=bool)
-    return FrameColumns(n, ok, errors, given, np.array(values["model"], dtype=object), _job_columns(values),
-                        _place_columns(values), words)
+    where = _place_columns(values)
+    return FrameColumns(n, ok, errors, given, values["model"], _codes(values["model"]), _codes(where["gpu_model"]),
+                        _job_columns(values), where, words)
+
+
+def _codes(values: np.ndarray) -> Codes:
+    codes, uniques = pd.factorize(pd.Series(values, dtype=object).fillna(""))
+    return Codes(tuple(uniques.tolist()), np.asarray(codes, dtype=np.int64))
 
 
 def _framework_defaults(values: dict[str, np.ndarray], words: pd.DataFrame) -> None:

@@ -14,14 +14,14 @@ import numpy as np
 from autoconf.catalog import approximation_note, get_architecture
 from autoconf.estimators.columns import FrameColumns
 from autoconf.estimators.theory import throughput_grid as grid
-from autoconf.estimators.theory.memory import ALLOCATOR_PARTS, Found, _empty, memory_notes
+from autoconf.estimators.theory.memory import ALLOCATOR_PARTS, Found, memory_notes
 from autoconf.estimators.theory.rows import PlacementColumns
 from autoconf.estimators.theory.throughput import throughput_or_none
 from autoconf.estimators.theory.vector import theory_columns
 from autoconf.recommend.search import BatchSearch, candidate_gpus, new_search
 from autoconf.schema import GIB, Calibration, Placement
 
-PAIR_CHUNK = 250_000  # candidate rows per theory call: bounds the memory of a large sweep
+ROW_CHUNK = 50_000  # rows (with all their candidate counts) per theory batch: bounds the memory of a large sweep
 
 
 def _candidates(cols: FrameColumns, rows: np.ndarray, counts: list[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -36,7 +36,7 @@ def _candidates(cols: FrameColumns, rows: np.ndarray, counts: list[int]) -> tupl
 
 def _theory(cols: FrameColumns, who: np.ndarray, place: PlacementColumns,
             calib: Calibration | None) -> tuple[Found, list[str | None]]:
-    return theory_columns(cols.jobs.take(who), place, cols.model[who], cols.place["gpu_model"][who], calib)
+    return theory_columns(cols.jobs.take(who), place, cols.model_codes.take(who), cols.gpu_codes.take(who), calib)
 
 
 def search_placement(cols: FrameColumns, who: np.ndarray, counts: np.ndarray, gpus_per_node: int) -> PlacementColumns:
@@ -48,23 +48,45 @@ def search_placement(cols: FrameColumns, who: np.ndarray, counts: np.ndarray, gp
 
 def theory_search(cols: FrameColumns, calib: Calibration | None, *, max_gpus: int, gpus_per_node: int,
                   max_oom_risk: float, strict: bool) -> BatchSearch:
-    """recommend_batch with the theory estimator over the read rows of ``cols`` (in their order)."""
+    """recommend_batch with the theory estimator over the read rows of ``cols`` (in their order), ROW_CHUNK rows
+    (with all their candidates) per theory batch."""
     rows = np.flatnonzero(cols.ok)
     search = new_search(len(rows))
     pos = np.full(cols.size, -1, dtype=np.int64)
     pos[rows] = np.arange(len(rows))
     notes = {m: approximation_note(str(m)) for m in set(cols.model[rows].tolist())}
-    flagged = [i for i in rows.tolist() if notes[cols.model[i]]]
-    pending = np.ones(cols.size, dtype=bool)
+    flagged = np.flatnonzero(np.isin(cols.model, [m for m, note in notes.items() if note]) & cols.ok)
+    pending = cols.ok.copy()
     if strict:  # theory's training domain: every catalogued architecture that is not approximated
-        for i in flagged:
+        for i in flagged.tolist():
             search.reasons[pos[i]] = f"outside the training domain of model version None: {notes[cols.model[i]]}"
-            pending[i] = False
-    who, count = _candidates(cols, rows[pending[rows]], list(candidate_gpus(max_gpus, gpus_per_node)))
-    parts = [_theory(cols, who[s:s + PAIR_CHUNK], search_placement(cols, who[s:s + PAIR_CHUNK],
-                                                                    count[s:s + PAIR_CHUNK], gpus_per_node), calib)
-             for s in range(0, len(who), PAIR_CHUNK)]
-    found, errors = _join(parts, len(who))
+        pending[flagged] = False
+    tried = np.zeros(cols.size, dtype=np.int64)  # GPU count of the placement stored (chosen or last tried)
+    counts = list(candidate_gpus(max_gpus, gpus_per_node))
+    todo = np.flatnonzero(pending)
+    for start in range(0, len(todo), ROW_CHUNK):
+        _search_chunk(search, cols, pos, todo[start:start + ROW_CHUNK], counts, calib, gpus_per_node, max_oom_risk,
+                      tried)
+    for i in np.flatnonzero(cols.ok).tolist():
+        k = pos[i]
+        if search.number_gpus[k] or search.errors[k] is not None or search.reasons[k]:
+            continue
+        search.reasons[k] = _nothing_fits(search, k, int(tried[i]), max_gpus, max_oom_risk) if tried[i] else (
+            f"batch_size {cols.jobs.batch_size[i]} does not split evenly over any candidate GPU count ≤ {max_gpus}"
+            + (f" that sequence_parallel {cols.jobs.sequence_parallel[i]} divides"
+               if cols.jobs.sequence_parallel[i] > 1 else ""))
+    for i in flagged.tolist():  # every answer about an approximate architecture says so
+        k, flag = pos[i], notes[cols.model[i]]
+        if flag not in search.reasons[k]:
+            search.reasons[k] = "; ".join(filter(None, [search.reasons[k], flag]))
+    return search
+
+
+def _search_chunk(search: BatchSearch, cols: FrameColumns, pos: np.ndarray, rows: np.ndarray, counts: list[int],
+                  calib: Calibration | None, gpus_per_node: int, max_oom_risk: float, tried: np.ndarray) -> None:
+    """Every candidate of ``rows`` in one theory batch; per row the first refused or fitting candidate decides."""
+    who, count = _candidates(cols, rows, counts)
+    found, errors = _theory(cols, who, search_placement(cols, who, count, gpus_per_node), calib)
     refused = np.array([e is not None for e in errors], dtype=bool)
     first = _first(who, refused | (found.oom_risk <= max_oom_risk), cols.size)
     last = np.full(cols.size, -1, dtype=np.int64)
@@ -75,33 +97,22 @@ def theory_search(cols: FrameColumns, calib: Calibration | None, *, max_gpus: in
     for i in error_rows.tolist():
         search.errors[pos[i]] = search.reasons[pos[i]] = errors[first[i]]
     pick = np.where(stopped, first, last)
-    tried = (pick >= 0) & cols.ok
-    tried[error_rows] = False
-    at, pairs = pos[tried], pick[tried]
+    mine = np.zeros(cols.size, dtype=bool)
+    mine[rows] = True
+    stored = mine & (pick >= 0)
+    stored[error_rows] = False
+    at, pairs = pos[stored], pick[stored]
     for key in (*ALLOCATOR_PARTS, "overhead"):
         search.memory[key][at] = found.parts[key][pairs]
     for key in ("peak", "capacity", "allocated", "reserved", "oom_risk", "releasable"):
         search.memory[key][at] = getattr(found, key)[pairs]
+    phases = found.phase
     for k, j in zip(at.tolist(), pairs.tolist(), strict=True):
-        search.phase[k] = found.phase[j]
-    fits = tried & stopped
+        search.phase[k] = phases[j]
+    tried[stored] = count[pairs]
+    fits = stored & stopped
     search.number_gpus[pos[fits]] = count[first[fits]]
     _annotate(search, cols, pos, who, count, found, first[fits], gpus_per_node)
-    tried_gpus = np.zeros(cols.size, dtype=np.int64)
-    tried_gpus[tried] = count[pick[tried]]
-    for i in np.flatnonzero(cols.ok & ~fits & ~np.isin(np.arange(cols.size), error_rows)).tolist():
-        k = pos[i]
-        if search.reasons[k]:
-            continue
-        search.reasons[k] = _nothing_fits(search, k, int(tried_gpus[i]), max_gpus, max_oom_risk) if tried[i] else (
-            f"batch_size {cols.jobs.batch_size[i]} does not split evenly over any candidate GPU count ≤ {max_gpus}"
-            + (f" that sequence_parallel {cols.jobs.sequence_parallel[i]} divides"
-               if cols.jobs.sequence_parallel[i] > 1 else ""))
-    for i in flagged:  # every answer about an approximate architecture says so
-        k, flag = pos[i], notes[cols.model[i]]
-        if flag not in search.reasons[k]:
-            search.reasons[k] = "; ".join(filter(None, [search.reasons[k], flag]))
-    return search
 
 
 def _first(who: np.ndarray, stop: np.ndarray, size: int) -> np.ndarray:
@@ -113,30 +124,23 @@ def _first(who: np.ndarray, stop: np.ndarray, size: int) -> np.ndarray:
     return out
 
 
-def _join(parts: list[tuple[Found, list[str | None]]], n: int) -> tuple[Found, list[str | None]]:
-    if len(parts) == 1:
-        return parts[0]
-    if not parts:
-        return _empty(n), []
-    found = [p for p, _ in parts]
-    arrays = {name: np.concatenate([getattr(f, name) for f in found]) for name in
-              ("allocated", "reserved", "peak", "releasable", "capacity", "oom_risk", "micro_batch", "cached")}
-    return Found(parts={k: np.concatenate([f.parts[k] for f in found]) for k in found[0].parts},
-                 phase=sum((f.phase for f in found), []), errors=[], **arrays), sum((e for _, e in parts), [])
-
-
 def _annotate(search: BatchSearch, cols: FrameColumns, pos: np.ndarray, who: np.ndarray, count: np.ndarray,
               found: Found, pairs: np.ndarray, gpus_per_node: int) -> None:
-    """Reasons (the notes after the first) and tokens/s of the chosen placements."""
-    for j in pairs.tolist():
-        i = int(who[j])
-        arch = get_architecture(str(cols.model[i]))
-        note = memory_notes(int(found.micro_batch[j]), int(cols.jobs.tokens_per_sample[i]), float(found.cached[j]),
-                            cols.jobs.method[i] == "qlora", "none", arch)
-        search.notes[pos[i]], search.reasons[pos[i]] = note, "; ".join(note[1:])
+    """Reasons (memory_notes after the first, which do not depend on the micro-batch) and tokens/s of the chosen
+    placements. The notes themselves stay with single recommendations (search.recommend)."""
+    said: dict[tuple[str, bool, float], str] = {}
+    chosen = who[pairs]
+    keys = zip(cols.model[chosen].tolist(), (cols.jobs.method[chosen] == "qlora").tolist(),
+               found.cached[pairs].tolist(), strict=True)
+    for k, key in zip(pos[chosen].tolist(), keys, strict=True):
+        reason = said.get(key)
+        if reason is None:
+            note = memory_notes(0, 0, key[2], key[1], "none", get_architecture(key[0]))
+            reason = said[key] = "; ".join(note[1:])
+        search.reasons[k] = reason
     if len(pairs):
-        search.tokens_per_second[pos[who[pairs]]] = tokens_per_second(
-            cols, who[pairs], count[pairs], np.minimum(count[pairs], gpus_per_node), gpus_per_node)
+        search.tokens_per_second[pos[chosen]] = tokens_per_second(
+            cols, chosen, count[pairs], np.minimum(count[pairs], gpus_per_node), gpus_per_node)
 
 
 def tokens_per_second(cols: FrameColumns, who: np.ndarray, counts: np.ndarray, per_worker: np.ndarray,
@@ -165,7 +169,7 @@ def tokens_per_second(cols: FrameColumns, who: np.ndarray, counts: np.ndarray, p
     owner = key.groupby(list(key.columns), sort=False, dropna=False).ngroup().to_numpy() if len(key.columns) else \
         np.zeros(len(rows), dtype=np.int64)
     firsts = np.unique(owner, return_index=True)[1]
-    jobs = [cols.row(int(rows[f]))[0] for f in firsts]
+    jobs = [job for job, _ in cols.rows(rows[firsts])]
     constants = grid.job_constants(jobs, [str(cols.place["gpu_model"][rows[f]]) for f in firsts])
     owner = np.searchsorted(np.unique(owner), owner)
     tokens = np.array([j.tokens_per_sample for j in jobs], dtype=float)

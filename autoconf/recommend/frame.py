@@ -120,8 +120,8 @@ def _theory_frame(frame: pd.DataFrame, estimator: TheoryEstimator, gpus_per_node
         p = cols.place
         place = PlacementColumns(p["number_gpus"][fixed], p["gpus_per_worker"][fixed], p["tp"][fixed], p["pp"][fixed],
                                  p["offload"][fixed], p["strategy"][fixed])
-        found, errs = theory_columns(cols.jobs.take(fixed), place, cols.model[fixed], p["gpu_model"][fixed],
-                                     estimator.calibration)
+        found, errs = theory_columns(cols.jobs.take(fixed), place, cols.model_codes.take(fixed),
+                                     cols.gpu_codes.take(fixed), estimator.calibration)
         ok = np.array([e is None for e in errs], dtype=bool)
         tputs = np.full(len(fixed), np.nan)
         if ok.any():

@@ -90,7 +90,7 @@ class GpuColumns:
         # theory refuses bf16 on a Volta GPU without a bf16 peak (memory.refusals)
         self.no_bf16 = np.array([g.bf16_tflops is None and g.architecture == "Volta" for g in gpus], dtype=bool)
 
-    def take(self, rows: np.ndarray) -> GpuColumns:
+    def take(self, rows: np.ndarray | slice) -> GpuColumns:
         out = object.__new__(GpuColumns)
         for name, value in self.__dict__.items():
             setattr(out, name, value[rows])

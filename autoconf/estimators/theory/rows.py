@@ -98,7 +98,7 @@ class Codes:
         codes = np.fromiter((index.setdefault(v, len(index)) for v in values), dtype=np.int64, count=len(values))
         return cls(tuple(index), codes)
 
-    def take(self, rows: np.ndarray) -> Codes:
+    def take(self, rows: np.ndarray | slice) -> Codes:
         return Codes(self.table, self.codes[rows])
 
 
@@ -182,7 +182,7 @@ class JobColumns:
     def __getattr__(self, name: str) -> Any:  # noqa: ANN401 - the columns set in __init__ (for mypy)
         raise AttributeError(name)
 
-    def take(self, rows: np.ndarray) -> JobColumns:
+    def take(self, rows: np.ndarray | slice) -> JobColumns:
         """The columns of the selected rows (``rows``: indices)."""
         out = object.__new__(JobColumns)
         for name, value in self.__dict__.items():
@@ -196,7 +196,7 @@ class JobColumns:
             setattr(profile, name, value[rows])
         settings.profile = profile
         out.settings = settings
-        out.size = len(rows)
+        out.size = len(out.method)
         return out
 
 
@@ -228,7 +228,7 @@ class PlacementColumns:
                    np.array([p.offload for p in places], dtype=str), np.array([p.strategy or "" for p in places],
                                                                               dtype=str))
 
-    def take(self, rows: np.ndarray) -> PlacementColumns:
+    def take(self, rows: np.ndarray | slice) -> PlacementColumns:
         out = object.__new__(PlacementColumns)
         for name, value in self.__dict__.items():
             setattr(out, name, value[rows])

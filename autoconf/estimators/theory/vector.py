@@ -20,7 +20,7 @@ from autoconf.errors import AutoconfError, InvalidInputError
 from autoconf.estimators.theory import memory as mem
 from autoconf.estimators.theory.cuda import GpuColumns
 from autoconf.estimators.theory.memory import ALLOCATOR_PARTS, Found, _empty, theory_rows
-from autoconf.estimators.theory.rows import JobColumns, PlacementColumns
+from autoconf.estimators.theory.rows import Codes, JobColumns, PlacementColumns
 from autoconf.schema import Calibration, Job, Placement
 
 TEXT_PARTS = mem.TEXT_PARTS
@@ -80,38 +80,48 @@ def _gpu_error(job: Job, gpu: GPUSpec) -> str | None:
     return None
 
 
-def theory_columns(job: JobColumns, place: PlacementColumns, models: np.ndarray, gpu_models: np.ndarray,
+def theory_columns(job: JobColumns, place: PlacementColumns, models: Codes | np.ndarray, gpu_models: Codes | np.ndarray,
                    calibration: Calibration | None = None, risk: bool = True) -> tuple[Found, list[str | None]]:
-    """Theory memory of rows given as columns (``models``, ``gpu_models``: names per row), grouped by model;
-    a refused row gets its error text."""
+    """Theory memory of rows given as columns (``models``, ``gpu_models``: the names per row, or their Codes),
+    grouped by model; a refused row gets its error text."""
     n = job.size
     out = _empty(n)
     errors: list[str | None] = [None] * n
     if not n:
         return out, errors
-    names, inverse = np.unique(gpu_models.astype(str), return_inverse=True)
-    found = [_gpu(str(g)) for g in names.tolist()]
-    known = np.array([not isinstance(g, str) for g in found])[inverse]
+    gpu_codes = gpu_models if isinstance(gpu_models, Codes) else Codes.of(gpu_models.tolist())
+    found = [_gpu(str(g)) for g in gpu_codes.table]
+    known = np.array([not isinstance(g, str) for g in found])[gpu_codes.codes]
     specs = [g for g in found if not isinstance(g, str)] or [get_gpu("A100")]
     slot = np.cumsum([not isinstance(g, str) for g in found]) - 1
-    gpus = GpuColumns(specs).take(np.maximum(slot[inverse], 0))
-    model_names, owner = np.unique(models.astype(str), return_inverse=True)
-    for m, model in enumerate(model_names.tolist()):
-        rows = np.flatnonzero(owner == m)
-        arch = _arch(model)
+    gpus = GpuColumns(specs).take(np.maximum(slot[gpu_codes.codes], 0))
+    model_codes = models if isinstance(models, Codes) else Codes.of(models.tolist())
+    order = np.argsort(model_codes.codes, kind="stable")  # each model's rows become one slice: views, not copies
+    sorted_codes = model_codes.codes[order]
+    bounds = np.flatnonzero(np.diff(sorted_codes)) + 1
+    job, place, gpus, known = job.take(order), place.take(order), gpus.take(order), known[order]
+    for a, b in zip([0, *bounds.tolist()], [*bounds.tolist(), n], strict=True):
+        rows = order[a:b]
+        arch = _arch(str(model_codes.table[sorted_codes[a]]))
         if isinstance(arch, str):
             for i in rows.tolist():
                 errors[i] = arch
             continue
-        for i in rows[~known[rows]].tolist():
-            errors[i] = str(found[inverse[i]])
-        rows = rows[known[rows]]
-        if not len(rows):
-            continue
-        part = theory_rows(job.take(rows), place.take(rows), arch, gpus.take(rows), calibration, risk)
+        for i in rows[~known[a:b]].tolist():
+            errors[i] = str(found[gpu_codes.codes[i]])
+        if known[a:b].all():
+            part = theory_rows(job.take(slice(a, b)), place.take(slice(a, b)), arch, gpus.take(slice(a, b)),
+                               calibration, risk)
+        else:
+            sub = a + np.flatnonzero(known[a:b])
+            rows = order[sub]
+            if not len(rows):
+                continue
+            part = theory_rows(job.take(sub), place.take(sub), arch, gpus.take(sub), calibration, risk)
         _fill(out, part, rows)
         for k, i in enumerate(rows.tolist()):
-            errors[i] = None if part.errors[k] is None else str(part.errors[k])
+            if part.errors[k] is not None:
+                errors[i] = str(part.errors[k])
     return out, errors
 
 
