@@ -22,7 +22,16 @@ from pydantic import TypeAdapter, ValidationError
 from autoconf import defaults
 from autoconf.errors import AutoconfError, describe
 from autoconf.estimators.theory.rows import JOB_BOOL, JOB_INT, JOB_TEXT, Codes, JobColumns
-from autoconf.schema import ALIASES, FRAMEWORKS, PER_DEVICE_BATCH, Job, Placement, job_and_placement, read_word
+from autoconf.schema import (
+    ALIASES,
+    FRAMEWORKS,
+    PER_DEVICE_BATCH,
+    Job,
+    Placement,
+    job_and_placement,
+    job_of_words,
+    read_word,
+)
 
 ROW_ERRORS = (AutoconfError, ValidationError, TypeError, ValueError, OverflowError)
 _OPTIONAL = ("image_resolution", "loss_kernel", "fsdp_cpu_ram_efficient_loading", "double_quant", "quantize_lm_head",
@@ -52,12 +61,28 @@ class FrameColumns:
 
     def rows(self, rows: np.ndarray) -> list[tuple[Job, Placement]]:
         """Job and Placement of some rows (each distinct set of words read once)."""
-        records = [tuple((k, v) for k, v in r.items() if not _missing(v))
-                   for r in self.words.iloc[rows].to_dict(orient="records")]
+        records = self._records(rows, ())
         try:
             return [_read_row(r) for r in records]
         except TypeError:  # an unhashable cell (a list): read without the cache
             return [job_and_placement(dict(r)) for r in records]
+
+    def job_rows(self, rows: np.ndarray, drop: tuple[str, ...] = ()) -> list[Job]:
+        """The Jobs of some rows read without the words ``drop`` (each distinct set of words read once)."""
+        records = self._records(rows, drop)
+        try:
+            return [_read_job_row(r) for r in records]
+        except TypeError:
+            return [job_of_words(dict(r)) for r in records]
+
+    def _records(self, rows: np.ndarray, drop: tuple[str, ...]) -> list[tuple[tuple[str, Any], ...]]:
+        return [tuple((k, v) for k, v in r.items() if not _missing(v) and k not in drop)
+                for r in self.words.iloc[rows].to_dict(orient="records")]
+
+
+@lru_cache(maxsize=65536)
+def _read_job_row(words: tuple[tuple[str, Any], ...]) -> Job:
+    return job_of_words(dict(words))
 
 
 @lru_cache(maxsize=65536)
@@ -76,7 +101,9 @@ def _missing(value: object) -> bool:
 @lru_cache(maxsize=4096)
 def _read_job(field: str, kind: type, value: Any) -> tuple[bool, Any]:  # noqa: ANN401
     try:
-        job = Job(model=value) if field == "model" else Job(model="probe", **{field: value})
+        # a bare parameter count read as a number is a name (schema.canonical_words)
+        name = value if isinstance(value, str) or field != "model" else str(value)
+        job = Job(model=name) if field == "model" else Job(model="probe", **{field: value})
     except ROW_ERRORS:
         return False, None
     return True, getattr(job, field)
@@ -100,37 +127,54 @@ def _read_place(field: str, kind: type, value: Any) -> tuple[bool, Any]:  # noqa
         return False, None
 
 
+@dataclass
+class Column:
+    """One field over the rows: its distinct read values and each row's index into them."""
+
+    table: list[Any]
+    index: np.ndarray
+
+    def set(self, rows: np.ndarray | int, value: Any) -> None:  # noqa: ANN401
+        if not self.index.flags.writeable:  # a column that was one value everywhere (a broadcast view)
+            self.index = self.index.copy()
+        self.table.append(value)
+        self.index[rows] = len(self.table) - 1
+
+    def typed(self, dtype: Any, convert: Callable[[Any], Any] = lambda v: v) -> np.ndarray:  # noqa: ANN401
+        out: np.ndarray = np.array([convert(v) for v in self.table], dtype=dtype)[self.index]
+        return out
+
+    def codes(self, convert: Callable[[Any], Any] = lambda v: v) -> Codes:
+        return Codes(tuple(convert(v) for v in self.table), self.index.astype(np.int64))
+
+
 def _column(values: pd.Series, read: Callable[[str, type, Any], tuple[bool, Any]], field: str,
-            default: Any) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN401
-    """(value of each row, read ok) of one column: each distinct value read once, missing cells ``default``."""
+            default: Any) -> tuple[Column, np.ndarray]:  # noqa: ANN401
+    """(the column, read ok per row): each distinct value read once, missing cells ``default``."""
+    n = len(values)
     if values.isna().all():  # an absent or empty column: the default everywhere
-        fill = np.empty(len(values), dtype=object)
-        fill.fill(default)
-        return fill, np.ones(len(values), dtype=bool)
+        return Column([default], np.broadcast_to(np.int32(0), (n,))), np.ones(n, dtype=bool)
     try:
         codes, uniques = pd.factorize(values, use_na_sentinel=True)
     except TypeError:  # unhashable cells (lists): every row is read one by one
-        return np.full(len(values), default, dtype=object), np.zeros(len(values), dtype=bool)
+        return Column([default], np.zeros(n, dtype=np.int32)), np.zeros(n, dtype=bool)
     found = [read(field, type(u), u.item() if hasattr(u, "item") else u) for u in uniques.tolist()]
-    table = np.empty(len(found) + 1, dtype=object)
-    table[:] = [v for _, v in found] + [default]
     good = np.array([k for k, _ in found] + [True], dtype=bool)
-    index = np.where(codes < 0, len(found), codes)
-    return table[index], good[index]
-
-
-def _EMPTY(n: int) -> pd.Series:  # noqa: N802 - a constant-like factory
-    return pd.Series(np.full(n, np.nan))
+    index = np.where(codes < 0, len(found), codes).astype(np.int32)
+    return Column([v for _, v in found] + [default], index), good[index]
 
 
 def canonical_frame(frame: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
     """Aliases renamed (a canonical name beside its alias wins where set); rows with a per-device batch and no
     batch_size are marked to be read one by one (schema.canonical_words does the arithmetic)."""
-    words = frame.copy()
+    words = frame
     for alias, name in ALIASES.items():
         if alias in words:
-            words[name] = words[alias] if name not in words else words[name].where(words[name].notna(), words[alias])
-            words = words.drop(columns=[alias])
+            if name in words:
+                words = words.assign(**{name: words[name].where(words[name].notna(), words[alias])})
+                words = words.drop(columns=[alias])
+            else:
+                words = words.rename(columns={alias: name})
     slow = np.zeros(len(words), dtype=bool)
     if PER_DEVICE_BATCH in words:
         slow = words[PER_DEVICE_BATCH].notna().to_numpy() & (
@@ -143,25 +187,19 @@ def frame_columns(frame: pd.DataFrame, default_gpus: int = 1) -> FrameColumns:
     words, slow = canonical_frame(frame.reset_index(drop=True))
     n = len(words)
     ok = ~slow
-    values: dict[str, np.ndarray] = {}
-    for field in _JOB_READ:
-        base = Job.model_fields[field].default if field != "model" else None
-        col = words[field] if field in words else _EMPTY(n)
-        if field == "model":
-            col = col.map(lambda v: v if _missing(v) or isinstance(v, str) else str(v))
-        values[field], good = _column(col, _read_job, field, base)
-        ok &= good
-    _framework_defaults(values, words)
-    for field in _PLACE_READ:
-        base = Placement.model_fields[field].default if field != "gpu_model" else None
-        if field == "number_gpus":
-            base = default_gpus
-        col = words[field] if field in words else _EMPTY(n)
-        values[field], good = _column(col, _read_place, field, base)
-        ok &= good
-    ok &= (values["model"] != None) & (values["gpu_model"] != None)  # noqa: E711 - element-wise
-    degrees = [np.where(ok, values[f], 1).astype(np.int64) for f in ("number_gpus", "tp", "pp")]
-    ok &= degrees[0] % (degrees[1] * degrees[2]) == 0
+    cols: dict[str, Column] = {}
+    empty = pd.Series(np.full(n, np.nan))
+    for fields, model, read in ((_JOB_READ, Job, _read_job), (_PLACE_READ, Placement, _read_place)):
+        for field in fields:
+            base = None if field in ("model", "gpu_model") else model.model_fields[field].default
+            base = default_gpus if field == "number_gpus" else base
+            cols[field], good = _column(words.get(field, empty), read, field, base)
+            ok &= good
+        if model is Job:
+            _framework_defaults(cols, words)
+    ok &= cols["model"].typed(bool, lambda v: v is not None) & cols["gpu_model"].typed(bool, lambda v: v is not None)
+    gpus, tp, pp = (cols[f].typed(np.int64, lambda v: v if isinstance(v, int) else 1) for f in ("number_gpus", "tp", "pp"))
+    ok &= gpus % (tp * pp) == 0
     errors: list[str | None] = [None] * n
     for i in np.flatnonzero(~ok).tolist():  # read again as one row: its exact error (or, if it reads, its values)
         try:
@@ -171,59 +209,55 @@ def frame_columns(frame: pd.DataFrame, default_gpus: int = 1) -> FrameColumns:
             continue
         ok[i] = True
         for field in _JOB_READ:
-            values[field][i] = getattr(job, field)
+            cols[field].set(i, getattr(job, field))
         for field in _PLACE_READ:
-            values[field][i] = getattr(place, field)
+            cols[field].set(i, getattr(place, field))
     given = words["number_gpus"].notna().to_numpy() if "number_gpus" in words else np.zeros(n, dtype=bool)
-    where = _place_columns(values)
-    return FrameColumns(n, ok, errors, given, values["model"], _codes(values["model"]), _codes(where["gpu_model"]),
-                        _job_columns(values), where, words)
+    return FrameColumns(n, ok, errors, given, cols["model"].typed(object), cols["model"].codes(),
+                        cols["gpu_model"].codes(), _job_columns(cols), _place_columns(cols), words)
 
 
-def _codes(values: np.ndarray) -> Codes:
-    codes, uniques = pd.factorize(pd.Series(values, dtype=object).fillna(""))
-    return Codes(tuple(uniques.tolist()), np.asarray(codes, dtype=np.int64))
-
-
-def _framework_defaults(values: dict[str, np.ndarray], words: pd.DataFrame) -> None:
+def _framework_defaults(cols: dict[str, Column], words: pd.DataFrame) -> None:
     """Cells left empty take the framework's default where it has its own (defaults.FRAMEWORK_JOB_DEFAULTS)."""
-    framework = values["framework"]
+    framework = cols["framework"].typed(object)
     for field in {k for d in (defaults.FRAMEWORK_JOB_DEFAULT, *defaults.FRAMEWORK_JOB_DEFAULTS.values()) for k in d}:
         empty = words[field].isna().to_numpy() if field in words else np.ones(len(words), dtype=bool)
         listed = np.zeros(len(words), dtype=bool)
         for name, found in defaults.FRAMEWORK_JOB_DEFAULTS.items():
             here = framework == name
             listed |= here
-            if field in found:
-                values[field][empty & here] = found[field]
-        if field in defaults.FRAMEWORK_JOB_DEFAULT:
-            others = empty & ~listed & np.isin(framework.astype(str), FRAMEWORKS)
-            values[field][others] = defaults.FRAMEWORK_JOB_DEFAULT[field]
+            if field in found and (empty & here).any():
+                cols[field].set(empty & here, found[field])
+        others = empty & ~listed & np.isin(framework.astype(str), FRAMEWORKS)
+        if field in defaults.FRAMEWORK_JOB_DEFAULT and others.any():
+            cols[field].set(others, defaults.FRAMEWORK_JOB_DEFAULT[field])
 
 
-def _job_columns(values: dict[str, np.ndarray]) -> JobColumns:
-    cols: dict[str, Any] = {f: np.array(values[f], dtype=str) for f in JOB_TEXT}
-    cols |= {f: np.array(values[f], dtype=np.int64) for f in JOB_INT}
-    cols |= {f: np.array(values[f], dtype=bool) for f in JOB_BOOL}
-    cols["lora_dropout"] = np.array(values["lora_dropout"], dtype=float)
-    cols["image_resolution"] = np.array([v or 0 for v in values["image_resolution"]], dtype=np.int64)
-    cols["loss_kernel"] = np.array([v or "" for v in values["loss_kernel"]], dtype=str)
-    cols["lora_target_modules"] = Codes.of(values["lora_target_modules"])
+def _job_columns(cols: dict[str, Column]) -> JobColumns:
+    out: dict[str, Any] = {f: cols[f].typed(str, lambda v: v or "") for f in JOB_TEXT}
+    out |= {f: cols[f].typed(np.int64, lambda v: v or 0) for f in JOB_INT}
+    out |= {f: cols[f].typed(bool, bool) for f in JOB_BOOL}
+    out["lora_dropout"] = cols["lora_dropout"].typed(float, lambda v: v or 0.0)
+    out["image_resolution"] = cols["image_resolution"].typed(np.int64, lambda v: v or 0)
+    out["loss_kernel"] = cols["loss_kernel"].typed(str, lambda v: v or "")
+    out["lora_target_modules"] = cols["lora_target_modules"].codes(lambda v: v or ())
     for f in _OPTIONAL[2:]:
-        cols[f] = np.array([np.nan if v is None else float(v) for v in values[f]])
-    return JobColumns(cols)
+        out[f] = cols[f].typed(float, lambda v: np.nan if v is None else float(v))
+    return JobColumns(out)
 
 
-def _place_columns(values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def _place_columns(cols: dict[str, Column]) -> dict[str, np.ndarray]:
+    def unset(v: object) -> bool:
+        return v is not None
+
     return {
-        "gpu_model": np.array([v or "" for v in values["gpu_model"]], dtype=object),
-        "number_gpus": np.array([v or 1 for v in values["number_gpus"]], dtype=np.int64),
-        "gpus_per_worker": np.array([v or 0 for v in values["gpus_per_worker"]], dtype=np.int64),
-        "strategy": np.array([v or "" for v in values["strategy"]], dtype=str),
-        "tp": np.array([v or 1 for v in values["tp"]], dtype=np.int64),
-        "pp": np.array([v or 1 for v in values["pp"]], dtype=np.int64),
-        "offload": np.array([v or "none" for v in values["offload"]], dtype=str),
-        "virtual_pp": np.array([v or 1 for v in values["virtual_pp"]], dtype=np.int64),
-        "bandwidth_set": np.array([a is not None or b is not None for a, b in
-                                   zip(values["intra_node_gbps"], values["inter_node_gbps"], strict=True)], dtype=bool),
+        "gpu_model": cols["gpu_model"].typed(object, lambda v: v or ""),
+        "number_gpus": cols["number_gpus"].typed(np.int64, lambda v: v or 1),
+        "gpus_per_worker": cols["gpus_per_worker"].typed(np.int64, lambda v: v or 0),
+        "strategy": cols["strategy"].typed(str, lambda v: v or ""),
+        "tp": cols["tp"].typed(np.int64, lambda v: v or 1),
+        "pp": cols["pp"].typed(np.int64, lambda v: v or 1),
+        "offload": cols["offload"].typed(str, lambda v: v or "none"),
+        "virtual_pp": cols["virtual_pp"].typed(np.int64, lambda v: v or 1),
+        "bandwidth_set": cols["intra_node_gbps"].typed(bool, unset) | cols["inter_node_gbps"].typed(bool, unset),
     }

@@ -17,10 +17,12 @@ from autoconf.estimators.theory import throughput_grid as grid
 from autoconf.estimators.theory.memory import ALLOCATOR_PARTS, Found, memory_notes
 from autoconf.estimators.theory.rows import PlacementColumns
 from autoconf.estimators.theory.throughput import throughput_or_none
-from autoconf.estimators.theory.vector import theory_columns
+from autoconf.estimators.theory.vector import phase_names, theory_columns
 from autoconf.recommend.search import BatchSearch, candidate_gpus, new_search
 from autoconf.schema import GIB, Calibration, Placement
 
+# words the grid's per-job constants do not read (throughput_grid.job_constants sets batch and accumulation to 1)
+_VARYING = ("batch_size", "gradient_accumulation_steps", "number_gpus", "gpus_per_worker", "per_device_batch_size")
 ROW_CHUNK = 50_000  # rows (with all their candidate counts) per theory batch: bounds the memory of a large sweep
 
 
@@ -64,6 +66,7 @@ def theory_search(cols: FrameColumns, calib: Calibration | None, *, max_gpus: in
     tried = np.zeros(cols.size, dtype=np.int64)  # GPU count of the placement stored (chosen or last tried)
     counts = list(candidate_gpus(max_gpus, gpus_per_node))
     todo = np.flatnonzero(pending)
+    todo = todo[np.argsort(cols.model_codes.codes[todo], kind="stable")]  # a batch's pairs come grouped by model
     for start in range(0, len(todo), ROW_CHUNK):
         _search_chunk(search, cols, pos, todo[start:start + ROW_CHUNK], counts, calib, gpus_per_node, max_oom_risk,
                       tried)
@@ -90,8 +93,8 @@ def _search_chunk(search: BatchSearch, cols: FrameColumns, pos: np.ndarray, rows
     refused = np.array([e is not None for e in errors], dtype=bool)
     first = _first(who, refused | (found.oom_risk <= max_oom_risk), cols.size)
     last = np.full(cols.size, -1, dtype=np.int64)
-    seen = np.unique(who)
-    last[seen] = np.searchsorted(who, seen, side="right") - 1  # the pairs of a row are consecutive
+    ends = np.flatnonzero(np.diff(who, append=-1) != 0)  # the pairs of a row are consecutive
+    last[who[ends]] = ends
     stopped = first >= 0
     error_rows = np.flatnonzero(stopped & refused[np.maximum(first, 0)])
     for i in error_rows.tolist():
@@ -106,9 +109,8 @@ def _search_chunk(search: BatchSearch, cols: FrameColumns, pos: np.ndarray, rows
         search.memory[key][at] = found.parts[key][pairs]
     for key in ("peak", "capacity", "allocated", "reserved", "oom_risk", "releasable"):
         search.memory[key][at] = getattr(found, key)[pairs]
-    phases = found.phase
-    for k, j in zip(at.tolist(), pairs.tolist(), strict=True):
-        search.phase[k] = phases[j]
+    for k, name in zip(at.tolist(), phase_names(found.phase[pairs]), strict=True):
+        search.phase[k] = name
     tried[stored] = count[pairs]
     fits = stored & stopped
     search.number_gpus[pos[fits]] = count[first[fits]]
@@ -164,12 +166,11 @@ def tokens_per_second(cols: FrameColumns, who: np.ndarray, counts: np.ndarray, p
     if not len(fast):
         return out
     rows = who[fast]
-    key = cols.words.drop(columns=[c for c in ("batch_size", "gradient_accumulation_steps", "number_gpus",
-                                               "gpus_per_worker") if c in cols.words]).iloc[rows]
+    key = cols.words.drop(columns=[c for c in _VARYING if c in cols.words]).iloc[rows]
     owner = key.groupby(list(key.columns), sort=False, dropna=False).ngroup().to_numpy() if len(key.columns) else \
         np.zeros(len(rows), dtype=np.int64)
     firsts = np.unique(owner, return_index=True)[1]
-    jobs = [job for job, _ in cols.rows(rows[firsts])]
+    jobs = cols.job_rows(rows[firsts], drop=_VARYING)
     constants = grid.job_constants(jobs, [str(cols.place["gpu_model"][rows[f]]) for f in firsts])
     owner = np.searchsorted(np.unique(owner), owner)
     tokens = np.array([j.tokens_per_sample for j in jobs], dtype=float)

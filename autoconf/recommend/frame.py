@@ -7,7 +7,7 @@ The batch form of autoconf/recommend/search.py used by ``autoconf-gpu sweep`` an
 
 from __future__ import annotations
 
-import math
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +29,7 @@ from autoconf.schema import GIB, Job, Placement
 
 Progress = Callable[[int, int], None]
 FRAME_CHUNK = 1000  # jobs per batch call in recommend_frame: bounds memory, paces the progress bar
+THEORY_ROWS = 200_000  # input rows per theory pass (recommend/columns.py): bounds the memory of a large sweep
 
 
 def _frame_inputs(frame: pd.DataFrame) -> tuple[list[Job | None], list[Placement | None], list[bool], list[str | None]]:
@@ -85,8 +86,19 @@ def recommend_frame(frame: pd.DataFrame, estimator: Estimator, *, max_gpus: int 
     estimator reads the rows as columns (recommend/columns.py); the others row by row.
     """
     search_args = dict(max_gpus=max_gpus, gpus_per_node=gpus_per_node, max_oom_risk=max_oom_risk, strict=strict)
-    if type(estimator) is TheoryEstimator:
-        return _theory_frame(frame, estimator, gpus_per_node, progress, search_args)
+    if type(estimator) is TheoryEstimator:  # rows are independent: THEORY_ROWS at a time bounds the memory
+        parts = []
+        for start in range(0, len(frame), THEORY_ROWS):
+            parts.append(_theory_frame(frame.iloc[start:start + THEORY_ROWS], estimator, gpus_per_node, search_args))
+            if progress:
+                progress(min(start + THEORY_ROWS, len(frame)), len(frame))
+        if len(parts) == 1:
+            return parts[0]
+        if not parts:
+            return _theory_frame(frame, estimator, gpus_per_node, search_args)
+        with warnings.catch_warnings():  # a chunk whose error column is all empty: its dtype is not the others'
+            warnings.filterwarnings("ignore", "The behavior of DataFrame concatenation", FutureWarning)
+            return pd.concat(parts, ignore_index=True)
     jobs, places, given, errors = _frame_inputs(frame)
     ok_jobs = {i: j for i, j in enumerate(jobs) if j is not None}
     ok_places = {i: p for i, p in enumerate(places) if p is not None}
@@ -106,13 +118,11 @@ def recommend_frame(frame: pd.DataFrame, estimator: Estimator, *, max_gpus: int 
     return _columns(frame, estimator, np.array(valid, dtype=np.int64), search, errors, fixed, given_out, gpus_per_node)
 
 
-def _theory_frame(frame: pd.DataFrame, estimator: TheoryEstimator, gpus_per_node: int, progress: Progress | None,
+def _theory_frame(frame: pd.DataFrame, estimator: TheoryEstimator, gpus_per_node: int,
                   search_args: dict[str, Any]) -> pd.DataFrame:
     """recommend_frame for the theory estimator: rows read as columns, every candidate in one theory batch."""
     cols = frame_columns(frame)
     search = theory_search(cols, estimator.calibration, **search_args)
-    if progress:
-        progress(int(cols.ok.sum()), int(cols.ok.sum()))
     valid = np.flatnonzero(cols.ok)
     fixed = np.flatnonzero(cols.ok & cols.given)
     given_out = None
@@ -145,18 +155,28 @@ def _columns(frame: pd.DataFrame, estimator: Estimator, valid: np.ndarray, searc
     tput[valid] = search.tokens_per_second
     chosen = search.number_gpus
     workers = np.where(chosen > 0, -(-chosen // gpus_per_node), 0)
-    can, gpus = (chosen > 0).astype(int).tolist(), np.where(chosen > 0, chosen // np.maximum(workers, 1), 0).tolist()
-    for k, i in enumerate(valid.tolist()):
-        out["can_recommend"][i], out["workers"][i], out["gpus"][i] = can[k], int(workers[k]), gpus[k]
-        out["reason"][i], errors[i] = search.reasons[k], search.errors[k]
+    for name, values in (("can_recommend", (chosen > 0).astype(int)), ("workers", workers),
+                         ("gpus", np.where(chosen > 0, chosen // np.maximum(workers, 1), 0))):
+        column = np.full(n, None, dtype=object)
+        column[valid] = values.tolist()  # Python ints, as the object path writes them
+        out[name] = column.tolist()
+    reasons = np.full(n, None, dtype=object)
+    reasons[valid] = search.reasons
+    out["reason"] = reasons.tolist()
+    found = np.array(errors, dtype=object)
+    found[valid] = search.errors
+    errors = found.tolist()
     if given_out is not None:
         batch, tputs = given_out
+        at = np.array(fixed, dtype=np.int64)
+        for part in columns:
+            mem[part][at] = batch.parts[part]
+        for key, values in (("peak", batch.peak), ("capacity", batch.capacity), ("oom_risk", batch.oom_risk),
+                            ("allocated", batch.allocated), ("reserved", batch.reserved)):
+            mem[key][at] = values
+        tput[at] = tputs
         for k, i in enumerate(fixed):
-            for part in columns:
-                mem[part][i] = batch.parts[part][k]
-            mem["peak"][i], mem["capacity"][i], mem["oom_risk"][i] = batch.peak[k], batch.capacity[k], batch.oom_risk[k]
-            mem["allocated"][i], mem["reserved"][i] = batch.allocated[k], batch.reserved[k]
-            tput[i], errors[i] = tputs[k], batch.errors[k]
+            errors[i] = batch.errors[k]
     has = np.isfinite(mem["peak"])
     for part in columns:
         out[f"{part}_gib"] = np.round(mem[part] / GIB, 4)
@@ -165,7 +185,7 @@ def _columns(frame: pd.DataFrame, estimator: Estimator, valid: np.ndarray, searc
     out["peak_reserved_gib"] = np.round(mem["reserved"] / GIB, 4)
     out["fits"] = np.where(has, mem["peak"] <= mem["capacity"], np.array(None, dtype=object))
     out["oom_risk"] = np.round(np.clip(mem["oom_risk"], 0.0, 1.0), 4)
-    out["tokens_per_second"] = [None if math.isnan(t) else round(t, 2) for t in tput.tolist()]
+    out["tokens_per_second"] = [None if t != t else round(t, 2) for t in tput.tolist()]  # t != t: NaN
     out["estimator"], out["model_version"], out["error"] = [estimator.name] * n, [estimator.model_version] * n, errors
     extra = [c for c in frame.columns if c not in OUTPUT_COLUMNS]
     return pd.concat([frame[extra].reset_index(drop=True), pd.DataFrame(out)[list(OUTPUT_COLUMNS)]], axis=1)

@@ -30,43 +30,30 @@ from autoconf.catalog import Architecture, GPUSpec, get_architecture, get_gpu
 from autoconf.estimators.theory import cuda
 from autoconf.estimators.theory.cuda import GpuColumns
 from autoconf.estimators.theory.frameworks import FMS_FIT
-from autoconf.estimators.theory.phases import (  # re-exported: callers import these names from here
-    PHASES as PHASES,
-)
 from autoconf.estimators.theory.phases import (
-    SIDE_STREAM_STRATEGIES as SIDE_STREAM_STRATEGIES,
-)
-from autoconf.estimators.theory.phases import (
-    TEXT_PARTS as TEXT_PARTS,
-)
-from autoconf.estimators.theory.phases import (
-    VISION_PARTS as VISION_PARTS,
-)
-from autoconf.estimators.theory.phases import (
-    check_parallelism as check_parallelism,
-)
-from autoconf.estimators.theory.phases import (
-    fsdp_like as fsdp_like,
-)
-from autoconf.estimators.theory.phases import (
-    loss_segment_cache as loss_segment_cache,
-)
-from autoconf.estimators.theory.phases import (
-    micro_batch as micro_batch,
-)
-from autoconf.estimators.theory.phases import (
-    phase_parts as phase_parts,
-)
-from autoconf.estimators.theory.phases import (
-    refusals as refusals,
-)
-from autoconf.estimators.theory.phases import (
-    side_stream_bytes as side_stream_bytes,
+    PHASES,
+    SIDE_STREAM_STRATEGIES,
+    TEXT_PARTS,
+    VISION_PARTS,
+    check_parallelism,
+    fsdp_like,
+    loss_segment_cache,
+    micro_batch,
+    phase_parts,
+    refusals,
+    side_stream_bytes,
 )
 from autoconf.estimators.theory.risk_table import SIGMA
 from autoconf.estimators.theory.rows import JobColumns, Num, PlacementColumns, Table, lookup, settings_of
 from autoconf.estimators.theory.states import model_states
 from autoconf.schema import GIB, Calibration, Job, MemoryEstimate, Placement
+
+__all__ = [  # the names callers import from here (several live in phases.py)
+    "ALLOCATOR_PARTS", "CUDA_CONTEXT_BYTES", "FRAGMENTATION", "NCCL_BYTES", "PHASES", "SIDE_STREAM_STRATEGIES",
+    "TEXT_PARTS", "VISION_PARTS", "Found", "check_parallelism", "estimate_memory", "fsdp_like", "loss_segment_cache",
+    "memory_notes", "micro_batch", "oom_probability", "overhead_bytes", "phase_parts", "refusals",
+    "side_stream_bytes", "theory_rows",
+]
 
 # The fms-hf-tuning device line (frameworks.FMS_FIT), kept under its old names for callers that read them.
 CUDA_CONTEXT_BYTES = FMS_FIT.context_bytes
@@ -132,7 +119,7 @@ class Found:
     reserved: np.ndarray
     peak: np.ndarray
     releasable: np.ndarray
-    phase: list[str]
+    phase: np.ndarray  # index into PHASES of the peak phase (-1: refused)
     capacity: np.ndarray
     oom_risk: np.ndarray
     micro_batch: np.ndarray
@@ -144,7 +131,8 @@ def _empty(n: int) -> Found:
     def nan() -> np.ndarray:
         return np.full(n, np.nan)
 
-    return Found({k: nan() for k in (*ALLOCATOR_PARTS, "overhead")}, nan(), nan(), nan(), nan(), [""] * n, nan(),
+    return Found({k: nan() for k in (*ALLOCATOR_PARTS, "overhead")}, nan(), nan(), nan(), nan(),
+                 np.full(n, -1, dtype=np.int64), nan(),
                  nan(), np.zeros(n, dtype=np.int64), np.zeros(n), [None] * n)
 
 
@@ -160,22 +148,20 @@ def theory_rows(job: JobColumns, place: PlacementColumns, arch: Architecture, gp
         job, place, gpu = job.take(idx), place.take(idx), gpu.take(idx)
     st = model_states(job, arch, place)
     phases, has_load = phase_parts(job, arch, place, st, calib)
-    table = np.empty((len(idx), len(PHASES), len(ALLOCATOR_PARTS)))
-    for a, name in enumerate(PHASES):
-        for b, part in enumerate(ALLOCATOR_PARTS):
-            table[:, a, b] = phases[name][part]
-    totals = table[:, :, 0].copy()
-    for b in range(1, len(ALLOCATOR_PARTS)):  # left to right, as sum() over a phase's parts
-        totals += table[:, :, b]
-    totals[:, 0] = np.where(has_load, totals[:, 0], -np.inf)  # a row without a load phase never peaks there
-    best = np.argmax(totals, axis=1)  # the first maximum, in PHASES order
-    rows = np.arange(len(idx))
-    allocated = totals[rows, best]
+    totals = []
+    for name in PHASES:  # left to right, as sum() over a phase's parts
+        total = np.zeros(len(idx)) + phases[name][ALLOCATOR_PARTS[0]]
+        for part in ALLOCATOR_PARTS[1:]:
+            total = total + phases[name][part]
+        totals.append(total)
+    totals[0] = np.where(has_load, totals[0], -np.inf)  # a row without a load phase never peaks there
+    best = np.argmax(np.stack(totals, axis=1), axis=1)  # the first maximum, in PHASES order
+    allocated = np.choose(best, totals)
     side = side_stream_bytes(phases, st, place, has_load)
     cached = loss_segment_cache(job, arch, place)
     peaks = cuda.peaks(allocated, st.outside, job, place, gpu, settings_of(job), calib, side, cached)
-    for b, part in enumerate(ALLOCATOR_PARTS):
-        out.parts[part][idx] = table[rows, best, b]
+    for part in ALLOCATOR_PARTS:
+        out.parts[part][idx] = np.choose(best, [np.broadcast_to(phases[name][part], best.shape) for name in PHASES])
     out.parts["overhead"][idx] = peaks.overhead
     out.allocated[idx], out.reserved[idx], out.peak[idx] = peaks.allocated, peaks.reserved, peaks.device
     out.releasable[idx] = peaks.releasable
@@ -184,9 +170,7 @@ def theory_rows(job: JobColumns, place: PlacementColumns, arch: Architecture, gp
         out.oom_risk[idx] = oom_probability(peaks.device - peaks.releasable, gpu.memory_bytes, method=job.method)
     out.micro_batch[idx] = micro_batch(job, place)
     out.cached[idx] = cached
-    names = np.array(PHASES)[best].tolist()
-    for k, i in enumerate(idx.tolist()):
-        out.phase[i] = names[k]
+    out.phase[idx] = best
     return out
 
 
@@ -213,6 +197,6 @@ def estimate_memory(
         vision_weights_bytes=parts["vision_weights"], vision_gradients_bytes=parts["vision_gradients"],
         vision_optimizer_bytes=parts["vision_optimizer"], vision_activations_bytes=parts["vision_activations"],
         peak_bytes=peak, peak_allocated_bytes=float(found.allocated[0]), peak_reserved_bytes=float(found.reserved[0]),
-        peak_phase=found.phase[0], releasable_bytes=releasable, capacity_bytes=gpu.memory_bytes,
+        peak_phase=PHASES[found.phase[0]], releasable_bytes=releasable, capacity_bytes=gpu.memory_bytes,
         fits=peak <= gpu.memory_bytes, oom_risk=float(found.oom_risk[0]), estimator="theory", notes=notes,
     )

@@ -99,7 +99,8 @@ def theory_columns(job: JobColumns, place: PlacementColumns, models: Codes | np.
     order = np.argsort(model_codes.codes, kind="stable")  # each model's rows become one slice: views, not copies
     sorted_codes = model_codes.codes[order]
     bounds = np.flatnonzero(np.diff(sorted_codes)) + 1
-    job, place, gpus, known = job.take(order), place.take(order), gpus.take(order), known[order]
+    if (order != np.arange(n)).any():  # rows not yet grouped by model (the sweep's are)
+        job, place, gpus, known = job.take(order), place.take(order), gpus.take(order), known[order]
     for a, b in zip([0, *bounds.tolist()], [*bounds.tolist(), n], strict=True):
         rows = order[a:b]
         arch = _arch(str(model_codes.table[sorted_codes[a]]))
@@ -140,18 +141,22 @@ def theory_batch(jobs: Sequence[Job], placements: Sequence[Placement], calibrati
 
 def as_batch(out: Found, errors: list[str | None]) -> MemoryBatch:
     return MemoryBatch(
-        parts=out.parts, allocated=out.allocated, reserved=out.reserved, peak=out.peak, phase=out.phase,
+        parts=out.parts, allocated=out.allocated, reserved=out.reserved, peak=out.peak, phase=phase_names(out.phase),
         capacity=out.capacity, oom_risk=out.oom_risk, micro_batch=out.micro_batch, errors=errors,
         releasable=out.releasable, cached=out.cached)
+
+
+def phase_names(codes: np.ndarray) -> list[str]:
+    """The phase of each row ("" where refused) from Found's indices into memory.PHASES."""
+    return np.array(("", *mem.PHASES))[codes + 1].tolist()  # type: ignore[no-any-return]
 
 
 def _fill(out: Found, part: Found, rows: np.ndarray) -> None:
     for key, values in part.parts.items():
         out.parts[key][rows] = values
-    for name in ("allocated", "reserved", "peak", "releasable", "capacity", "oom_risk", "micro_batch", "cached"):
+    for name in ("allocated", "reserved", "peak", "releasable", "capacity", "oom_risk", "micro_batch", "cached",
+                 "phase"):
         getattr(out, name)[rows] = getattr(part, name)
-    for k, i in enumerate(rows.tolist()):
-        out.phase[i] = part.phase[k]
 
 
 def gpu_groups(jobs: Sequence[Job], placements: Sequence[Placement]) -> tuple[np.ndarray, np.ndarray] | None:
