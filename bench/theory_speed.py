@@ -3,7 +3,7 @@
     python bench/theory_speed.py [--runs 5] [--rows 1000000] [--baseline-rev REV]
 
 Both code trees run in fresh Python processes on this machine (the baseline is ``git archive REV autoconf``,
-by default the parent of the commit that added ``autoconf/estimators/theory/rows.py``):
+by default the commit that added ``bench/theory_identity.py``, whose ``autoconf/`` is the code before this work):
 
 * warm: ``recommend_frame(space_frame(), theory)`` over the 3,960-point seed space (the recommendation over GPU
   counts), after one untimed run in the same process; median of ``--runs``;
@@ -86,12 +86,14 @@ def _cold(tree: Path, space: Path, out: Path) -> float:
 
 
 def baseline_rev() -> str:
-    first = subprocess.run(["git", "log", "--format=%H", "--diff-filter=A", "--", "autoconf/estimators/theory/rows.py"],
+    """The commit that added bench/theory_identity.py: its autoconf/ is the code before the array theory."""
+    first = subprocess.run(["git", "log", "--format=%H", "--diff-filter=A", "--", "bench/theory_identity.py"],
                            cwd=ROOT, check=True, capture_output=True, text=True).stdout.split()
-    return f"{first[-1]}^" if first else "HEAD"
+    return first[-1] if first else "HEAD"
 
 
 def _export(rev: str, into: Path) -> Path:
+    into.mkdir(parents=True, exist_ok=True)
     archive = subprocess.run(["git", "archive", rev, "autoconf"], cwd=ROOT, check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
     return into
