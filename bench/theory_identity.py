@@ -19,6 +19,7 @@ The dump is a pickle outside the repository; nothing here reads the code under t
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import pickle
 import random
@@ -204,12 +205,35 @@ def compare(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return bad
 
 
+def write_sample(dump_dir: Path, target: Path) -> int:
+    """Every 10th random job, every 60th measured row and every 99th seed-sweep row of a dump, inputs and outputs."""
+    old = pickle.loads((dump_dir / "theory_outputs.pkl").read_bytes())  # noqa: S301 - our own dump
+    words = random_set()
+    header, *rows = old["sweep_csv"].splitlines()
+    space = space_frame()
+    sample = {
+        "source": f"outputs of the code before the array theory, dumped by bench/theory_identity.py --write {dump_dir}",
+        "random": [{"words": words[i], "answer": old["random"][i]} for i in range(0, len(words), 10)],
+        "measurements": [{"row": i, "answer": old["measurements"][i]} for i in range(0, len(old["measurements"]), 60)],
+        "sweep_header": header,
+        "sweep": [{"words": space.iloc[i].to_dict(), "line": rows[i]} for i in range(0, len(rows), 99)],
+    }
+    target.write_text(json.dumps(sample, indent=1, default=lambda v: v.item()) + "\n", encoding="utf-8")
+    print(f"wrote {target}: {len(sample['random'])} random jobs, {len(sample['measurements'])} measured rows, "
+          f"{len(sample['sweep'])} sweep rows")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--write", type=Path, help="folder to dump the current code's outputs into")
     group.add_argument("--check", type=Path, help="folder of a previous dump to compare the current code with")
+    group.add_argument("--sample", type=Path, nargs=2, metavar=("DUMP_DIR", "JSON"),
+                       help="write a small sample of a previous dump (inputs and outputs) for tests/test_theory_identity.py")
     args = parser.parse_args(argv)
+    if args.sample:
+        return write_sample(args.sample[0], args.sample[1])
     new = dump()
     if args.write:
         args.write.mkdir(parents=True, exist_ok=True)

@@ -235,6 +235,7 @@ def _framework_defaults(cols: dict[str, Column], words: pd.DataFrame) -> None:
 
 def _job_columns(cols: dict[str, Column]) -> JobColumns:
     out: dict[str, Any] = {f: cols[f].typed(str, lambda v: v or "") for f in JOB_TEXT}
+    out["framework"] = cols["framework"].typed(str, lambda v: v or defaults.FRAMEWORK)  # refused rows: any profile
     out |= {f: cols[f].typed(np.int64, lambda v: v or 0) for f in JOB_INT}
     out |= {f: cols[f].typed(bool, bool) for f in JOB_BOOL}
     out["lora_dropout"] = cols["lora_dropout"].typed(float, lambda v: v or 0.0)

@@ -11,6 +11,7 @@ from collections.abc import Callable
 import numpy as np
 
 from autoconf.catalog import Architecture
+from autoconf.defaults import STATE_PARTS
 from autoconf.errors import InvalidInputError
 from autoconf.estimators.theory import activations as act
 from autoconf.estimators.theory import images
@@ -33,7 +34,7 @@ from autoconf.estimators.theory.states import AMP, States, _weight_bytes, sharde
 from autoconf.schema import Calibration, Job, Phase, Placement
 
 PHASES: tuple[Phase, ...] = ("load", "loss", "backward", "static", "optimizer")  # max() order: the first peak wins
-TEXT_PARTS = ("weights", "gradients", "optimizer", "activations", "logits")
+TEXT_PARTS = STATE_PARTS  # the text parts of a phase, in the order they are summed
 VISION_PARTS = ("vision_weights", "vision_gradients", "vision_optimizer", "vision_activations")
 PhaseTable = dict[Phase, dict[str, Num]]
 
