@@ -37,7 +37,7 @@ def _candidates(cols: FrameColumns, rows: np.ndarray, counts: list[int]) -> tupl
 
 
 def _theory(cols: FrameColumns, who: np.ndarray, place: PlacementColumns,
-            calib: Calibration | None) -> tuple[Found, list[str | None]]:
+            calib: Calibration | None) -> tuple[Found, dict[int, str]]:
     return theory_columns(cols.jobs.take(who), place, cols.model_codes.take(who), cols.gpu_codes.take(who), calib)
 
 
@@ -90,7 +90,8 @@ def _search_chunk(search: BatchSearch, cols: FrameColumns, pos: np.ndarray, rows
     """Every candidate of ``rows`` in one theory batch; per row the first refused or fitting candidate decides."""
     who, count = _candidates(cols, rows, counts)
     found, errors = _theory(cols, who, search_placement(cols, who, count, gpus_per_node), calib)
-    refused = np.array([e is not None for e in errors], dtype=bool)
+    refused = np.zeros(len(who), dtype=bool)
+    refused[list(errors)] = True
     first = _first(who, refused | (found.oom_risk <= max_oom_risk), cols.size)
     last = np.full(cols.size, -1, dtype=np.int64)
     ends = np.flatnonzero(np.diff(who, append=-1) != 0)  # the pairs of a row are consecutive

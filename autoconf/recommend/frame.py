@@ -132,7 +132,8 @@ def _theory_frame(frame: pd.DataFrame, estimator: TheoryEstimator, gpus_per_node
                                  p["offload"][fixed], p["strategy"][fixed])
         found, errs = theory_columns(cols.jobs.take(fixed), place, cols.model_codes.take(fixed),
                                      cols.gpu_codes.take(fixed), estimator.calibration)
-        ok = np.array([e is None for e in errs], dtype=bool)
+        ok = np.ones(len(fixed), dtype=bool)
+        ok[list(errs)] = False
         tputs = np.full(len(fixed), np.nan)
         if ok.any():
             tputs[ok] = tokens_per_second(cols, fixed[ok], place.number_gpus[ok], place.gpus_per_worker[ok],

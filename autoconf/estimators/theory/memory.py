@@ -124,7 +124,7 @@ class Found:
     oom_risk: np.ndarray
     micro_batch: np.ndarray
     cached: np.ndarray
-    errors: list[Exception | None]
+    errors: dict[int, Exception]  # the refused rows
 
 
 def _empty(n: int) -> Found:
@@ -133,7 +133,7 @@ def _empty(n: int) -> Found:
 
     return Found({k: nan() for k in (*ALLOCATOR_PARTS, "overhead")}, nan(), nan(), nan(), nan(),
                  np.full(n, -1, dtype=np.int64), nan(),
-                 nan(), np.zeros(n, dtype=np.int64), np.zeros(n), [None] * n)
+                 nan(), np.zeros(n, dtype=np.int64), np.zeros(n), {})
 
 
 def theory_rows(job: JobColumns, place: PlacementColumns, arch: Architecture, gpu: GpuColumns,
@@ -141,7 +141,9 @@ def theory_rows(job: JobColumns, place: PlacementColumns, arch: Architecture, gp
     """Theory memory of rows that share ``arch`` (each with its own GPU); refused rows get their exception."""
     out = _empty(job.size)
     out.errors = refusals(job, place, arch, gpu.no_bf16, gpu.name)
-    idx = np.flatnonzero([e is None for e in out.errors])
+    answered = np.ones(job.size, dtype=bool)
+    answered[list(out.errors)] = False
+    idx = np.flatnonzero(answered)
     if not len(idx):
         return out
     if len(idx) < job.size:
@@ -185,7 +187,7 @@ def estimate_memory(
     arch = arch or get_architecture(job.model)
     gpu = gpu or get_gpu(placement.gpu_model)
     found = theory_rows(JobColumns.of([job]), PlacementColumns.of([placement]), arch, GpuColumns([gpu]), calibration)
-    if found.errors[0] is not None:
+    if 0 in found.errors:
         raise found.errors[0]
     parts = {k: float(v[0]) for k, v in found.parts.items()}
     peak, releasable = float(found.peak[0]), float(found.releasable[0])

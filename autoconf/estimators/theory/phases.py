@@ -89,11 +89,11 @@ def check_parallelism(arch: Architecture, placement: Placement) -> None:
 
 
 def refusals(job: JobColumns, place: PlacementColumns, arch: Architecture, no_bf16: np.ndarray,
-             gpu_names: np.ndarray) -> list[Exception | None]:
+             gpu_names: np.ndarray) -> dict[int, Exception]:
     """Why theory refuses each row (None: answered), in the order one estimate checks: tp and pp against the
     architecture, bf16 on a GPU without it (``no_bf16``), the LoRA targets, images on a text model, the split of
-    the batch. The message of each row is the one ``estimate_memory`` raises for it."""
-    out: list[Exception | None] = [None] * job.size
+    the batch. The message of each row is the one ``estimate_memory`` raises for it. Rows not listed are answered."""
+    out: dict[int, Exception] = {}
     bad_sp, bad_batch, per = _split(job, place)
     checks: list[tuple[np.ndarray, Callable[[int], Exception]]] = [
         (_bad_tp(arch, place.tp), lambda i: _tp_error(arch, int(place.tp[i]))),
@@ -108,7 +108,7 @@ def refusals(job: JobColumns, place: PlacementColumns, arch: Architecture, no_bf
     ]
     for mask, error in checks:
         for i in np.flatnonzero(mask).tolist():
-            if out[i] is None:
+            if i not in out:
                 out[i] = error(i)
     return out
 

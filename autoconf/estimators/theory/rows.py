@@ -3,9 +3,10 @@
 Every formula of the theory takes a job and a placement. A ``Job``/``Placement`` is one row (its fields are Python
 scalars); ``JobColumns``/``PlacementColumns`` hold the same fields as numpy arrays, one entry per row of a batch that
 shares an architecture. The helpers below (``where``, ``is_in``, ``minimum``, ...) are what the formulas use for a
-branch on a job or placement field: plain Python for one row (so a single estimate does the very same float
-operations as before), numpy masks for columns. Framework profiles are resolved once per distinct framework and
-spread into columns (``ResolvedColumns``); per-row Python never runs in a batch.
+branch on a job or placement field: plain Python for one ``Job`` (the form the scalar callers use: the VRAM-budget
+dialect, the traced estimator, the planners), numpy masks for columns. ``memory.estimate_memory`` itself is a batch
+of one row. Framework profiles are resolved once per distinct framework and spread into columns
+(``ResolvedColumns``); no formula runs Python per row of a batch.
 """
 
 from __future__ import annotations

@@ -81,12 +81,12 @@ def _gpu_error(job: Job, gpu: GPUSpec) -> str | None:
 
 
 def theory_columns(job: JobColumns, place: PlacementColumns, models: Codes | np.ndarray, gpu_models: Codes | np.ndarray,
-                   calibration: Calibration | None = None, risk: bool = True) -> tuple[Found, list[str | None]]:
+                   calibration: Calibration | None = None, risk: bool = True) -> tuple[Found, dict[int, str]]:
     """Theory memory of rows given as columns (``models``, ``gpu_models``: the names per row, or their Codes),
-    grouped by model; a refused row gets its error text."""
+    grouped by model; a refused row gets its error text (rows not in ``errors`` are answered)."""
     n = job.size
     out = _empty(n)
-    errors: list[str | None] = [None] * n
+    errors: dict[int, str] = {}
     if not n:
         return out, errors
     gpu_codes = gpu_models if isinstance(gpu_models, Codes) else Codes.of(gpu_models.tolist())
@@ -120,9 +120,8 @@ def theory_columns(job: JobColumns, place: PlacementColumns, models: Codes | np.
                 continue
             part = theory_rows(job.take(sub), place.take(sub), arch, gpus.take(sub), calibration, risk)
         _fill(out, part, rows)
-        for k, i in enumerate(rows.tolist()):
-            if part.errors[k] is not None:
-                errors[i] = str(part.errors[k])
+        for k, exc in part.errors.items():
+            errors[int(rows[k])] = str(exc)
     return out, errors
 
 
@@ -139,7 +138,10 @@ def theory_batch(jobs: Sequence[Job], placements: Sequence[Placement], calibrati
     return as_batch(out, errors)
 
 
-def as_batch(out: Found, errors: list[str | None]) -> MemoryBatch:
+def as_batch(out: Found, refused: dict[int, str]) -> MemoryBatch:
+    errors: list[str | None] = [None] * len(out.peak)
+    for i, text in refused.items():
+        errors[i] = text
     return MemoryBatch(
         parts=out.parts, allocated=out.allocated, reserved=out.reserved, peak=out.peak, phase=phase_names(out.phase),
         capacity=out.capacity, oom_risk=out.oom_risk, micro_batch=out.micro_batch, errors=errors,
