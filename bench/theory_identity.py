@@ -11,7 +11,7 @@ Three sets, every figure of each answer (relative difference ≤ 1e-9; text, pha
   the CSV is compared cell by cell, numbers to 1e-9 relative);
 * 500 random jobs (seed 26) over models, methods, dtypes, GPUs, GPU counts, strategies, tp/pp, attention, framework
   profiles, loss kernels and more: ``estimate_memory``, ``theory_batch``, and ``recommend_frame`` with and without
-  ``number_gpus``.
+  ``number_gpus``, and ``recommend()`` of each (the object path).
 
 The dump is a pickle outside the repository; nothing here reads the code under test to make expected values.
 """
@@ -31,7 +31,7 @@ from typing import Any
 
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # after PYTHONPATH: `--write` may run an older tree
 
 from autoconf.catalog import get_architecture, list_gpus, list_models
 from autoconf.errors import describe
@@ -42,6 +42,7 @@ from autoconf.estimators.theory.vector import theory_batch
 from autoconf.evaluation.data import load_measurements, row_to_inputs
 from autoconf.evaluation.space import space_frame
 from autoconf.recommend.frame import recommend_frame
+from autoconf.recommend.search import recommend
 from autoconf.schema import FRAMEWORKS, job_and_placement
 
 RTOL = 1e-9
@@ -163,6 +164,8 @@ def dump() -> dict[str, Any]:
     theory = get_estimator("theory")
     out["random_frame_given"] = recommend_frame(frame, theory).to_csv(index=False)
     out["random_frame_search"] = recommend_frame(frame.drop(columns=["number_gpus"]), theory).to_csv(index=False)
+    out["random_recommend"] = [recommend(j, p.gpu_model, theory, strategy=p.strategy).model_dump(mode="json")
+                               for j, p in good]
     return out
 
 
