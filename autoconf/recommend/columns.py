@@ -14,6 +14,7 @@ import numpy as np
 from autoconf.catalog import approximation_note, get_architecture
 from autoconf.estimators.columns import FrameColumns
 from autoconf.estimators.theory import throughput_grid as grid
+from autoconf.estimators.theory.annotate import covered
 from autoconf.estimators.theory.memory import ALLOCATOR_PARTS, Found, memory_notes
 from autoconf.estimators.theory.rows import PlacementColumns
 from autoconf.estimators.theory.throughput import throughput_or_none
@@ -152,18 +153,19 @@ def tokens_per_second(cols: FrameColumns, who: np.ndarray, counts: np.ndarray, p
     no tensor parallelism, FSDP full shard or ZeRO-3 over > 1 GPU, no bandwidth override), else the row's Job."""
     strategy = place.effective_strategy if place is not None else np.where(
         cols.place["strategy"][who] != "", cols.place["strategy"][who], np.where(counts > 1, "fsdp", "ddp"))
-    covered = (counts == 1) | np.isin(strategy, ("fsdp", "zero3"))
-    if place is not None:
-        covered &= (place.tp == 1) & (place.pp == 1) & (cols.place["virtual_pp"][who] == 1)
-        covered &= ~cols.place["bandwidth_set"][who]
+    if place is None:  # the search's placements: one stage, no tensor parallelism, no bandwidth override
+        on_grid = covered(counts, strategy, 1, 1, 1, False)
+    else:
+        on_grid = covered(counts, strategy, place.tp, place.pp, cols.place["virtual_pp"][who],
+                       cols.place["bandwidth_set"][who])
     out = np.full(len(who), np.nan)
-    for k in np.flatnonzero(~covered).tolist():
+    for k in np.flatnonzero(~on_grid).tolist():
         job, given = cols.row(int(who[k]))
         at = given if place is not None else Placement(gpu_model=given.gpu_model, number_gpus=int(counts[k]),
                                                         gpus_per_worker=int(per_worker[k]), strategy=given.strategy)
         t = throughput_or_none(job, at)
         out[k] = np.nan if t is None else t.tokens_per_second
-    fast = np.flatnonzero(covered)
+    fast = np.flatnonzero(on_grid)
     if not len(fast):
         return out
     rows = who[fast]
