@@ -48,3 +48,17 @@ def test_aliases_per_device_batch_and_words_read_as_one_rows() -> None:
         search = recommend_batch([job], [place.gpu_model], theory, strategies=[place.strategy])
         assert out["can_recommend"][i] == int(bool(search.number_gpus[0]))
         assert out["reason"][i] == search.reasons[0]
+
+
+def test_chunks_of_rows_change_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large sweep runs in chunks (input rows per pass, rows per theory batch); the output is the same."""
+    import autoconf.recommend.columns as search_columns
+    import autoconf.recommend.frame as frame_module
+    from autoconf.evaluation.space import space_frame
+
+    frame = space_frame().iloc[::37].reset_index(drop=True)
+    frame.loc[3, "method"] = "lora2"  # a refused row inside a chunk
+    whole = recommend_frame(frame, get_estimator("theory")).to_csv(index=False)
+    monkeypatch.setattr(frame_module, "THEORY_ROWS", 17)
+    monkeypatch.setattr(search_columns, "ROW_CHUNK", 5)
+    assert recommend_frame(frame, get_estimator("theory")).to_csv(index=False) == whole
