@@ -77,8 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     lines += ["",
               "Wall time depends on what else runs on the machine (a load average above the core count stretches it); "
               "CPU time is what the sweep itself costs, i.e. its wall time on an idle machine.",
-              "", "How: the theory of every candidate placement comes from `theory/vector.py` (memoised phase tables, "
-              "numpy over rows); the learned corrections are numpy copies of the LightGBM trees (no AutoGluon import, "
+              "", "How: the theory of every candidate placement comes from one batch over columns (`theory/rows.py`, "
+              "numpy per model; with the theory estimator the rows are read as columns too, `recommend/columns.py`); "
+              "the learned corrections are numpy copies of the LightGBM trees (no AutoGluon import, "
               "one evaluation per batch, identical rows evaluated once); the search runs in waves (one batch call per "
               "candidate GPU count for up to 1,000 points, undecided points only); the CLI imports only the module "
               "of the verb it runs."]

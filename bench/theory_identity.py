@@ -11,7 +11,7 @@ Three sets, every figure of each answer (relative difference ≤ 1e-9; text, pha
   the CSV is compared cell by cell, numbers to 1e-9 relative);
 * 500 random jobs (seed 26) over models, methods, dtypes, GPUs, GPU counts, strategies, tp/pp, attention, framework
   profiles, loss kernels and more: ``estimate_memory``, ``theory_batch``, and ``recommend_frame`` with and without
-  ``number_gpus``.
+  ``number_gpus``, and ``recommend()`` of each (the object path).
 
 The dump is a pickle outside the repository; nothing here reads the code under test to make expected values.
 """
@@ -19,6 +19,7 @@ The dump is a pickle outside the repository; nothing here reads the code under t
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import pickle
 import random
@@ -30,7 +31,7 @@ from typing import Any
 
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # after PYTHONPATH: `--write` may run an older tree
 
 from autoconf.catalog import get_architecture, list_gpus, list_models
 from autoconf.errors import describe
@@ -41,6 +42,7 @@ from autoconf.estimators.theory.vector import theory_batch
 from autoconf.evaluation.data import load_measurements, row_to_inputs
 from autoconf.evaluation.space import space_frame
 from autoconf.recommend.frame import recommend_frame
+from autoconf.recommend.search import recommend
 from autoconf.schema import FRAMEWORKS, job_and_placement
 
 RTOL = 1e-9
@@ -162,6 +164,8 @@ def dump() -> dict[str, Any]:
     theory = get_estimator("theory")
     out["random_frame_given"] = recommend_frame(frame, theory).to_csv(index=False)
     out["random_frame_search"] = recommend_frame(frame.drop(columns=["number_gpus"]), theory).to_csv(index=False)
+    out["random_recommend"] = [recommend(j, p.gpu_model, theory, strategy=p.strategy).model_dump(mode="json")
+                               for j, p in good]
     return out
 
 
@@ -204,12 +208,35 @@ def compare(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return bad
 
 
+def write_sample(dump_dir: Path, target: Path) -> int:
+    """Every 10th random job, every 60th measured row and every 99th seed-sweep row of a dump, inputs and outputs."""
+    old = pickle.loads((dump_dir / "theory_outputs.pkl").read_bytes())  # noqa: S301 - our own dump
+    words = random_set()
+    header, *rows = old["sweep_csv"].splitlines()
+    space = space_frame()
+    sample = {
+        "source": f"outputs of the code before the array theory, dumped by bench/theory_identity.py --write {dump_dir}",
+        "random": [{"words": words[i], "answer": old["random"][i]} for i in range(0, len(words), 10)],
+        "measurements": [{"row": i, "answer": old["measurements"][i]} for i in range(0, len(old["measurements"]), 60)],
+        "sweep_header": header,
+        "sweep": [{"words": space.iloc[i].to_dict(), "line": rows[i]} for i in range(0, len(rows), 99)],
+    }
+    target.write_text(json.dumps(sample, indent=1, default=lambda v: v.item()) + "\n", encoding="utf-8")
+    print(f"wrote {target}: {len(sample['random'])} random jobs, {len(sample['measurements'])} measured rows, "
+          f"{len(sample['sweep'])} sweep rows")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--write", type=Path, help="folder to dump the current code's outputs into")
     group.add_argument("--check", type=Path, help="folder of a previous dump to compare the current code with")
+    group.add_argument("--sample", type=Path, nargs=2, metavar=("DUMP_DIR", "JSON"),
+                       help="write a small sample of a previous dump (inputs and outputs) for tests/test_theory_identity.py")
     args = parser.parse_args(argv)
+    if args.sample:
+        return write_sample(args.sample[0], args.sample[1])
     new = dump()
     if args.write:
         args.write.mkdir(parents=True, exist_ok=True)

@@ -3,25 +3,22 @@
 Same output schema, no NaNs, per-GPU memory that does not rise when GPUs are added at a fixed global
 batch, memory that rises with tokens, graceful out-of-domain answers, and one meaning of
 ``estimate_frame`` for all (the batch columns at each row's own number_gpus, 1 if unset; never a
-recommendation). Also: the vectorised theory (theory/vector.py) equals the scalar path exactly.
+recommendation). The theory itself is one implementation over columns (a single estimate is a batch of one);
+tests/test_theory_identity.py checks it against outputs of the code before it.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import math
-import random
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from autoconf.catalog import list_gpus, list_models
-from autoconf.errors import AutoconfError, UnknownModelError, UnverifiedModelError
+from autoconf.errors import UnknownModelError, UnverifiedModelError
 from autoconf.estimators.contract import get_estimator
 from autoconf.estimators.frame import OUTPUT_COLUMNS
-from autoconf.estimators.theory.memory import estimate_memory
-from autoconf.estimators.theory.vector import theory_batch
 from autoconf.schema import Estimate, Job, Placement
 
 HAS_TRACED = importlib.util.find_spec("torch") is not None and importlib.util.find_spec("transformers") is not None
@@ -140,69 +137,3 @@ def test_theory_and_hybrid_frames_mean_the_same_placement() -> None:
         for start in (0, len(GPU_COUNTS)):
             peaks = frame_out["peak_memory_gib"].iloc[start + 1:start + len(GPU_COUNTS)].tolist()
             assert peaks == sorted(peaks, reverse=True) and peaks[0] > peaks[-1]
-
-
-# ---- vectorised theory == scalar theory ------------------------------------------------------
-
-def _random_rows(seed: int, n: int) -> tuple[list[Job], list[Placement]]:
-    rng = random.Random(seed)
-    jobs, places = [], []
-    while len(jobs) < n:
-        try:
-            job = Job(
-                model=rng.choice([*list_models(), "7e9", "no-such-model"]),
-                method=rng.choice(["full", "lora", "qlora"]),
-                dtype=rng.choice(["bf16", "fp16", "fp32", "amp-bf16"]),
-                tokens_per_sample=rng.choice([128, 1000, 4096, 8192]),
-                batch_size=rng.choice([1, 2, 3, 4, 8, 64]), gradient_accumulation_steps=rng.choice([1, 1, 2]),
-                gradient_checkpointing=rng.random() < 0.7, attention=rng.choice(["flash", "sdpa", "eager"]),
-                fused_loss=rng.random() < 0.3, lora_r=rng.choice([4, 64]), lora_dropout=rng.choice([0.0, 0.05]),
-                optimizer=rng.choice(["adamw", "adamw-8bit", "sgd"]),
-                optimizer_impl=rng.choice(["fused", "foreach", "for-loop"]),
-                lora_target_modules=rng.choice(["q_proj,v_proj", "all-linear", "down_proj"]),
-            )
-            tp, pp = rng.choice([1, 1, 2]), rng.choice([1, 1, 2])
-            place = Placement(
-                gpu_model=rng.choice([*list_gpus(), "no-such-gpu"]), number_gpus=rng.choice([1, 2, 4, 16]) * tp * pp,
-                tp=tp, pp=pp, strategy=rng.choice([None, "ddp", "fsdp", "zero2", "zero3", "fsdp-hybrid", "zero1"]),
-                offload=rng.choice(["none", "none", "optimizer", "optimizer+params"]),
-            )
-        except ValueError:
-            continue
-        jobs.append(job)
-        places.append(place)
-    return jobs, places
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("seed", [0, 1])
-def test_vector_theory_equals_scalar_theory(seed: int) -> None:
-    jobs, places = _random_rows(seed, 1500)
-    batch = theory_batch(jobs, places)
-    answered = 0
-    for i, (job, place) in enumerate(zip(jobs, places, strict=True)):
-        try:
-            mem = estimate_memory(job, place)
-        except (AutoconfError, ValueError) as exc:
-            assert batch.errors[i] == str(exc)
-            continue
-        answered += 1
-        assert batch.errors[i] is None and batch.phase[i] == mem.peak_phase
-        for part in ("weights", "gradients", "optimizer", "activations", "logits", "overhead"):
-            assert batch.parts[part][i] == getattr(mem, f"{part}_bytes"), part  # exact, not approximate
-        assert (batch.peak[i], batch.oom_risk[i], batch.capacity[i]) == (mem.peak_bytes, mem.oom_risk,
-                                                                         mem.capacity_bytes)
-    assert answered > 300  # the random rows exercise the formulas, not only the error paths
-
-
-@pytest.mark.parametrize("method", ["full", "lora", "qlora"])
-def test_vector_theory_is_exact_on_every_gpu(method: str) -> None:
-    """Memoised phase tables are keyed without the GPU name: the GPU may only change capacity and risk."""
-    jobs = [Job(model="llama3.1-8b", method=method, dtype="bf16" if g != "Tesla-V100-SXM2-32GB" else "fp16",
-                tokens_per_sample=2048, batch_size=8) for g in list_gpus()]
-    places = [Placement(gpu_model=g, number_gpus=2) for g in list_gpus()]
-    batch = theory_batch(jobs, places)
-    for i, (job, place) in enumerate(zip(jobs, places, strict=True)):
-        mem = estimate_memory(job, place)
-        assert (batch.peak[i], batch.capacity[i], batch.oom_risk[i]) == (mem.peak_bytes, mem.capacity_bytes,
-                                                                         mem.oom_risk)

@@ -7,7 +7,7 @@ The batch form of autoconf/recommend/search.py used by ``autoconf-gpu sweep`` an
 
 from __future__ import annotations
 
-import math
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -17,14 +17,19 @@ from pydantic import ValidationError
 
 from autoconf.defaults import GPUS_PER_NODE, MAX_GPUS, MAX_OOM_RISK
 from autoconf.errors import AutoconfError, describe
+from autoconf.estimators.columns import frame_columns
 from autoconf.estimators.contract import Estimator
 from autoconf.estimators.frame import MEMORY_COLUMNS, OUTPUT_COLUMNS, VISION_COLUMNS, row_inputs
-from autoconf.estimators.theory.vector import MemoryBatch
+from autoconf.estimators.theory.estimator import TheoryEstimator
+from autoconf.estimators.theory.rows import PlacementColumns
+from autoconf.estimators.theory.vector import MemoryBatch, as_batch, theory_columns
+from autoconf.recommend.columns import theory_search, tokens_per_second
 from autoconf.recommend.search import BatchSearch, new_search, recommend_batch
 from autoconf.schema import Job, Placement, sweep_arrays
 
 Progress = Callable[[int, int], None]
 FRAME_CHUNK = 1000  # jobs per batch call in recommend_frame: bounds memory, paces the progress bar
+THEORY_ROWS = 200_000  # input rows per theory pass (recommend/columns.py): bounds the memory of a large sweep
 
 
 def _frame_inputs(frame: pd.DataFrame) -> tuple[list[Job | None], list[Placement | None], list[bool], list[str | None]]:
@@ -85,8 +90,23 @@ def recommend_frame(frame: pd.DataFrame, estimator: Estimator, *, max_gpus: int 
     """Batch columns of design §8: input columns + estimates + the recommendation, one row per input row.
 
     With ``number_gpus`` in a row the memory columns are for that placement; without it, for the
-    recommended one (or the largest tried when nothing fits). A bad row gets its ``error``.
+    recommended one (or the largest tried when nothing fits). A bad row gets its ``error``. The theory
+    estimator reads the rows as columns (recommend/columns.py); the others row by row.
     """
+    search_args = dict(max_gpus=max_gpus, gpus_per_node=gpus_per_node, max_oom_risk=max_oom_risk, strict=strict)
+    if type(estimator) is TheoryEstimator:  # rows are independent: THEORY_ROWS at a time bounds the memory
+        parts = []
+        for start in range(0, len(frame), THEORY_ROWS):
+            parts.append(_theory_frame(frame.iloc[start:start + THEORY_ROWS], estimator, gpus_per_node, search_args))
+            if progress:
+                progress(min(start + THEORY_ROWS, len(frame)), len(frame))
+        if len(parts) == 1:
+            return parts[0]
+        if not parts:
+            return _theory_frame(frame, estimator, gpus_per_node, search_args)
+        with warnings.catch_warnings():  # a chunk whose error column is all empty: its dtype is not the others'
+            warnings.filterwarnings("ignore", "The behavior of DataFrame concatenation", FutureWarning)
+            return pd.concat(parts, ignore_index=True)
     jobs, places, given, errors = _frame_inputs(frame)
     ok_jobs = {i: j for i, j in enumerate(jobs) if j is not None}
     ok_places = {i: p for i, p in enumerate(places) if p is not None}
@@ -101,29 +121,71 @@ def recommend_frame(frame: pd.DataFrame, estimator: Estimator, *, max_gpus: int 
         if progress:
             progress(start + len(chunk), len(valid))
     search = _concat(parts)
+    fixed = [i for i in valid if given[i] and errors[i] is None]
+    given_out = _given_columns(estimator, [ok_jobs[i] for i in fixed], [ok_places[i] for i in fixed]) if fixed else None
+    return _columns(frame, estimator, np.array(valid, dtype=np.int64), search, errors, fixed, given_out, gpus_per_node)
+
+
+def _theory_frame(frame: pd.DataFrame, estimator: TheoryEstimator, gpus_per_node: int,
+                  search_args: dict[str, Any]) -> pd.DataFrame:
+    """recommend_frame for the theory estimator: rows read as columns, every candidate in one theory batch."""
+    cols = frame_columns(frame)
+    search = theory_search(cols, estimator.calibration, **search_args)
+    valid = np.flatnonzero(cols.ok)
+    fixed = np.flatnonzero(cols.ok & cols.given)
+    given_out = None
+    if len(fixed):
+        p = cols.place
+        place = PlacementColumns(p["number_gpus"][fixed], p["gpus_per_worker"][fixed], p["tp"][fixed], p["pp"][fixed],
+                                 p["offload"][fixed], p["strategy"][fixed])
+        found, errs = theory_columns(cols.jobs.take(fixed), place, cols.model_codes.take(fixed),
+                                     cols.gpu_codes.take(fixed), estimator.calibration)
+        ok = np.ones(len(fixed), dtype=bool)
+        ok[list(errs)] = False
+        tputs = np.full(len(fixed), np.nan)
+        if ok.any():
+            tputs[ok] = tokens_per_second(cols, fixed[ok], place.number_gpus[ok], place.gpus_per_worker[ok],
+                                          GPUS_PER_NODE, place.take(np.flatnonzero(ok)))
+        given_out = as_batch(found, errs), tputs
+    return _columns(frame, estimator, valid, search, list(cols.errors), fixed.tolist(), given_out, gpus_per_node)
+
+
+def _columns(frame: pd.DataFrame, estimator: Estimator, valid: np.ndarray, search: BatchSearch,
+             errors: list[str | None], fixed: list[int], given_out: tuple[MemoryBatch, np.ndarray] | None,
+             gpus_per_node: int) -> pd.DataFrame:
+    """The output columns from the search over the ``valid`` rows and the memory of the ``fixed`` rows."""
     n = len(frame)
     out: dict[str, Any] = {c: [None] * n for c in OUTPUT_COLUMNS}
     columns = (*MEMORY_COLUMNS, *VISION_COLUMNS)
     mem = {k: np.full(n, np.nan) for k in (*columns, "allocated", "reserved", "peak", "capacity", "oom_risk")}
     tput = np.full(n, np.nan)
-    for k, i in enumerate(valid):
-        for key in mem:
-            mem[key][i] = search.memory[key][k]
-        tput[i] = search.tokens_per_second[k]
-        chosen = int(search.number_gpus[k])
-        workers = -(-chosen // gpus_per_node) if chosen else 0
-        out["can_recommend"][i], out["workers"][i] = int(bool(chosen)), workers
-        out["gpus"][i] = chosen // workers if chosen else 0
-        out["reason"][i], errors[i] = search.reasons[k], search.errors[k]
-    fixed = [i for i in valid if given[i] and errors[i] is None]
-    if fixed:
-        batch, tputs = _given_columns(estimator, [ok_jobs[i] for i in fixed], [ok_places[i] for i in fixed])
+    for key in mem:
+        mem[key][valid] = search.memory[key]
+    tput[valid] = search.tokens_per_second
+    chosen = search.number_gpus
+    workers = np.where(chosen > 0, -(-chosen // gpus_per_node), 0)
+    for name, values in (("can_recommend", (chosen > 0).astype(int)), ("workers", workers),
+                         ("gpus", np.where(chosen > 0, chosen // np.maximum(workers, 1), 0))):
+        column = np.full(n, None, dtype=object)
+        column[valid] = values.tolist()  # Python ints, as the object path writes them
+        out[name] = column.tolist()
+    reasons = np.full(n, None, dtype=object)
+    reasons[valid] = search.reasons
+    out["reason"] = reasons.tolist()
+    found = np.array(errors, dtype=object)
+    found[valid] = search.errors
+    errors = found.tolist()
+    if given_out is not None:
+        batch, tputs = given_out
+        at = np.array(fixed, dtype=np.int64)
+        for part in columns:
+            mem[part][at] = batch.parts[part]
+        for key, values in (("peak", batch.peak), ("capacity", batch.capacity), ("oom_risk", batch.oom_risk),
+                            ("allocated", batch.allocated), ("reserved", batch.reserved)):
+            mem[key][at] = values
+        tput[at] = tputs
         for k, i in enumerate(fixed):
-            for part in columns:
-                mem[part][i] = batch.parts[part][k]
-            mem["peak"][i], mem["capacity"][i], mem["oom_risk"][i] = batch.peak[k], batch.capacity[k], batch.oom_risk[k]
-            mem["allocated"][i], mem["reserved"][i] = batch.allocated[k], batch.reserved[k]
-            tput[i], errors[i] = tputs[k], batch.errors[k]
+            errors[i] = batch.errors[k]
     has = np.isfinite(mem["peak"])
     out |= sweep_arrays(_figures(mem), np.round)  # the Answer's sweep columns (schema/answer.py metadata)
     out["fits"] = np.where(has, mem["peak"] <= mem["capacity"], np.array(None, dtype=object))

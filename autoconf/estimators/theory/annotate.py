@@ -9,6 +9,7 @@ data-parallel strategy, no bandwidth overrides: the recommender's placements) co
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -16,6 +17,7 @@ from autoconf.catalog import get_architecture
 from autoconf.defaults import GPUS_PER_NODE
 from autoconf.estimators.theory import throughput_grid as grid
 from autoconf.estimators.theory.memory import memory_notes
+from autoconf.estimators.theory.rows import Flag, Num, is_in, not_
 from autoconf.estimators.theory.throughput import throughput_or_none
 from autoconf.estimators.theory.vector import MemoryBatch
 from autoconf.schema import Job, Placement
@@ -27,15 +29,22 @@ def notes(jobs: Sequence[Job], placements: Sequence[Placement], batch: MemoryBat
           rows: Sequence[int]) -> list[tuple[str, ...]]:
     """memory_notes of each selected (answered) row."""
     cached = batch.cached if batch.cached is not None else np.zeros(len(batch))
-    return [memory_notes(jobs[i], placements[i], get_architecture(jobs[i].model), int(batch.micro_batch[i]),
-                         float(cached[i])) for i in rows]
+    return [memory_notes(int(batch.micro_batch[i]), jobs[i].tokens_per_sample, float(cached[i]),
+                         jobs[i].method == "qlora", placements[i].offload, get_architecture(jobs[i].model))
+            for i in rows]
+
+
+def covered(number_gpus: Num, strategy: Any, tp: Num, pp: Num, virtual_pp: Num, bandwidth_set: Flag) -> Flag:  # noqa: ANN401
+    """Placements whose tokens/s throughput_grid computes exactly as throughput.estimate_throughput does: one stage,
+    no tensor parallelism, one GPU or FSDP full shard / ZeRO-3 (``strategy``: the effective one), no bandwidth
+    override. One placement's fields, or columns of them."""
+    return ((tp == 1) & (pp == 1) & (virtual_pp == 1) & not_(bandwidth_set)
+            & ((number_gpus == 1) | is_in(strategy, ("fsdp", "zero3"))))
 
 
 def grid_covers(place: Placement) -> bool:
-    """A placement whose tokens/s throughput_grid computes exactly as throughput.estimate_throughput does."""
-    n = place.number_gpus
-    return (place.tp == 1 and place.pp == 1 and place.virtual_pp == 1 and place.intra_node_gbps is None
-            and place.inter_node_gbps is None and (n == 1 or place.effective_strategy in ("fsdp", "zero3")))
+    return bool(covered(place.number_gpus, place.effective_strategy, place.tp, place.pp, place.virtual_pp,
+                        place.intra_node_gbps is not None or place.inter_node_gbps is not None))
 
 
 def _job_key(job: Job) -> tuple[object, ...]:

@@ -18,7 +18,7 @@ for the device peak instead of the component sum: measured beats modelled where 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,6 +31,7 @@ from autoconf.estimators.theory.rows import (
     Flag,
     Num,
     ResolvedColumns,
+    Table,
     lookup,
     maximum,
     minimum,
@@ -89,7 +90,7 @@ class GpuColumns:
         # theory refuses bf16 on a Volta GPU without a bf16 peak (memory.refusals)
         self.no_bf16 = np.array([g.bf16_tflops is None and g.architecture == "Volta" for g in gpus], dtype=bool)
 
-    def take(self, rows: np.ndarray) -> GpuColumns:
+    def take(self, rows: np.ndarray | slice) -> GpuColumns:
         out = object.__new__(GpuColumns)
         for name, value in self.__dict__.items():
             setattr(out, name, value[rows])
@@ -155,16 +156,5 @@ def peaks(allocated: Num, outside: Num, job: AnyJob, placement: AnyPlacement, gp
                  where(has_fit, overhead_fit, device + kept - allocated), where(has_fit, 0.0, kept))
 
 
-class _Default(dict[str, float]):
-    """A per-architecture table with a default for architectures it does not name."""
-
-    def __init__(self, table: Mapping[str, float], default: float) -> None:
-        super().__init__(table)
-        self.default = default
-
-    def __missing__(self, key: str) -> float:
-        return self.default
-
-
-_CONTEXTS = _Default(CONTEXT_BYTES, DEFAULT_CONTEXT_BYTES)
-_WORKSPACES = _Default(CUBLAS_WORKSPACE_BYTES, DEFAULT_CUBLAS_WORKSPACE_BYTES)
+_CONTEXTS = Table(CONTEXT_BYTES, DEFAULT_CONTEXT_BYTES)
+_WORKSPACES = Table(CUBLAS_WORKSPACE_BYTES, DEFAULT_CUBLAS_WORKSPACE_BYTES)

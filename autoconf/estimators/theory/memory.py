@@ -15,247 +15,50 @@ The CUDA side (cuda.py) turns the allocator peak into the reserved and the devic
 fragmentation, cuBLAS workspaces, the CUDA context and NCCL communicators, and free blocks kept cached (FSDP's
 side streams; loss segments of shorter batches when samples vary in length); ``peak_bytes`` is the device peak.
 
-``phase_parts`` runs on the columns of many rows of one architecture (rows.py; vector.py groups a batch by model);
-``estimate_memory`` is a batch of one row. The refusals (``refusals``) are computed the same way for both.
+The phases and the refusals are phases.py's; ``theory_rows`` runs them and the CUDA side on the columns of many rows
+of one architecture (rows.py; vector.py groups a batch by model). ``estimate_memory`` is a batch of one row.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
 from autoconf.catalog import Architecture, GPUSpec, get_architecture, get_gpu
-from autoconf.errors import InvalidInputError
-from autoconf.estimators.theory import activations as act
-from autoconf.estimators.theory import cuda, images
+from autoconf.estimators.theory import cuda
+from autoconf.estimators.theory.cuda import GpuColumns
 from autoconf.estimators.theory.frameworks import FMS_FIT
-from autoconf.estimators.theory.risk_table import SIGMA
-from autoconf.estimators.theory.rows import (
-    AnyJob,
-    AnyPlacement,
-    Flag,
-    JobColumns,
-    Num,
-    PlacementColumns,
-    is_in,
-    maximum,
-    minimum,
-    not_,
-    per_value,
-    settings_of,
-    where,
+from autoconf.estimators.theory.phases import (
+    PHASES,
+    SIDE_STREAM_STRATEGIES,
+    TEXT_PARTS,
+    VISION_PARTS,
+    check_parallelism,
+    fsdp_like,
+    loss_segment_cache,
+    micro_batch,
+    phase_parts,
+    refusals,
+    side_stream_bytes,
 )
-from autoconf.estimators.theory.states import AMP, States, _weight_bytes, sharded_fsdp, vision_states
-from autoconf.schema import GIB, Calibration, Job, MemoryEstimate, Phase, Placement
+from autoconf.estimators.theory.risk_table import SIGMA
+from autoconf.estimators.theory.rows import JobColumns, Num, PlacementColumns, Table, lookup, settings_of
+from autoconf.estimators.theory.states import model_states
+from autoconf.schema import GIB, Calibration, Job, MemoryEstimate, Placement
+
+__all__ = [  # the names callers import from here (several live in phases.py)
+    "ALLOCATOR_PARTS", "CUDA_CONTEXT_BYTES", "FRAGMENTATION", "NCCL_BYTES", "PHASES", "SIDE_STREAM_STRATEGIES",
+    "TEXT_PARTS", "VISION_PARTS", "Found", "check_parallelism", "estimate_memory", "fsdp_like", "loss_segment_cache",
+    "memory_notes", "micro_batch", "oom_probability", "overhead_bytes", "phase_parts", "refusals",
+    "side_stream_bytes", "theory_rows",
+]
 
 # The fms-hf-tuning device line (frameworks.FMS_FIT), kept under its old names for callers that read them.
 CUDA_CONTEXT_BYTES = FMS_FIT.context_bytes
 NCCL_BYTES = FMS_FIT.nccl_bytes
 FRAGMENTATION = FMS_FIT.fragmentation
-PHASES: tuple[Phase, ...] = ("load", "loss", "backward", "static", "optimizer")  # max() order: the first peak wins
-TEXT_PARTS = ("weights", "gradients", "optimizer", "activations", "logits")
-VISION_PARTS = ("vision_weights", "vision_gradients", "vision_optimizer", "vision_activations")
-PhaseTable = dict[Phase, dict[str, Num]]
-
-
-def _split(job: AnyJob, placement: AnyPlacement) -> tuple[Flag, Flag, Num]:
-    """(sequence parallel does not divide dp, the batch does not split, data-parallel groups × accumulation)."""
-    bad_sp = placement.dp % job.sequence_parallel != 0
-    per = placement.dp // job.sequence_parallel * job.gradient_accumulation_steps
-    return bad_sp, job.batch_size % maximum(per, 1) != 0, per
-
-
-def _sp_error(dp: int, sp: int) -> InvalidInputError:
-    return InvalidInputError("sequence_parallel", f"must divide the data-parallel degree {dp}; got {sp}")
-
-
-def _batch_error(per: int, batch: int) -> InvalidInputError:
-    return InvalidInputError(
-        "batch_size", f"must be a multiple of data-parallel GPUs × gradient_accumulation_steps = {per}; got {batch}")
-
-
-def micro_batch(job: AnyJob, placement: AnyPlacement) -> Num:
-    """Samples per forward pass of one data-parallel group: global batch / (DP groups × accumulation).
-
-    With sequence parallelism of degree c, c GPUs share each sample (each holds s/c of its tokens). One Job raises
-    where the batch does not split (columns: ``refusals`` marks those rows)."""
-    bad_sp, bad_batch, per = _split(job, placement)
-    if isinstance(job, Job) and bad_sp:
-        raise _sp_error(int(placement.dp), job.sequence_parallel)
-    if isinstance(job, Job) and bad_batch:
-        raise _batch_error(per, job.batch_size)
-    return job.batch_size // maximum(per, 1)
-
-
-def _tp_error(arch: Architecture, tp: int) -> InvalidInputError:
-    return InvalidInputError(
-        "tp", f"must divide the attention heads ({arch.num_heads}) and KV heads ({arch.num_kv_heads}); got {tp}")
-
-
-def _pp_error(arch: Architecture, pp: int) -> InvalidInputError:
-    return InvalidInputError("pp", f"must be at most the number of layers ({arch.num_layers}); got {pp}")
-
-
-def _bad_tp(arch: Architecture, tp: Num) -> Flag:
-    return (arch.num_heads % tp != 0) | ((arch.num_kv_heads % tp != 0) & (tp % arch.num_kv_heads != 0))
-
-
-def check_parallelism(arch: Architecture, placement: Placement) -> None:
-    if _bad_tp(arch, placement.tp):
-        raise _tp_error(arch, placement.tp)
-    if placement.pp > arch.num_layers:
-        raise _pp_error(arch, placement.pp)
-
-
-def refusals(job: JobColumns, place: PlacementColumns, arch: Architecture, no_bf16: np.ndarray,
-             gpu_names: np.ndarray) -> list[Exception | None]:
-    """Why theory refuses each row (None: answered), in the order one estimate checks: tp and pp against the
-    architecture, bf16 on a GPU without it (``no_bf16``), the LoRA targets, images on a text model, the split of
-    the batch. The message of each row is the one ``estimate_memory`` raises for it."""
-    out: list[Exception | None] = [None] * job.size
-    bad_sp, bad_batch, per = _split(job, place)
-    checks: list[tuple[np.ndarray, Callable[[int], Exception]]] = [
-        (_bad_tp(arch, place.tp), lambda i: _tp_error(arch, int(place.tp[i]))),
-        (place.pp > arch.num_layers, lambda i: _pp_error(arch, int(place.pp[i]))),
-        (no_bf16 & is_in(job.dtype, ("bf16", "amp-bf16")), lambda i: InvalidInputError(
-            "dtype", f"bf16 is not supported on {gpu_names[i]}; use fp16 or fp32")),
-        (_targets_refused(job, arch) & (job.method != "full"), lambda i: _targets_error(job, arch, i)),
-        ((job.images_per_sample > 0) & (arch.vision is None), lambda i: images.images_error(
-            arch, int(job.images_per_sample[i]))),
-        (bad_sp, lambda i: _sp_error(int(place.dp[i]), int(job.sequence_parallel[i]))),
-        (bad_batch, lambda i: _batch_error(int(per[i]), int(job.batch_size[i]))),
-    ]
-    for mask, error in checks:
-        for i in np.flatnonzero(mask).tolist():
-            if out[i] is None:
-                out[i] = error(i)
-    return out
-
-
-def _targets_refused(job: JobColumns, arch: Architecture) -> np.ndarray:
-    return np.asarray(per_value(job.lora_target_modules, lambda t: 1.0 if _targets_exception(arch, t) else 0.0) > 0)
-
-
-def _targets_exception(arch: Architecture, targets: tuple[str, ...]) -> Exception | None:
-    try:
-        arch.lora_targets(targets)
-    except ValueError as exc:
-        return exc
-    return None
-
-
-def _targets_error(job: JobColumns, arch: Architecture, i: int) -> Exception:
-    found = _targets_exception(arch, job.lora_target_modules.table[job.lora_target_modules.codes[i]])
-    assert found is not None
-    return found
-
-
-def phase_parts(job: AnyJob, arch: Architecture, placement: AnyPlacement, st: States,
-                calib: Calibration | None) -> tuple[PhaseTable, Flag]:
-    """Bytes by part in each phase (PHASES) and whether the row has a load phase (else it never peaks there)."""
-    samples = micro_batch(job, placement)
-    tokens = samples * images.text_tokens_per_sample(job, arch)  # image tokens join the text sequence
-    tokens = where(job.sequence_parallel > 1, tokens / job.sequence_parallel, tokens)
-    settings = settings_of(job)
-    layers = -(-arch.num_layers // placement.pp)
-    # 1F1B pipeline: the first stage holds min(micro-batches, stages) micro-batches in flight
-    in_flight = where(placement.pp > 1, minimum(job.gradient_accumulation_steps, placement.pp), 1)
-    fsdp = sharded_fsdp(placement)
-    # checkpoints go to CPU RAM; one in transfer and one prefetched stay on the GPU
-    layers = where(settings.activation_offloading & job.gradient_checkpointing, minimum(layers, 2), layers)
-    stacked, largest = act.stack_bytes_per_token(job, arch, calib, fsdp, layers)
-    layer = largest * tokens / placement.tp
-    saved = (stacked + act.outside_layers_bytes_per_token(job, arch, fsdp)) * tokens * in_flight / placement.tp
-    # the vision tower runs on the first stage, once per image of the micro-batch (sequence parallel ranks
-    # share a sample's text, not its images)
-    vision_act = images.activation_bytes_per_image(job, arch) * job.images_per_sample * samples * in_flight
-    recompute = where(job.gradient_checkpointing, layer, 0.0)
-    loss = act.loss_bytes_per_token(job, arch, calib) * tokens / placement.tp
-    head = act.loss_fixed_bytes(job, arch) / placement.tp
-    loss = where(head != 0, loss + head, loss)
-    # amp keeps bf16 copies of the weights that autocast made, alive through forward and backward
-    # (FSDP mixed precision instead gathers bf16 units, already counted in st.gathered)
-    autocast = where(is_in(job.dtype, AMP) & (job.method == "full") & not_(fsdp), st.weights / 2, 0.0)
-    w = st.weights + st.gathered + st.buffers
-    g_live = where(st.grads_persist, st.gradients, 0.0)
-    # every rank moves its full checkpoint copy to the GPU before the wrapper shards it
-    has_load = fsdp_like(placement) & not_(settings.efficient_loading) & settings.profile.full_copy_on_gpu
-    phases: PhaseTable = {
-        "load": {"weights": _weight_bytes(job, arch, placement), "gradients": 0.0, "optimizer": 0.0,
-                 "activations": 0.0, "logits": 0.0},
-        "loss": {"weights": w + autocast, "gradients": g_live, "optimizer": st.optimizer, "activations": saved,
-                 "logits": loss},
-        "backward": {"weights": w + autocast, "gradients": g_live, "optimizer": st.optimizer,
-                     "activations": saved + recompute, "logits": 0.0},
-        "static": {"weights": w, "gradients": st.gradients, "optimizer": st.optimizer, "activations": recompute,
-                   "logits": 0.0},
-        "optimizer": {"weights": st.weights, "gradients": st.gradients,
-                      "optimizer": st.optimizer + st.optimizer_step_temp, "activations": 0.0, "logits": 0.0},
-    }
-    return _with_vision(phases, vision_states(job, arch, placement), st.grads_persist, vision_act), has_load
-
-
-def _with_vision(phases: PhaseTable, states: tuple[Num, Num, Num], persist: Flag, activations: Num) -> PhaseTable:
-    """Append a VLM's vision parts to every phase (all 0.0 for a text model): the tower and projector weights
-    always; their gradients where the text gradients are live; their saved activations through forward and
-    backward (the loss and backward phases)."""
-    w, g, o = states
-    for name, parts in phases.items():
-        parts["vision_weights"] = w
-        parts["vision_gradients"] = (g if name in ("static", "optimizer") else 0.0 if name == "load"
-                                     else where(persist, g, 0.0))
-        parts["vision_optimizer"] = o if name != "load" else 0.0
-        parts["vision_activations"] = activations if name in ("loss", "backward") else 0.0
-    return phases
-
-
-# torch FSDP (FSDP1 FlatParameter and FSDP2 fully_shard) reduce-scatters every gradient into a tensor it
-# allocates on its own post-backward / reduce-scatter stream, and all-gathers parameters into buffers it allocates
-# on its unshard / all-gather stream (torch/distributed/fsdp/_runtime_utils.py _post_backward_hook: "for the
-# sharded strategies, the gradient is produced in the post-backward stream"; _fully_shard/_fsdp_collectives.py
-# foreach_reduce). The caching allocator reuses a freed block only on the stream that allocated it
-# (torch Tensor.record_stream docs: "the CUDA caching allocator guarantees that the memory will only be reused
-# with the same creation stream"). DeepSpeed ZeRO is not listed: its gradient partitions persist (states.py).
-SIDE_STREAM_STRATEGIES = ("fsdp", "fsdp-hybrid", "fsdp-shard-grad-op")
-
-
-def side_stream_bytes(phases: PhaseTable, st: States, placement: AnyPlacement, has_load: Flag = True) -> Num:
-    """Reserved bytes that torch FSDP's side streams keep cached while the compute stream peaks.
-
-    Each stream's pool reserves its own peak, so torch reserves (at least) the sum of the three pools' peaks:
-    the compute stream's (weights shard, optimizer states and temporaries, activations, logits), the
-    reduce-scatter stream's (the sharded gradients, freed by zero_grad but kept cached for the next backward)
-    and the all-gather stream's (the gathered units, freed after each layer but kept cached through the
-    optimizer step). The result is that sum minus the allocator peak (0 for any other strategy, and nearly 0
-    for LoRA, whose sharded gradients are the adapters'). A load phase counts only where ``has_load``."""
-    resident = st.weights + st.buffers
-    peak = compute = grads = gathered = 0.0
-    for name, parts in phases.items():
-        total = sum(parts.values())
-        g = parts["gradients"] + parts["vision_gradients"]
-        u = 0.0 if name == "load" else maximum(0.0, parts["weights"] - resident)
-        if name == "load":  # a row without the phase: 0 changes none of the maxima below (all parts are >= 0)
-            total, g = where(has_load, total, 0.0), where(has_load, g, 0.0)
-        peak, compute = maximum(peak, total), maximum(compute, total - g - u)
-        grads, gathered = maximum(grads, g), maximum(gathered, u)
-    active = (placement.dp > 1) & is_in(placement.effective_strategy, SIDE_STREAM_STRATEGIES)
-    return where(active, maximum(0.0, compute + grads + gathered - peak), 0.0)
-
-
-def loss_segment_cache(job: AnyJob, arch: Architecture, placement: AnyPlacement) -> Num:
-    """Reserved bytes of cached loss-sized segments that shorter batches left (samples of varying length;
-    activations.LOSS_SEGMENT_NOTE): per token × the tokens of one micro-batch on this GPU, as the loss phase counts
-    them. Free blocks: in torch reserved and the device peak, never in torch allocated (cuda.peaks)."""
-    per_token = act.loss_segment_bytes_per_token(job, arch)
-    tokens = micro_batch(job, placement) * images.text_tokens_per_sample(job, arch) / job.sequence_parallel
-    return where(per_token != 0, per_token * tokens / placement.tp, 0.0)
-
-
-def fsdp_like(placement: AnyPlacement) -> Flag:
-    """Weights sharded across data-parallel ranks (FSDP full/hybrid shard or ZeRO-3)."""
-    return (placement.dp > 1) & is_in(placement.effective_strategy, ("fsdp", "fsdp-hybrid", "zero3"))
 
 
 def overhead_bytes(allocated_peak: float, placement: Placement, calib: Calibration | None = None) -> float:
@@ -268,6 +71,7 @@ def overhead_bytes(allocated_peak: float, placement: Placement, calib: Calibrati
 
 
 _ERFC = np.frompyfunc(math.erfc, 1, 1)
+_SIGMAS = Table({m: s for m, (s, _) in SIGMA.items()}, SIGMA["*"][0])
 
 
 def oom_probability(peak: Num, capacity: Num, rel_sigma: float | None = None, method: object = None) -> Num:
@@ -275,7 +79,7 @@ def oom_probability(peak: Num, capacity: Num, rel_sigma: float | None = None, me
     σ of ``method`` (one name, or a column of them) fitted on held-out residuals (risk_table.py, by
     ``python bench/theory_risk.py --write``). A float for one row, an array for columns."""
     name = method if isinstance(method, np.ndarray) else method or "*"
-    sigma = rel_sigma if rel_sigma is not None else per_value(name, lambda m: SIGMA.get(m, SIGMA["*"])[0])
+    sigma = rel_sigma if rel_sigma is not None else lookup(name, _SIGMAS)
     if not isinstance(peak, np.ndarray) and not isinstance(capacity, np.ndarray):
         if capacity <= 0:
             return 1.0
@@ -287,19 +91,89 @@ def oom_probability(peak: Num, capacity: Num, rel_sigma: float | None = None, me
     return np.where(room > 0, risk, 1.0)
 
 
-def memory_notes(job: Job, placement: Placement, arch: Architecture, micro: int, cached: float) -> tuple[str, ...]:
+def memory_notes(micro: int, tokens: int, cached: float, qlora: bool, offload: str,
+                 arch: Architecture) -> tuple[str, ...]:
     """The assumptions an estimate states: micro-batch, cached loss segments, QLoRA, offload, approximation."""
-    notes = [f"micro-batch {micro} × {job.tokens_per_sample} tokens per GPU"]
+    notes = [f"micro-batch {micro} × {tokens} tokens per GPU"]
     if cached:
         notes.append(f"samples vary in length: {cached / GIB:.1f} GiB of loss-sized segments of shorter batches stay "
                      "cached (reserved and device peaks; released before an allocation fails)")
-    if job.method == "qlora":
+    if qlora:
         notes.append("QLoRA: NF4 base (0.5 B + absmax per 64), adapters per the framework profile")
-    if placement.offload != "none":
-        notes.append(f"offload={placement.offload}: optimizer states in CPU RAM (not counted here)")
+    if offload != "none":
+        notes.append(f"offload={offload}: optimizer states in CPU RAM (not counted here)")
     if arch.approximate:  # never silent: the shape is inferred, so is every number from it
         notes.append(f"approximate architecture: {arch.approximation_reason or arch.verification}")
     return tuple(notes)
+
+
+ALLOCATOR_PARTS = (*TEXT_PARTS, *VISION_PARTS)  # the vision parts are 0.0 for text models
+
+
+@dataclass
+class Found:
+    """theory_rows' answer: MemoryBatch's arrays (NaN on refused rows) and the refusals as exceptions."""
+
+    parts: dict[str, np.ndarray]
+    allocated: np.ndarray
+    reserved: np.ndarray
+    peak: np.ndarray
+    releasable: np.ndarray
+    phase: np.ndarray  # index into PHASES of the peak phase (-1: refused)
+    capacity: np.ndarray
+    oom_risk: np.ndarray
+    micro_batch: np.ndarray
+    cached: np.ndarray
+    errors: dict[int, Exception]  # the refused rows
+
+
+def _empty(n: int) -> Found:
+    def nan() -> np.ndarray:
+        return np.full(n, np.nan)
+
+    return Found({k: nan() for k in (*ALLOCATOR_PARTS, "overhead")}, nan(), nan(), nan(), nan(),
+                 np.full(n, -1, dtype=np.int64), nan(),
+                 nan(), np.zeros(n, dtype=np.int64), np.zeros(n), {})
+
+
+def theory_rows(job: JobColumns, place: PlacementColumns, arch: Architecture, gpu: GpuColumns,
+                calib: Calibration | None, risk: bool = True) -> Found:
+    """Theory memory of rows that share ``arch`` (each with its own GPU); refused rows get their exception."""
+    out = _empty(job.size)
+    out.errors = refusals(job, place, arch, gpu.no_bf16, gpu.name)
+    answered = np.ones(job.size, dtype=bool)
+    answered[list(out.errors)] = False
+    idx = np.flatnonzero(answered)
+    if not len(idx):
+        return out
+    if len(idx) < job.size:
+        job, place, gpu = job.take(idx), place.take(idx), gpu.take(idx)
+    st = model_states(job, arch, place)
+    phases, has_load = phase_parts(job, arch, place, st, calib)
+    totals = []
+    for name in PHASES:  # left to right, as sum() over a phase's parts
+        total = np.zeros(len(idx)) + phases[name][ALLOCATOR_PARTS[0]]
+        for part in ALLOCATOR_PARTS[1:]:
+            total = total + phases[name][part]
+        totals.append(total)
+    totals[0] = np.where(has_load, totals[0], -np.inf)  # a row without a load phase never peaks there
+    best = np.argmax(np.stack(totals, axis=1), axis=1)  # the first maximum, in PHASES order
+    allocated = np.choose(best, totals)
+    side = side_stream_bytes(phases, st, place, has_load)
+    cached = loss_segment_cache(job, arch, place)
+    peaks = cuda.peaks(allocated, st.outside, job, place, gpu, settings_of(job), calib, side, cached)
+    for part in ALLOCATOR_PARTS:
+        out.parts[part][idx] = np.choose(best, [np.broadcast_to(phases[name][part], best.shape) for name in PHASES])
+    out.parts["overhead"][idx] = peaks.overhead
+    out.allocated[idx], out.reserved[idx], out.peak[idx] = peaks.allocated, peaks.reserved, peaks.device
+    out.releasable[idx] = peaks.releasable
+    out.capacity[idx] = gpu.memory_bytes
+    if risk:
+        out.oom_risk[idx] = oom_probability(peaks.device - peaks.releasable, gpu.memory_bytes, method=job.method)
+    out.micro_batch[idx] = micro_batch(job, place)
+    out.cached[idx] = cached
+    out.phase[idx] = best
+    return out
 
 
 def estimate_memory(
@@ -310,22 +184,21 @@ def estimate_memory(
     calibration: Calibration | None = None,
 ) -> MemoryEstimate:
     """Theory estimate of per-GPU memory for ``job`` on ``placement``: a batch of one row (vector.theory_rows)."""
-    from autoconf.estimators.theory.vector import theory_rows
-
     arch = arch or get_architecture(job.model)
     gpu = gpu or get_gpu(placement.gpu_model)
-    found = theory_rows(JobColumns([job]), PlacementColumns([placement]), arch, cuda.GpuColumns([gpu]), calibration)
-    if found.errors[0] is not None:
+    found = theory_rows(JobColumns.of([job]), PlacementColumns.of([placement]), arch, GpuColumns([gpu]), calibration)
+    if 0 in found.errors:
         raise found.errors[0]
     parts = {k: float(v[0]) for k, v in found.parts.items()}
     peak, releasable = float(found.peak[0]), float(found.releasable[0])
-    notes = memory_notes(job, placement, arch, int(found.micro_batch[0]), float(found.cached[0]))
+    notes = memory_notes(int(found.micro_batch[0]), job.tokens_per_sample, float(found.cached[0]), job.method == "qlora",
+                         placement.offload, arch)
     return MemoryEstimate(
         weights_bytes=parts["weights"], gradients_bytes=parts["gradients"], optimizer_bytes=parts["optimizer"],
         activations_bytes=parts["activations"], logits_bytes=parts["logits"], overhead_bytes=parts["overhead"],
         vision_weights_bytes=parts["vision_weights"], vision_gradients_bytes=parts["vision_gradients"],
         vision_optimizer_bytes=parts["vision_optimizer"], vision_activations_bytes=parts["vision_activations"],
         peak_bytes=peak, peak_allocated_bytes=float(found.allocated[0]), peak_reserved_bytes=float(found.reserved[0]),
-        peak_phase=found.phase[0], releasable_bytes=releasable, capacity_bytes=gpu.memory_bytes,
+        peak_phase=PHASES[found.phase[0]], releasable_bytes=releasable, capacity_bytes=gpu.memory_bytes,
         fits=peak <= gpu.memory_bytes, oom_risk=float(found.oom_risk[0]), estimator="theory", notes=notes,
     )

@@ -3,9 +3,10 @@
 Every formula of the theory takes a job and a placement. A ``Job``/``Placement`` is one row (its fields are Python
 scalars); ``JobColumns``/``PlacementColumns`` hold the same fields as numpy arrays, one entry per row of a batch that
 shares an architecture. The helpers below (``where``, ``is_in``, ``minimum``, ...) are what the formulas use for a
-branch on a job or placement field: plain Python for one row (so a single estimate does the very same float
-operations as before), numpy masks for columns. Framework profiles are resolved once per distinct framework and
-spread into columns (``ResolvedColumns``); per-row Python never runs in a batch.
+branch on a job or placement field: plain Python for one ``Job`` (the form the scalar callers use: the VRAM-budget
+dialect, the traced estimator, the planners), numpy masks for columns. ``memory.estimate_memory`` itself is a batch
+of one row. Framework profiles are resolved once per distinct framework and spread into columns
+(``ResolvedColumns``); no formula runs Python per row of a batch.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from autoconf.defaults import GPUS_PER_NODE
+from autoconf.defaults import FRAMEWORK_LOSS_KERNEL, GPUS_PER_NODE
 from autoconf.estimators.theory.frameworks import PROFILES, Resolved, resolve
 from autoconf.schema import Job, Placement
 
@@ -55,11 +56,24 @@ def maximum(a: Num, b: Num) -> Num:
 
 
 def lookup(value: Any, table: Mapping[Any, float]) -> Num:  # noqa: ANN401
-    """``table[value]`` for one row; per row from the distinct values of a column."""
+    """``table[value]`` for one row; per row by one comparison per table entry (a ``Table``'s default elsewhere)."""
     if not isinstance(value, np.ndarray):
         return table[value]
-    keys, inverse = np.unique(value, return_inverse=True)
-    return np.array([table[k] for k in keys.tolist()], dtype=float)[inverse]
+    out = np.full(value.shape, table.default if isinstance(table, Table) else np.nan)
+    for key, found in table.items():
+        out[value == key] = found
+    return out
+
+
+class Table(dict[str, float]):
+    """A lookup table with a default for the keys it does not name."""
+
+    def __init__(self, table: Mapping[str, float], default: float) -> None:
+        super().__init__(table)
+        self.default = default
+
+    def __missing__(self, key: str) -> float:
+        return self.default
 
 
 def per_value(value: Any, fn: Callable[[Any], float]) -> Num:  # noqa: ANN401
@@ -80,12 +94,12 @@ class Codes:
     codes: np.ndarray
 
     @classmethod
-    def of(cls, values: Sequence[Any]) -> Codes:
+    def of(cls, values: Sequence[Any] | np.ndarray) -> Codes:
         index: dict[Any, int] = {}
         codes = np.fromiter((index.setdefault(v, len(index)) for v in values), dtype=np.int64, count=len(values))
         return cls(tuple(index), codes)
 
-    def take(self, rows: np.ndarray) -> Codes:
+    def take(self, rows: np.ndarray | slice) -> Codes:
         return Codes(self.table, self.codes[rows])
 
 
@@ -133,36 +147,43 @@ OVERRIDES = ("efficient_loading", "double_quant", "quantize_lm_head", "optimizer
 _OVERRIDE_FIELDS = dict(zip(OVERRIDES, ("fsdp_cpu_ram_efficient_loading", "double_quant", "quantize_lm_head",
                                         "optimizer_in_backward", "activation_offloading", "expandable_segments"),
                             strict=True))
-_TEXT = ("method", "dtype", "framework", "optimizer", "optimizer_state_dtype", "optimizer_impl", "attention")
-_INT = ("tokens_per_sample", "batch_size", "gradient_accumulation_steps", "lora_r", "images_per_sample",
-        "sequence_parallel")
-_BOOL = ("gradient_checkpointing", "fused_loss", "packing", "samples_vary_in_length", "freeze_vision",
-         "freeze_projector", "dora")
+JOB_TEXT = ("method", "dtype", "framework", "optimizer", "optimizer_state_dtype", "optimizer_impl", "attention")
+JOB_INT = ("tokens_per_sample", "batch_size", "gradient_accumulation_steps", "lora_r", "images_per_sample",
+           "sequence_parallel")
+JOB_BOOL = ("gradient_checkpointing", "fused_loss", "packing", "samples_vary_in_length", "freeze_vision",
+            "freeze_projector", "dora")
 
 
 class JobColumns:
-    """The Job fields the theory reads, one numpy entry per row (``image_resolution`` 0 = the model's default)."""
+    """The Job fields the theory reads, one numpy entry per row (``image_resolution`` 0 = the model's default;
+    the framework overrides NaN = the profile's; ``loss_kernel`` "" = the framework's)."""
 
-    def __init__(self, jobs: Sequence[Job]) -> None:
-        self.size = len(jobs)
-        for name in _TEXT:
-            setattr(self, name, np.array([getattr(j, name) for j in jobs], dtype=str))
-        for name in _INT:
-            setattr(self, name, np.array([getattr(j, name) for j in jobs], dtype=np.int64))
-        for name in _BOOL:
-            setattr(self, name, np.array([getattr(j, name) for j in jobs], dtype=bool))
-        self.lora_dropout = np.array([j.lora_dropout for j in jobs], dtype=float)
-        self.image_resolution = np.array([j.image_resolution or 0 for j in jobs], dtype=np.int64)
-        self.effective_loss_kernel = np.array([j.effective_loss_kernel for j in jobs], dtype=str)
-        self.lora_target_modules = Codes.of([j.lora_target_modules for j in jobs])
-        explicit = {k: np.array([np.nan if (v := getattr(j, f)) is None else float(v) for j in jobs])
-                    for k, f in _OVERRIDE_FIELDS.items()}
-        self.settings = ResolvedColumns(self.framework, explicit)
+    def __init__(self, columns: dict[str, Any]) -> None:
+        self.size = len(columns["method"])
+        for name in (*JOB_TEXT, *JOB_INT, *JOB_BOOL, "lora_dropout", "image_resolution", "lora_target_modules"):
+            setattr(self, name, columns[name])
+        fused = np.where(self.fused_loss, "fused-linear-ce", lookup_text(self.framework, FRAMEWORK_LOSS_KERNEL, "hf"))
+        self.effective_loss_kernel = np.where(columns["loss_kernel"] != "", columns["loss_kernel"], fused)
+        self.settings = ResolvedColumns(self.framework, {k: columns[f] for k, f in _OVERRIDE_FIELDS.items()})
+
+    @classmethod
+    def of(cls, jobs: Sequence[Job]) -> JobColumns:
+        """The columns of a list of Jobs."""
+        cols: dict[str, Any] = {name: np.array([getattr(j, name) for j in jobs], dtype=str) for name in JOB_TEXT}
+        cols |= {name: np.array([getattr(j, name) for j in jobs], dtype=np.int64) for name in JOB_INT}
+        cols |= {name: np.array([getattr(j, name) for j in jobs], dtype=bool) for name in JOB_BOOL}
+        cols["lora_dropout"] = np.array([j.lora_dropout for j in jobs], dtype=float)
+        cols["image_resolution"] = np.array([j.image_resolution or 0 for j in jobs], dtype=np.int64)
+        cols["loss_kernel"] = np.array([j.loss_kernel or "" for j in jobs], dtype=str)
+        cols["lora_target_modules"] = Codes.of([j.lora_target_modules for j in jobs])
+        for field in _OVERRIDE_FIELDS.values():
+            cols[field] = np.array([np.nan if (v := getattr(j, field)) is None else float(v) for j in jobs])
+        return cls(cols)
 
     def __getattr__(self, name: str) -> Any:  # noqa: ANN401 - the columns set in __init__ (for mypy)
         raise AttributeError(name)
 
-    def take(self, rows: np.ndarray) -> JobColumns:
+    def take(self, rows: np.ndarray | slice) -> JobColumns:
         """The columns of the selected rows (``rows``: indices)."""
         out = object.__new__(JobColumns)
         for name, value in self.__dict__.items():
@@ -176,23 +197,39 @@ class JobColumns:
             setattr(profile, name, value[rows])
         settings.profile = profile
         out.settings = settings
-        out.size = len(rows)
+        out.size = len(out.method)
         return out
+
+
+def lookup_text(value: np.ndarray, table: Mapping[str, str], default: str) -> np.ndarray:
+    """``table.get(v, default)`` for every entry of a text column."""
+    out = np.full(value.shape, default, dtype=object)
+    for key, found in table.items():
+        out[value == key] = found
+    return out.astype(str)
 
 
 class PlacementColumns:
     """The Placement fields the theory reads, one numpy entry per row (``gpus_per_worker`` 0 = the default)."""
 
-    def __init__(self, places: Sequence[Placement]) -> None:
-        self.number_gpus = np.array([p.number_gpus for p in places], dtype=np.int64)
-        self.gpus_per_worker = np.array([p.gpus_per_worker or 0 for p in places], dtype=np.int64)
-        self.tp = np.array([p.tp for p in places], dtype=np.int64)
-        self.pp = np.array([p.pp for p in places], dtype=np.int64)
-        self.offload = np.array([p.offload for p in places], dtype=str)
-        self.effective_strategy = np.array([p.effective_strategy for p in places], dtype=str)
-        self.dp = self.number_gpus // (self.tp * self.pp)
+    def __init__(self, number_gpus: np.ndarray, gpus_per_worker: np.ndarray, tp: np.ndarray, pp: np.ndarray,
+                 offload: np.ndarray, strategy: np.ndarray) -> None:
+        """``strategy``: "" where the Placement leaves it to the default (fsdp on > 1 data-parallel GPU, else ddp)."""
+        self.number_gpus, self.gpus_per_worker, self.tp, self.pp = number_gpus, gpus_per_worker, tp, pp
+        self.offload = offload
+        self.dp = number_gpus // (tp * pp)
+        self.effective_strategy = np.where(strategy != "", strategy, np.where(self.dp > 1, "fsdp", "ddp"))
 
-    def take(self, rows: np.ndarray) -> PlacementColumns:
+    @classmethod
+    def of(cls, places: Sequence[Placement]) -> PlacementColumns:
+        def ints(name: str) -> np.ndarray:
+            return np.array([getattr(p, name) or 0 for p in places], dtype=np.int64)
+
+        return cls(ints("number_gpus"), ints("gpus_per_worker"), ints("tp"), ints("pp"),
+                   np.array([p.offload for p in places], dtype=str), np.array([p.strategy or "" for p in places],
+                                                                              dtype=str))
+
+    def take(self, rows: np.ndarray | slice) -> PlacementColumns:
         out = object.__new__(PlacementColumns)
         for name, value in self.__dict__.items():
             setattr(out, name, value[rows])

@@ -110,14 +110,13 @@ def trainable_params(job: AnyJob, arch: Architecture) -> Num:
         return arch.text_params if job.method == "full" else _adapters(arch, job.lora_target_modules, job.lora_r,
                                                                        job.dora)
     targets: Codes = job.lora_target_modules
-    keys = np.stack([targets.codes, job.lora_r, job.dora.astype(np.int64)], axis=1)
-    distinct, inverse = np.unique(keys, axis=0, return_inverse=True)
-    inverse = inverse.reshape(-1)
+    keys = (targets.codes * 8192 + job.lora_r) * 2 + job.dora  # lora_r ≤ 4096 (schema.Job)
+    distinct, inverse = np.unique(keys, return_inverse=True)
     lora = job.method != "full"
     wanted = np.zeros(len(distinct), dtype=bool)
     wanted[inverse[lora]] = True  # adapters of full fine-tuning rows are never counted (nor checked)
-    values = np.array([_adapters(arch, targets.table[c], int(r), bool(d)) if wanted[k] else 0
-                       for k, (c, r, d) in enumerate(distinct.tolist())], dtype=float)
+    values = np.array([_adapters(arch, targets.table[key // 2 // 8192], int(key // 2 % 8192), bool(key % 2))
+                       if wanted[k] else 0 for k, key in enumerate(distinct.tolist())], dtype=float)
     return np.where(lora, values[inverse], float(arch.text_params))
 
 

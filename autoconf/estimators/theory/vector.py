@@ -17,15 +17,15 @@ import numpy as np
 
 from autoconf.catalog import Architecture, GPUSpec, get_architecture, get_gpu
 from autoconf.errors import AutoconfError, InvalidInputError
-from autoconf.estimators.theory import cuda
 from autoconf.estimators.theory import memory as mem
 from autoconf.estimators.theory.cuda import GpuColumns
-from autoconf.estimators.theory.rows import JobColumns, PlacementColumns, settings_of
-from autoconf.estimators.theory.states import model_states
+from autoconf.estimators.theory.memory import ALLOCATOR_PARTS, Found, _empty, theory_rows
+from autoconf.estimators.theory.rows import Codes, JobColumns, PlacementColumns
 from autoconf.schema import Calibration, Job, Placement
 
 TEXT_PARTS = mem.TEXT_PARTS
-ALLOCATOR_PARTS = (*TEXT_PARTS, *mem.VISION_PARTS)  # the vision parts are 0.0 for text models
+__all__ = ["ALLOCATOR_PARTS", "TEXT_PARTS", "Found", "MemoryBatch", "as_batch", "capacities", "gpu_groups",
+           "theory_batch", "theory_columns", "theory_rows"]
 
 
 @dataclass(frozen=True)
@@ -58,73 +58,6 @@ class MemoryBatch:
         return np.array([e is None for e in self.errors], dtype=bool)
 
 
-@dataclass
-class Found:
-    """theory_rows' answer: MemoryBatch's arrays (NaN on refused rows) and the refusals as exceptions."""
-
-    parts: dict[str, np.ndarray]
-    allocated: np.ndarray
-    reserved: np.ndarray
-    peak: np.ndarray
-    releasable: np.ndarray
-    phase: list[str]
-    capacity: np.ndarray
-    oom_risk: np.ndarray
-    micro_batch: np.ndarray
-    cached: np.ndarray
-    errors: list[Exception | None]
-
-
-def _empty(n: int) -> Found:
-    def nan() -> np.ndarray:
-        return np.full(n, np.nan)
-
-    return Found({k: nan() for k in (*ALLOCATOR_PARTS, "overhead")}, nan(), nan(), nan(), nan(), [""] * n, nan(),
-                 nan(), np.zeros(n, dtype=np.int64), np.zeros(n), [None] * n)
-
-
-def theory_rows(job: JobColumns, place: PlacementColumns, arch: Architecture, gpu: GpuColumns,
-                calib: Calibration | None, risk: bool = True) -> Found:
-    """Theory memory of rows that share ``arch`` (each with its own GPU); refused rows get their exception."""
-    out = _empty(job.size)
-    out.errors = mem.refusals(job, place, arch, gpu.no_bf16, gpu.name)
-    idx = np.flatnonzero([e is None for e in out.errors])
-    if not len(idx):
-        return out
-    if len(idx) < job.size:
-        job, place, gpu = job.take(idx), place.take(idx), gpu.take(idx)
-    st = model_states(job, arch, place)
-    phases, has_load = mem.phase_parts(job, arch, place, st, calib)
-    table = np.empty((len(idx), len(mem.PHASES), len(ALLOCATOR_PARTS)))
-    for a, name in enumerate(mem.PHASES):
-        for b, part in enumerate(ALLOCATOR_PARTS):
-            table[:, a, b] = phases[name][part]
-    totals = table[:, :, 0].copy()
-    for b in range(1, len(ALLOCATOR_PARTS)):  # left to right, as sum() over a phase's parts
-        totals += table[:, :, b]
-    totals[:, 0] = np.where(has_load, totals[:, 0], -np.inf)  # a row without a load phase never peaks there
-    best = np.argmax(totals, axis=1)  # the first maximum, in PHASES order
-    rows = np.arange(len(idx))
-    allocated = totals[rows, best]
-    side = mem.side_stream_bytes(phases, st, place, has_load)
-    cached = mem.loss_segment_cache(job, arch, place)
-    peaks = cuda.peaks(allocated, st.outside, job, place, gpu, settings_of(job), calib, side, cached)
-    for b, part in enumerate(ALLOCATOR_PARTS):
-        out.parts[part][idx] = table[rows, best, b]
-    out.parts["overhead"][idx] = peaks.overhead
-    out.allocated[idx], out.reserved[idx], out.peak[idx] = peaks.allocated, peaks.reserved, peaks.device
-    out.releasable[idx] = peaks.releasable
-    out.capacity[idx] = gpu.memory_bytes
-    if risk:
-        out.oom_risk[idx] = mem.oom_probability(peaks.device - peaks.releasable, gpu.memory_bytes, method=job.method)
-    out.micro_batch[idx] = mem.micro_batch(job, place)
-    out.cached[idx] = cached
-    names = np.array(mem.PHASES)[best].tolist()
-    for k, i in enumerate(idx.tolist()):
-        out.phase[i] = names[k]
-    return out
-
-
 @lru_cache(maxsize=64)
 def _gpu(name: str) -> GPUSpec | str:
     try:
@@ -147,53 +80,85 @@ def _gpu_error(job: Job, gpu: GPUSpec) -> str | None:
     return None
 
 
+def theory_columns(job: JobColumns, place: PlacementColumns, models: Codes | np.ndarray, gpu_models: Codes | np.ndarray,
+                   calibration: Calibration | None = None, risk: bool = True) -> tuple[Found, dict[int, str]]:
+    """Theory memory of rows given as columns (``models``, ``gpu_models``: the names per row, or their Codes),
+    grouped by model; a refused row gets its error text (rows not in ``errors`` are answered)."""
+    n = job.size
+    out = _empty(n)
+    errors: dict[int, str] = {}
+    if not n:
+        return out, errors
+    gpu_codes = gpu_models if isinstance(gpu_models, Codes) else Codes.of(gpu_models.tolist())
+    found = [_gpu(str(g)) for g in gpu_codes.table]
+    known = np.array([not isinstance(g, str) for g in found])[gpu_codes.codes]
+    specs = [g for g in found if not isinstance(g, str)] or [get_gpu("A100")]
+    slot = np.cumsum([not isinstance(g, str) for g in found]) - 1
+    gpus = GpuColumns(specs).take(np.maximum(slot[gpu_codes.codes], 0))
+    model_codes = models if isinstance(models, Codes) else Codes.of(models.tolist())
+    order = np.argsort(model_codes.codes, kind="stable")  # each model's rows become one slice: views, not copies
+    sorted_codes = model_codes.codes[order]
+    bounds = np.flatnonzero(np.diff(sorted_codes)) + 1
+    if (order != np.arange(n)).any():  # rows not yet grouped by model (the sweep's are)
+        job, place, gpus, known = job.take(order), place.take(order), gpus.take(order), known[order]
+    for a, b in zip([0, *bounds.tolist()], [*bounds.tolist(), n], strict=True):
+        rows = order[a:b]
+        arch = _arch(str(model_codes.table[sorted_codes[a]]))
+        if isinstance(arch, str):
+            for i in rows.tolist():
+                errors[i] = arch
+            continue
+        for i in rows[~known[a:b]].tolist():
+            errors[i] = str(found[gpu_codes.codes[i]])
+        if known[a:b].all():
+            part = theory_rows(job.take(slice(a, b)), place.take(slice(a, b)), arch, gpus.take(slice(a, b)),
+                               calibration, risk)
+        else:
+            sub = a + np.flatnonzero(known[a:b])
+            rows = order[sub]
+            if not len(rows):
+                continue
+            part = theory_rows(job.take(sub), place.take(sub), arch, gpus.take(sub), calibration, risk)
+        _fill(out, part, rows)
+        for k, exc in part.errors.items():
+            errors[int(rows[k])] = str(exc)
+    return out, errors
+
+
 def theory_batch(jobs: Sequence[Job], placements: Sequence[Placement], calibration: Calibration | None = None,
                  risk: bool = True) -> MemoryBatch:
     """Theory memory of ``jobs[i]`` on ``placements[i]`` for every i; a refused row gets its error.
 
     ``risk=False`` leaves ``oom_risk`` NaN (for callers that state their own risk, such as the hybrid).
     """
-    n = len(jobs)
-    out = _empty(n)
-    errors: list[str | None] = [None] * n
-    if n:
-        job, place = JobColumns(jobs), PlacementColumns(placements)
-        names, inverse = np.unique([p.gpu_model for p in placements], return_inverse=True)
-        found = [_gpu(str(g)) for g in names.tolist()]
-        known = np.array([not isinstance(g, str) for g in found])[inverse]
-        specs = [g for g in found if not isinstance(g, str)] or [get_gpu("A100")]
-        slot = np.cumsum([not isinstance(g, str) for g in found]) - 1
-        gpus = GpuColumns(specs).take(np.maximum(slot[inverse], 0))
-        models, owner = np.unique([j.model for j in jobs], return_inverse=True)
-        for m, model in enumerate(models.tolist()):
-            rows = np.flatnonzero(owner == m)
-            arch = _arch(model)
-            if isinstance(arch, str):
-                for i in rows.tolist():
-                    errors[i] = arch
-                continue
-            for i in rows[~known[rows]].tolist():
-                errors[i] = str(found[inverse[i]])
-            rows = rows[known[rows]]
-            if not len(rows):
-                continue
-            part = theory_rows(job.take(rows), place.take(rows), arch, gpus.take(rows), calibration, risk)
-            _fill(out, part, rows)
-            for k, i in enumerate(rows.tolist()):
-                errors[i] = None if part.errors[k] is None else str(part.errors[k])
+    models = np.array([j.model for j in jobs], dtype=object)
+    gpu_models = np.array([p.gpu_model for p in placements], dtype=object)
+    out, errors = theory_columns(JobColumns.of(jobs), PlacementColumns.of(placements), models, gpu_models,
+                                 calibration, risk)
+    return as_batch(out, errors)
+
+
+def as_batch(out: Found, refused: dict[int, str]) -> MemoryBatch:
+    errors: list[str | None] = [None] * len(out.peak)
+    for i, text in refused.items():
+        errors[i] = text
     return MemoryBatch(
-        parts=out.parts, allocated=out.allocated, reserved=out.reserved, peak=out.peak, phase=out.phase,
+        parts=out.parts, allocated=out.allocated, reserved=out.reserved, peak=out.peak, phase=phase_names(out.phase),
         capacity=out.capacity, oom_risk=out.oom_risk, micro_batch=out.micro_batch, errors=errors,
         releasable=out.releasable, cached=out.cached)
+
+
+def phase_names(codes: np.ndarray) -> list[str]:
+    """The phase of each row ("" where refused) from Found's indices into memory.PHASES."""
+    return np.array(("", *mem.PHASES))[codes + 1].tolist()  # type: ignore[no-any-return]
 
 
 def _fill(out: Found, part: Found, rows: np.ndarray) -> None:
     for key, values in part.parts.items():
         out.parts[key][rows] = values
-    for name in ("allocated", "reserved", "peak", "releasable", "capacity", "oom_risk", "micro_batch", "cached"):
+    for name in ("allocated", "reserved", "peak", "releasable", "capacity", "oom_risk", "micro_batch", "cached",
+                 "phase"):
         getattr(out, name)[rows] = getattr(part, name)
-    for k, i in enumerate(rows.tolist()):
-        out.phase[i] = part.phase[k]
 
 
 def gpu_groups(jobs: Sequence[Job], placements: Sequence[Placement]) -> tuple[np.ndarray, np.ndarray] | None:

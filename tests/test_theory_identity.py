@@ -1,0 +1,101 @@
+"""The array theory answers as the code before it did, on a sample of that code's own outputs.
+
+tests/fixtures/theory_identity_sample.json holds inputs and outputs produced by the code *before* the array theory
+(the scalar formulas and their memoised vector companion, commit 883718f), written by
+``python bench/theory_identity.py --sample DUMP_DIR JSON`` from a dump that code made with ``--write``. The full
+comparison (every measured row, the 3,960-point sweep, 500 random jobs) is ``bench/theory_identity.py --check``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from autoconf.errors import describe
+from autoconf.estimators.contract import get_estimator
+from autoconf.estimators.theory.memory import estimate_memory
+from autoconf.estimators.theory.throughput import throughput_or_none
+from autoconf.estimators.theory.vector import theory_batch
+from autoconf.evaluation.data import load_measurements, row_to_inputs
+from autoconf.recommend.frame import recommend_frame
+from autoconf.schema import job_and_placement
+
+SAMPLE = json.loads((Path(__file__).parent / "fixtures" / "theory_identity_sample.json").read_text(encoding="utf-8"))
+ERRORS = (ValueError, TypeError, ArithmeticError)
+
+
+def _now(job: Any, place: Any) -> dict[str, Any] | str:  # noqa: ANN401
+    """What bench/theory_identity.py records for one row."""
+    try:
+        mem = estimate_memory(job, place)
+    except ERRORS as exc:
+        return "error: " + describe(exc, with_input=False)
+    out = mem.model_dump()
+    tput = throughput_or_none(job, place)
+    out["tokens_per_second"] = None if tput is None else tput.tokens_per_second
+    return out
+
+
+def _same(old: Any, new: Any) -> bool:  # noqa: ANN401
+    if isinstance(old, dict):
+        return old.keys() == new.keys() and all(_same(old[k], new[k]) for k in old)
+    if isinstance(old, list | tuple):
+        return len(old) == len(new) and all(_same(a, b) for a, b in zip(old, new, strict=True))
+    if isinstance(old, float) and not isinstance(old, bool):
+        return old == new or math.isclose(old, new, rel_tol=1e-9)
+    return bool(old == new)
+
+
+@pytest.mark.parametrize("item", SAMPLE["random"], ids=lambda item: item["words"]["model"])
+def test_random_jobs_answer_as_before(item: dict[str, Any]) -> None:
+    try:
+        pair = job_and_placement(item["words"])
+    except ERRORS as exc:
+        assert item["answer"] == "input: " + describe(exc, with_input=False)
+        return
+    assert _same(item["answer"], _now(*pair))
+
+
+def test_measured_rows_answer_as_before() -> None:
+    rows = load_measurements().to_dict(orient="records")
+    for item in SAMPLE["measurements"]:
+        try:
+            pair = row_to_inputs(rows[item["row"]])
+        except ERRORS as exc:
+            assert item["answer"] == "input: " + describe(exc, with_input=False)
+            continue
+        assert _same(item["answer"], _now(*pair)), item["row"]
+
+
+def test_one_batch_answers_as_before_row_by_row() -> None:
+    """Rows of many models, GPUs and settings in one theory batch: each row as the old one-row estimate."""
+    pairs, answers = [], []
+    for item in SAMPLE["random"]:
+        try:
+            pairs.append(job_and_placement(item["words"]))
+        except ERRORS:
+            continue
+        answers.append(item["answer"])
+    batch = theory_batch([j for j, _ in pairs], [p for _, p in pairs])
+    for i, old in enumerate(answers):
+        if isinstance(old, str):
+            assert "error: " + str(batch.errors[i]) == old
+            continue
+        assert batch.errors[i] is None and batch.phase[i] == old["peak_phase"]
+        for name in ("weights", "gradients", "optimizer", "activations", "logits", "overhead"):
+            assert math.isclose(batch.parts[name][i], old[f"{name}_bytes"], rel_tol=1e-9), name
+        assert math.isclose(batch.peak[i], old["peak_bytes"], rel_tol=1e-9)
+        assert math.isclose(batch.oom_risk[i], old["oom_risk"], rel_tol=1e-9, abs_tol=1e-15)
+
+
+def test_seed_sweep_rows_are_written_as_before() -> None:
+    frame = pd.DataFrame([item["words"] for item in SAMPLE["sweep"]])
+    text = recommend_frame(frame, get_estimator("theory")).to_csv(index=False, lineterminator="\n")
+    header, *lines = text.splitlines()
+    assert header == SAMPLE["sweep_header"]
+    assert lines == [item["line"] for item in SAMPLE["sweep"]]  # byte for byte, as `autoconf-gpu sweep` wrote them
