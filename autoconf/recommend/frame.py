@@ -189,7 +189,7 @@ def _columns(frame: pd.DataFrame, estimator: Estimator, valid: np.ndarray, searc
     has = np.isfinite(mem["peak"])
     out |= sweep_arrays(_figures(mem), np.round)  # the Answer's sweep columns (schema/answer.py metadata)
     out["fits"] = np.where(has, mem["peak"] <= mem["capacity"], np.array(None, dtype=object))
-    out["tokens_per_second"] = [None if math.isnan(t) else round(t, 2) for t in tput.tolist()]
+    out["tokens_per_second"] = [None if t != t else round(t, 2) for t in tput.tolist()]  # t != t: NaN
     out["estimator"], out["model_version"], out["error"] = [estimator.name] * n, [estimator.model_version] * n, errors
     extra = [c for c in frame.columns if c not in OUTPUT_COLUMNS]
     return pd.concat([frame[extra].reset_index(drop=True), pd.DataFrame(out)[list(OUTPUT_COLUMNS)]], axis=1)
