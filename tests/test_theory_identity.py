@@ -4,6 +4,8 @@ tests/fixtures/theory_identity_sample.json holds inputs and outputs produced by 
 (the scalar formulas and their memoised vector companion, commit 883718f), written by
 ``python bench/theory_identity.py --sample DUMP_DIR JSON`` from a dump that code made with ``--write``. The full
 comparison (every measured row, the 3,960-point sweep, 500 random jobs) is ``bench/theory_identity.py --check``.
+Tokens/s is left out of the comparison: the throughput formulas changed after that commit (issue 22: collective
+latency, attention at its kernel's efficiency; changelog), the memory theory did not.
 """
 
 from __future__ import annotations
@@ -41,9 +43,12 @@ def _now(job: Any, place: Any) -> dict[str, Any] | str:  # noqa: ANN401
     return out
 
 
+NOT_COMPARED = "tokens_per_second"  # changed since by the throughput model (see above)
+
+
 def _same(old: Any, new: Any) -> bool:  # noqa: ANN401
     if isinstance(old, dict):
-        return old.keys() == new.keys() and all(_same(old[k], new[k]) for k in old)
+        return old.keys() == new.keys() and all(_same(old[k], new[k]) for k in old if k != NOT_COMPARED)
     if isinstance(old, list | tuple):
         return len(old) == len(new) and all(_same(a, b) for a, b in zip(old, new, strict=True))
     if isinstance(old, float) and not isinstance(old, bool):
@@ -98,4 +103,10 @@ def test_seed_sweep_rows_are_written_as_before() -> None:
     text = recommend_frame(frame, get_estimator("theory")).to_csv(index=False, lineterminator="\n")
     header, *lines = text.splitlines()
     assert header == SAMPLE["sweep_header"]
-    assert lines == [item["line"] for item in SAMPLE["sweep"]]  # byte for byte, as `autoconf-gpu sweep` wrote them
+    skip = header.split(",").index(NOT_COMPARED)
+
+    def cells(line: str) -> list[str]:  # no cell of these rows holds a comma (no error text in the sample)
+        return [c for k, c in enumerate(line.split(",")) if k != skip]
+
+    # byte for byte but the tokens/s cell, as `autoconf-gpu sweep` wrote them
+    assert [cells(x) for x in lines] == [cells(item["line"]) for item in SAMPLE["sweep"]]
