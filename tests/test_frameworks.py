@@ -11,9 +11,10 @@ import pytest
 
 from autoconf.catalog import get_architecture, get_gpu
 from autoconf.errors import InvalidInputError
+from autoconf.estimators.risk import oom_probability
 from autoconf.estimators.theory import activations as act
 from autoconf.estimators.theory.cuda import communicators
-from autoconf.estimators.theory.memory import estimate_memory, oom_probability, side_stream_bytes
+from autoconf.estimators.theory.memory import estimate_memory, side_stream_bytes
 from autoconf.estimators.theory.states import NF4_BYTES, NF4_DQ_BYTES, States, model_states
 from autoconf.estimators.theory.vector import theory_batch
 from autoconf.evaluation.accuracy import score_memory

@@ -11,11 +11,12 @@ import pytest
 
 from autoconf.catalog import get_gpu
 from autoconf.estimators import get_estimator
+from autoconf.estimators.risk import need_threshold
 from autoconf.estimators.theory import throughput as tp
 from autoconf.estimators.theory.layout_grid import layout_speeds
 from autoconf.estimators.theory.vector import theory_batch
 from autoconf.recommend.layout import fastest_layout, layouts, row_inputs, search_space
-from autoconf.recommend.layout_memory import need_threshold, theory_gate
+from autoconf.recommend.layout_memory import theory_gate
 from autoconf.schema import Job
 
 JOB = Job(model="llama3.1-8b", tokens_per_sample=4096, batch_size=32)

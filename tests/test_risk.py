@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from autoconf.estimators.theory.memory import oom_probability
+from autoconf.estimators.risk import need_threshold, oom_probability, sigma_risk
 from autoconf.estimators.theory.risk_table import SIGMA
 from autoconf.evaluation.risk import (
     calibration_curve,
@@ -110,6 +111,19 @@ def test_theory_risk_table_is_used_per_method() -> None:
         sigma = SIGMA[method][0]
         assert oom_probability(1.0 * GIB, GIB * math.exp(1.645 * sigma), method=method) == pytest.approx(0.05, abs=1e-3)
     assert oom_probability(GIB, GIB * math.exp(SIGMA["*"][0]), method="other") == pytest.approx(0.1587, abs=1e-3)
+
+
+@pytest.mark.parametrize(("method", "inside", "scale"), [("full", True, 2.0), ("lora", False, 2.0), ("qlora", False, 1.5),
+                                                      ("other", True, 3.0)])
+def test_hybrid_and_layout_gate_state_the_same_risk(method: str, inside: bool, scale: float) -> None:
+    # Φ from the standard library, independent of the erfc form; the gate's bound is where that risk is 5 %
+    sigma = SIGMA.get(method, SIGMA["*"])[0] * (1.0 if inside else scale)
+    need, capacity = np.array([60.0 * GIB, np.nan]), np.array([80.0 * GIB, 80.0 * GIB])
+    risk = sigma_risk(need, capacity, np.array([method, method], dtype=object), np.array([inside, inside]), scale)
+    assert risk[0] == pytest.approx(1 - NormalDist(0, sigma).cdf(math.log(80 / 60)), rel=1e-9)
+    assert math.isnan(risk[1])
+    bound = need_threshold(80.0 * GIB, 0.05, method)
+    assert oom_probability(bound, 80.0 * GIB, method=method) == pytest.approx(0.05, rel=1e-9)
 
 
 @pytest.mark.parametrize(("variable", "expected_rows"), [([0, 0, 0], 3), ([0, 1, 0], 2), ([1, 1, 1], 0)])

@@ -6,7 +6,8 @@ import pytest
 
 from autoconf.catalog import get_architecture
 from autoconf.errors import InvalidInputError
-from autoconf.estimators.theory.memory import estimate_memory, micro_batch, oom_probability
+from autoconf.estimators.risk import oom_probability
+from autoconf.estimators.theory.memory import estimate_memory, micro_batch
 from autoconf.estimators.theory.states import model_states
 from autoconf.schema import GIB, Job, Placement
 

@@ -23,7 +23,8 @@ import numpy as np
 
 from autoconf.estimators.learned.estimator import CorrectedBatch, LearnedEstimator
 from autoconf.estimators.learned.features import FeatureTable
-from autoconf.estimators.learned.model import band, conformal_risk, sigma_risk
+from autoconf.estimators.learned.model import band, conformal_risk
+from autoconf.estimators.risk import sigma_risk
 from autoconf.estimators.theory.vector import MemoryBatch
 from autoconf.schema import EstimatorName, Job
 

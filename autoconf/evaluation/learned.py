@@ -26,7 +26,8 @@ import pandas as pd
 from autoconf.estimators.learned import train as T
 from autoconf.estimators.learned.domain import CorrectionDomain
 from autoconf.estimators.learned.estimator import MEMORY_TARGETS, corrected_peaks
-from autoconf.estimators.learned.model import MIN_STRATUM_ROWS, band, conformal_risk, sigma_risk
+from autoconf.estimators.learned.model import MIN_STRATUM_ROWS, band, conformal_risk
+from autoconf.estimators.risk import sigma_risk
 from autoconf.evaluation.accuracy import error_stats
 from autoconf.evaluation.risk import normal_risk, robust_sigma
 

@@ -20,16 +20,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from statistics import NormalDist
 
 import numpy as np
 
 from autoconf.catalog import get_gpu
 from autoconf.estimators.contract import Estimator
+from autoconf.estimators.risk import need_threshold
 from autoconf.estimators.theory import cuda
 from autoconf.estimators.theory.frameworks import resolve
 from autoconf.estimators.theory.layout_grid import STRATEGIES
-from autoconf.estimators.theory.risk_table import SIGMA
 from autoconf.estimators.theory.vector import phase_table, theory_batch
 from autoconf.recommend.layout_space import MICRO_BATCHES, Space
 from autoconf.schema import GIB, Job, Placement
@@ -149,17 +148,6 @@ def _groups(job: Job, gpu_model: str, packed: bytes, gpus_per_node: int, inter_n
         per_micro[i, pad:], per_flight[i, pad:] = coef
         errors.append(None)
     return _Groups(base_a, per_micro, per_flight, offset, line, tuple(errors))
-
-
-def need_threshold(capacity: float, max_oom_risk: float, method: str) -> float:
-    """Largest bytes whose theory OOM risk (memory.oom_probability) is ≤ ``max_oom_risk`` on ``capacity``:
-    risk = P(N(0, σ) > log(capacity / need)) ≤ r ⇔ need ≤ capacity · exp(−σ · Φ⁻¹(1 − r))."""
-    if max_oom_risk >= 1:
-        return np.inf
-    if max_oom_risk <= 0:
-        return 0.0
-    sigma = SIGMA.get(method, SIGMA["*"])[0]
-    return float(capacity * np.exp(-sigma * NormalDist().inv_cdf(1 - max_oom_risk)))
 
 
 def theory_gate(job: Job, gpu_model: str, space: Space, gpus_per_node: int, max_oom_risk: float,

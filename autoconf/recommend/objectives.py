@@ -25,7 +25,7 @@ import numpy as np
 
 from autoconf.defaults import GPUS_PER_NODE, MAX_GPUS, MAX_OOM_RISK
 from autoconf.estimators.contract import Estimator
-from autoconf.estimators.theory import memory as mem
+from autoconf.estimators.risk import oom_probability
 from autoconf.estimators.theory.throughput_grid import job_constants, tokens_per_second
 from autoconf.estimators.theory.vector import MemoryBatch, capacities, gpu_groups, theory_batch
 from autoconf.recommend.search import candidate_gpus
@@ -144,7 +144,7 @@ def _theory_memory(estimator: Estimator, jobs: Sequence[Job], gpu_models: Sequen
 
 def _across_gpus(estimator: Estimator, jobs: list[Job], places: list[Placement]) -> MemoryBatch:
     """Theory memory once per group of rows that differ only in the GPU (theory/vector.py gpu_groups: no
-    phase formula reads the GPU); capacity and oom_risk (theory/memory.py oom_probability) per row."""
+    phase formula reads the GPU); capacity and oom_risk (estimators/risk.py oom_probability) per row."""
     groups = gpu_groups(jobs, places) if getattr(estimator, "calibration", None) is None else None
     if groups is None:
         return estimator.memory_batch(jobs, places)
@@ -153,9 +153,9 @@ def _across_gpus(estimator: Estimator, jobs: list[Job], places: list[Placement])
     ok = one.ok
     capacity = np.where(ok, capacities(places), np.nan)
     risk = np.full(len(jobs), np.nan)
-    need = one.peak - one.releasable_or_zero()  # the risk of theory/memory.py: free cached blocks are released
-    risk[ok] = [mem.oom_probability(p, c, method=jobs[i].method) for p, c, i in
-                zip(need[ok].tolist(), capacity[ok].tolist(), np.flatnonzero(ok).tolist(), strict=True)]
+    need = one.peak - one.releasable_or_zero()  # theory's risk (estimators/risk.py): free cached blocks are released
+    methods = np.array([jobs[i].method for i in np.flatnonzero(ok).tolist()], dtype=object).astype(str)
+    risk[ok] = oom_probability(need[ok], capacity[ok], method=methods)
     return MemoryBatch(parts=one.parts, allocated=one.allocated, reserved=one.reserved, peak=one.peak,
                        phase=one.phase, capacity=capacity, oom_risk=risk, micro_batch=one.micro_batch,
                        errors=one.errors, releasable=one.releasable)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
@@ -25,8 +24,6 @@ from autoconf.estimators.learned import versions as V
 from autoconf.estimators.learned.domain import CorrectionDomain, TrainingDomain
 from autoconf.estimators.learned.fastpath import Forest
 from autoconf.estimators.learned.features import ALL_FEATURES, FeatureTable
-from autoconf.estimators.theory.memory import oom_probability
-from autoconf.estimators.theory.risk_table import SIGMA
 
 log = logging.getLogger(__name__)
 
@@ -64,20 +61,6 @@ def conformal_risk(residuals: np.ndarray, threshold: np.ndarray, scale: float = 
     n = len(residuals)
     exceed = n - np.searchsorted(residuals * scale, threshold, side="right")
     return (exceed + 1.0) / (n + 1.0)
-
-
-def sigma_risk(need: np.ndarray, capacity: np.ndarray, methods: np.ndarray, inside: np.ndarray,
-               scale: float) -> np.ndarray:
-    """Theory's oom_risk (theory/memory.py oom_probability: log-normal, σ per method of risk_table.py) of ``need``
-    bytes on ``capacity``; σ × ``scale`` for rows outside the correction domain. NaN where either is unknown."""
-    risk = np.full(len(need), np.nan)
-    for i, (n, c, m, ins) in enumerate(zip(need.tolist(), capacity.tolist(), methods.tolist(), inside.tolist(),
-                                           strict=True)):
-        if math.isfinite(n) and math.isfinite(c):
-            sigma = SIGMA.get(str(m), SIGMA["*"])[0] * (1.0 if ins else scale)
-            risk[i] = oom_probability(n, c, rel_sigma=sigma)
-    return risk
-
 
 
 @dataclass

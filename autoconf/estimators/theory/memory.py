@@ -21,12 +21,12 @@ of one architecture (rows.py; vector.py groups a batch by model). ``estimate_mem
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from autoconf.catalog import Architecture, GPUSpec, get_architecture, get_gpu
+from autoconf.estimators.risk import oom_probability
 from autoconf.estimators.theory import cuda
 from autoconf.estimators.theory.cuda import GpuColumns
 from autoconf.estimators.theory.frameworks import FMS_FIT
@@ -43,15 +43,14 @@ from autoconf.estimators.theory.phases import (
     refusals,
     side_stream_bytes,
 )
-from autoconf.estimators.theory.risk_table import SIGMA
-from autoconf.estimators.theory.rows import JobColumns, Num, PlacementColumns, Table, lookup, settings_of
+from autoconf.estimators.theory.rows import JobColumns, PlacementColumns, settings_of
 from autoconf.estimators.theory.states import model_states
 from autoconf.schema import GIB, Calibration, Job, MemoryEstimate, Placement
 
 __all__ = [  # the names callers import from here (several live in phases.py)
     "ALLOCATOR_PARTS", "CUDA_CONTEXT_BYTES", "FRAGMENTATION", "NCCL_BYTES", "PHASES", "SIDE_STREAM_STRATEGIES",
     "TEXT_PARTS", "VISION_PARTS", "Found", "check_parallelism", "estimate_memory", "fsdp_like", "loss_segment_cache",
-    "memory_notes", "micro_batch", "oom_probability", "overhead_bytes", "phase_parts", "refusals",
+    "memory_notes", "micro_batch", "overhead_bytes", "phase_parts", "refusals",
     "side_stream_bytes", "theory_rows",
 ]
 
@@ -68,27 +67,6 @@ def overhead_bytes(allocated_peak: float, placement: Placement, calib: Calibrati
     frag = (FRAGMENTATION * allocated_peak if calib is None or calib.fragmentation_gib is None
             else calib.fragmentation_gib * GIB)
     return context + nccl + frag
-
-
-_ERFC = np.frompyfunc(math.erfc, 1, 1)
-_SIGMAS = Table({m: s for m, (s, _) in SIGMA.items()}, SIGMA["*"][0])
-
-
-def oom_probability(peak: Num, capacity: Num, rel_sigma: float | None = None, method: object = None) -> Num:
-    """P(actual > capacity) if log(actual / peak) ~ Normal(0, σ): σ = ``rel_sigma`` where given, else theory's
-    σ of ``method`` (one name, or a column of them) fitted on held-out residuals (risk_table.py, by
-    ``python bench/theory_risk.py --write``). A float for one row, an array for columns."""
-    name = method if isinstance(method, np.ndarray) else method or "*"
-    sigma = rel_sigma if rel_sigma is not None else lookup(name, _SIGMAS)
-    if not isinstance(peak, np.ndarray) and not isinstance(capacity, np.ndarray):
-        if capacity <= 0:
-            return 1.0
-        z = math.log(capacity / max(peak, 1.0)) / sigma
-        return float(min(1.0, max(0.0, 0.5 * math.erfc(z / math.sqrt(2)))))
-    room = np.asarray(capacity, dtype=float)
-    z = np.log(np.where(room > 0, room, 1.0) / np.maximum(peak, 1.0)) / sigma
-    risk = np.clip(0.5 * _ERFC(z / math.sqrt(2)).astype(float), 0.0, 1.0)
-    return np.where(room > 0, risk, 1.0)
 
 
 def memory_notes(micro: int, tokens: int, cached: float, qlora: bool, offload: str,

@@ -29,7 +29,8 @@ from autoconf.catalog import Architecture, get_architecture, get_gpu
 from autoconf.catalog.families import REMOTE_CODE
 from autoconf.errors import AutoconfError, InvalidInputError
 from autoconf.estimators.contract import Estimator
-from autoconf.estimators.theory.memory import estimate_memory, micro_batch, oom_probability, overhead_bytes
+from autoconf.estimators.risk import oom_probability
+from autoconf.estimators.theory.memory import estimate_memory, micro_batch, overhead_bytes
 from autoconf.estimators.theory.states import model_states
 from autoconf.estimators.theory.throughput import estimate_throughput
 from autoconf.estimators.traced.cache import get_fit

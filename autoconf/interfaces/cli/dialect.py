@@ -15,10 +15,10 @@ from typing import Any
 from autoconf import defaults
 from autoconf.catalog import get_architecture, get_gpu
 from autoconf.errors import InvalidInputError
+from autoconf.estimators.risk import oom_probability
 from autoconf.estimators.theory import activations as act
 from autoconf.estimators.theory import cuda
 from autoconf.estimators.theory.frameworks import resolve
-from autoconf.estimators.theory.memory import oom_probability
 from autoconf.estimators.theory.states import NF4_BYTES, model_states, upcast_bytes
 from autoconf.schema import FALSE_WORDS, GIB, TRUE_WORDS, Calibration, Estimate, Job, Placement
 
