@@ -7,7 +7,7 @@ nested body, ado's ``resource_estimate``, ``autoconf-gpu sweep``). A profile hoo
 ``threading.setprofile``, as the REST route answers in a worker thread) records the files of ``autoconf/`` on the
 call stack at two moments: when the Job is built from the words (``schema.job.Job._framework_defaults``, the
 first Python code of Job's validation) and when the theory formula reading the word runs
-(``activations.loss_bytes_per_token`` reads ``fused_loss``). ``stack`` is the union of the two stacks, plus the
+(``loss.loss_bytes_per_token`` reads ``fused_loss``). ``stack`` is the union of the two stacks, plus the
 module that declares the route for REST (its handler runs on another thread than the answer): the files the word
 is carried through. ``named`` is the files whose functions ran and that name the word (``fused_loss`` or ``--fused-loss``): the
 files someone writes the word in, the ones a change to it touches. The figures on the way out are not counted.
@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 PACKAGE = ROOT / "autoconf"
 MOMENTS = {("schema/job.py", "_framework_defaults"), ("schema.py", "_framework_defaults"),
-           ("estimators/theory/activations.py", "loss_bytes_per_token")}
+           ("estimators/theory/loss.py", "loss_bytes_per_token")}
 JOB = {"model": "llama3.1-8b", "method": "lora", "gpu_model": "NVIDIA-A100-80GB-PCIe", "tokens_per_sample": 2048,
        "batch_size": 8, "fused_loss": True}
 

@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autoconf.catalog import Architecture, get_architecture, list_models
 from autoconf.estimators.theory import activations as act
+from autoconf.estimators.theory import loss as ce
 from autoconf.estimators.theory.memory import estimate_memory
 from autoconf.estimators.theory.states import model_states
 from autoconf.estimators.traced.cache import get_fits
@@ -72,7 +73,7 @@ def theory_components(job: Job, arch: Architecture) -> dict[str, float]:
     return {
         "weights": st.weights + st.buffers, "gradients": st.gradients, "optimizer": st.optimizer,
         "activations": (kept * arch.num_layers + outside) * job.tokens_per_sample,
-        "logits": act.loss_bytes_per_token(job, arch) * job.tokens_per_sample,
+        "logits": ce.loss_bytes_per_token(job, arch) * job.tokens_per_sample,
         "peak": mem.peak_bytes - mem.overhead_bytes, "phase": mem.peak_phase,
     }
 

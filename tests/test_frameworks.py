@@ -13,10 +13,12 @@ from autoconf.catalog import get_architecture, get_gpu
 from autoconf.errors import InvalidInputError
 from autoconf.estimators.risk import oom_probability
 from autoconf.estimators.theory import activations as act
+from autoconf.estimators.theory import loss as ce
 from autoconf.estimators.theory.cuda import communicators
 from autoconf.estimators.theory.memory import estimate_memory, side_stream_bytes
-from autoconf.estimators.theory.states import NF4_BYTES, NF4_DQ_BYTES, States, model_states
+from autoconf.estimators.theory.states import States, model_states
 from autoconf.estimators.theory.vector import theory_batch
+from autoconf.estimators.theory.weights import NF4_BYTES, NF4_DQ_BYTES
 from autoconf.evaluation.accuracy import score_memory
 from autoconf.evaluation.data import row_to_inputs
 from autoconf.schema import GIB, Job, MemoryEstimate, Placement
@@ -96,7 +98,7 @@ def test_adapter_dtype_follows_the_framework() -> None:
 @pytest.mark.parametrize("kernel, per_token", [("hf", 12 * 128256), ("chunked", 4 * 128256), ("fused-ce", 8 * 128256),
                                                ("fused-linear-ce", 64 * 4096)])
 def test_loss_bytes_per_token_by_kernel(kernel: str, per_token: float) -> None:
-    assert act.loss_bytes_per_token(Job(model=LLAMA, loss_kernel=kernel), get_architecture(LLAMA)) == per_token
+    assert ce.loss_bytes_per_token(Job(model=LLAMA, loss_kernel=kernel), get_architecture(LLAMA)) == per_token
 
 
 @pytest.mark.parametrize("framework, per_vocab", [("fms-hf-tuning", 8), ("llm-foundry", 4)])
@@ -104,7 +106,7 @@ def test_fused_ce_bytes_follow_the_logits_dtype(framework: str, per_vocab: int) 
     # FOAK over HF's fp32 logits: 4 + 4 (measured); flash_attn's CE over MPT's bf16 logits: logits 2 + gradient 2
     arch = get_architecture("mpt-7b")  # V = 50368
     job = Job(model="mpt-7b", method="full", framework=framework, loss_kernel="fused-ce")
-    assert act.loss_bytes_per_token(job, arch) == per_vocab * 50368
+    assert ce.loss_bytes_per_token(job, arch) == per_vocab * 50368
 
 
 @pytest.mark.parametrize("framework, dtype, per_norm", [("llm-foundry", "amp-bf16", 4), ("llm-foundry", "bf16", 4),
@@ -123,7 +125,7 @@ def test_quantised_lm_head_saves_weight_bytes_and_adds_a_dequantised_copy() -> N
     on = model_states(Job(model=LLAMA, method="qlora", quantize_lm_head=True), arch, place)
     # hf-trainer's QLoRA runs prepare_model_for_kbit_training, which makes an unquantised head fp32 (4 B)
     assert off.weights - on.weights == pytest.approx(head * (4 - NF4_BYTES))
-    assert act.loss_fixed_bytes(Job(model=LLAMA, method="qlora", quantize_lm_head=True), arch) == 2 * head
+    assert ce.loss_fixed_bytes(Job(model=LLAMA, method="qlora", quantize_lm_head=True), arch) == 2 * head
 
 
 def test_bnb_qlora_without_checkpointing_keeps_frozen_layer_inputs() -> None:

@@ -1,4 +1,4 @@
-"""Loss-sized segments that shorter batches leave cached when samples vary in length (activations.LOSS_SEGMENT_NOTE):
+"""Loss-sized segments that shorter batches leave cached when samples vary in length (loss.LOSS_SEGMENT_NOTE):
 hand-counted bytes (24 V-wide bytes per token under ms-swift's profile, the vocabulary from the model's config.json),
 reserved and device peaks only, scalar == vectorised."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from autoconf.catalog import get_architecture, get_gpu
-from autoconf.estimators.theory import activations as act
+from autoconf.estimators.theory import loss as ce
 from autoconf.estimators.theory.memory import estimate_memory
 from autoconf.estimators.theory.vector import theory_batch
 from autoconf.evaluation.data import load_measurements, row_to_inputs
@@ -34,7 +34,7 @@ def _job(**changes: object) -> Job:
 ])
 def test_bytes_per_token(changes: dict[str, object], per_vocab: int) -> None:
     job = _job(**changes)
-    assert act.loss_segment_bytes_per_token(job, get_architecture(job.model)) == per_vocab * LLAMA_V
+    assert ce.loss_segment_bytes_per_token(job, get_architecture(job.model)) == per_vocab * LLAMA_V
 
 
 @pytest.mark.parametrize("method, batch, tokens", [("lora", 1, 2048), ("lora", 4, 1024), ("full", 2, 512),

@@ -15,8 +15,9 @@ import math
 
 from autoconf.catalog import get_architecture
 from autoconf.errors import InvalidInputError
-from autoconf.estimators.theory.states import ADAPTER_BYTES, DTYPE_BYTES, optimizer_bytes_per_param, trainable_params
+from autoconf.estimators.theory.states import optimizer_bytes_per_param
 from autoconf.estimators.theory.throughput import estimate_throughput
+from autoconf.estimators.theory.weights import ADAPTER_BYTES, DTYPE_BYTES, trainable_params
 from autoconf.schema import Job, Placement, ThroughputEstimate, TimeEstimate
 
 STORAGE_READ_GBPS = 1.0  # assumption: model weights read from shared storage, GB/s

@@ -23,8 +23,8 @@ import numpy as np
 
 from autoconf.catalog import get_architecture, get_gpu
 from autoconf.estimators.theory.frameworks import resolve as resolve_profile
-from autoconf.estimators.theory.states import DTYPE_BYTES, trainable_params
 from autoconf.estimators.theory.vector import TEXT_PARTS, MemoryBatch
+from autoconf.estimators.theory.weights import DTYPE_BYTES, trainable_params
 from autoconf.schema import GIB, Job, Placement
 
 if TYPE_CHECKING:

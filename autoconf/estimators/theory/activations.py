@@ -16,29 +16,22 @@ these closed forms reproduce the trace to the byte on all 25 dense catalogue arc
   6·a·s per token, and GQA's k and v are expanded to full width (4q − 4kv − 4a more).
 * gradient checkpointing keeps only each layer's bf16 input (exactly 2·h per token per layer) and
   recomputes one layer at a time during backward.
-* HF's un-fused cross-entropy: 4·V saved (fp32 log-softmax) + 8·V transient at the start of backward
-  → exactly 12·V bytes per token at the loss peak (traced; the fms-acceleration LoRA rows agree to 4 %).
-* chunked cross-entropy (torchtune's CEWithChunkedOutputLoss, LitGPT's chunked_cross_entropy): the
-  log-softmax of every chunk is saved (fp32 in torchtune, 4·V; bf16 in LitGPT plus its bf16 logits,
-  2·V + 2·V), while the fp32 upcast and its gradient exist for one chunk at a time → 4·V per token.
 * QLoRA with bitsandbytes: ``MatMul4Bit`` keeps its input for backward whenever the input needs a
   gradient, frozen layers included, so the MLP input (2h), the o_proj input (2q) and the down_proj input
   (2I) are saved on top of what a bf16 LoRA layer saves (frameworks.Profile.quant_saves_input).
-* samples of varying length (``Job.samples_vary_in_length``): a reserved-only term, not a tensor
-  (``loss_segment_bytes_per_token``, LOSS_SEGMENT_NOTE below).
+* the logits and cross-entropy at the loss peak: loss.py.
 
 Every function takes one ``Job`` or the columns of a batch (rows.py); the architecture is one model's.
 """
 
 from __future__ import annotations
 
-import numpy as np
-
 from autoconf.catalog.architecture import Architecture
 from autoconf.catalog.shapes import ATTENTION, CROSS, MAMBA, SLIDING, LayerShape
 from autoconf.estimators.theory import images, layers
 from autoconf.estimators.theory.rows import AnyJob, Flag, Num, is_in, lookup, minimum, not_, per_value, settings_of, where
-from autoconf.estimators.theory.states import AMP, kbit_upcast, largest
+from autoconf.estimators.theory.states import largest
+from autoconf.estimators.theory.weights import AMP, kbit_upcast
 from autoconf.schema import Calibration
 
 # Activation precision factor relative to bf16. fp32 doubles every tensor; under amp (fp32 weights +
@@ -51,19 +44,6 @@ LORA_DROPOUT_BYTES_PER_HIDDEN = 4  # fp32 dropout output kept per adapted module
 LORA_A_BYTES_PER_RANK = 4  # fp32 lora_A output kept per adapted module (traced)
 EAGER_BYTES_PER_SCORE = 6  # fp32 softmax output + bf16 copy for the PV matmul
 GC_BYTES_PER_HIDDEN = 2  # bf16 layer input kept per checkpointed layer
-LOSS_BYTES_PER_VOCAB = 12  # 4 saved fp32 log-softmax + 8 transient fp32 gradients
-CHUNKED_BYTES_PER_VOCAB = 4  # saved log-softmax of every chunk; upcasts one chunk at a time (module docstring)
-# FOAK's fused cross-entropy (a Triton kernel over the materialised bf16 logits) avoids the fp32 upcast
-# copies: the fms-acceleration A100 rows grow by 8·V bytes per token beyond the checkpoints (Mistral-7B,
-# V=32000: 8.1 GiB per 16k tokens; Llama-3-8B, V=128256: 19.9 GiB per 16k tokens).
-# That is the fp32 logits these HF models return (transformers 4.4x: logits.float() in the CausalLM forward) and
-# their fp32 gradient, 4 + 4; a stack whose model returns bf16 logits states its own (frameworks.Profile: llm-foundry).
-FUSED_CE_BYTES_PER_VOCAB = 8
-# Liger's fused linear cross-entropy never materialises the logits: the same rows grow by the same
-# 127·h bytes per token for V=32000 and V=128256, i.e. independent of V; beyond the 2·h·L checkpoints
-# that leaves ≈ 64·h per token (chunk buffers and the fp32 gradient of the hidden states it computes
-# during the forward pass). Measured on h=4096, L=32 models only.
-FUSED_LINEAR_CE_BYTES_PER_HIDDEN = 64
 # Under FSDP with mixed precision (accelerate), the residual stream that checkpointing keeps is fp32:
 # the fms-acceleration 2- and 4-GPU PEFT rows grow by 185·h bytes per token vs 127·h on one GPU
 # (Mistral-7B, 32 layers: +1.8·h per layer ≈ 2 more bytes per hidden unit per layer). PEFT only: the full-FT
@@ -71,9 +51,6 @@ FUSED_LINEAR_CE_BYTES_PER_HIDDEN = 64
 # the fused CE and 498 kB for Llama-3-8B with Liger, i.e. 2·h·L checkpoints (262 kB) + the loss kernel's bytes
 # (256 kB, 262 kB): a bf16 residual stream, as FSDP mixed precision computes every layer in bf16.
 FSDP_GC_BYTES_PER_HIDDEN = 4
-# The VRAM-budget CLI's rule for its --logits-factor override: a fused loss keeps 0.2 of the logits.
-FUSED_LOSS_LOGITS_SHARE = 0.2
-SOFTCAP_BYTES_PER_VOCAB = 2  # logit soft-capping keeps tanh's bf16 output (same reasoning as any saved bf16 tensor)
 DOWN_TARGETS = frozenset({"down_proj", "w2", "c_proj", "mlp.c_proj", "all-linear"})
 
 
@@ -129,7 +106,7 @@ def _norm_bytes(job: AnyJob, arch: Architecture) -> Num:
 
 def precision_factor(job: AnyJob, fsdp: Flag = False) -> Num:
     """Activation bytes relative to bf16: the dtype's factor, or fp32's for a QLoRA whose embeddings and norms
-    prepare_model_for_kbit_training made fp32 (states.kbit_upcast): the residual stream is fp32 from the
+    prepare_model_for_kbit_training made fp32 (weights.kbit_upcast): the residual stream is fp32 from the
     embedding output on, and each 4-bit linear returns its input's dtype (bitsandbytes Linear4bit.forward)."""
     return where(kbit_upcast(job, fsdp), PRECISION_FACTOR["fp32"], lookup(job.dtype, PRECISION_FACTOR))
 
@@ -254,54 +231,3 @@ def checkpoint_bytes_per_token(
 
 def _quant_saves_input(job: AnyJob) -> Flag:
     return (job.method == "qlora") & settings_of(job).profile.quant_saves_input
-
-
-def loss_bytes_per_token(job: AnyJob, arch: Architecture, calib: Calibration | None = None) -> Num:
-    """Logits + cross-entropy bytes per token at the loss peak (or the VRAM-budget CLI's logits factor)."""
-    if calib and calib.logits_factor is not None:
-        return calib.logits_factor * arch.vocab_size * where(job.fused_loss, FUSED_LOSS_LOGITS_SHARE, 1.0)
-    kernel = job.effective_loss_kernel
-    stated = settings_of(job).profile.fused_ce_bytes_per_vocab
-    # a profile without its own figure (None; 0 in columns) uses the HF models' FUSED_CE_BYTES_PER_VOCAB
-    fused = np.where(stated > 0, stated, FUSED_CE_BYTES_PER_VOCAB) if isinstance(stated, np.ndarray) else (
-        stated or FUSED_CE_BYTES_PER_VOCAB)
-    per_vocab = where(kernel == "fused-ce", fused, where(kernel == "chunked", CHUNKED_BYTES_PER_VOCAB,
-                                                         LOSS_BYTES_PER_VOCAB))
-    if arch.final_logit_softcap:  # gemma2: cap·tanh(logits / cap) saves tanh's bf16 output for backward (2·V)
-        per_vocab = per_vocab + SOFTCAP_BYTES_PER_VOCAB
-    return where(kernel == "fused-linear-ce", FUSED_LINEAR_CE_BYTES_PER_HIDDEN * arch.hidden_size,
-                 per_vocab * arch.vocab_size)
-
-
-# LOSS_SEGMENT_NOTE. torch's caching allocator gives each large tensor a segment of its own (rounded to 2 MiB) and
-# serves a later request only from a cached block at least as large (c10/cuda/CUDACachingAllocator.cpp: get_free_block
-# takes the smallest cached block >= the request and splits it); cached segments go back to the driver only on
-# empty_cache() or when cudaMalloc fails. With unpacked samples of varying length, a batch longer than all before it
-# finds every cached loss-sized block (cut for a V-wide tensor of a shorter batch) too small: its V-wide tensors get
-# fresh segments and the old ones stay reserved. At the longest batch the reserved pool therefore holds loss segments
-# of earlier, shorter batches on top of the allocated peak. Their bytes per token are taken as the V-wide bytes one
-# step of the HF loss allocates, 24·V, in the path the ms-swift benchmark ran (transformers 4.3x, Trainer bf16=True:
-# forward under torch.autocast, which runs cross_entropy in fp32): forward, the bf16 logits (2), their shifted
-# contiguous copy (2), autocast's fp32 copy (4) and the fp32 log-softmax (4); backward, the nll gradient (4), the
-# log-softmax gradient (4), its bf16 cast (2) and the slice's zero-filled bf16 gradient of the logits (2). The traced
-# 12·V above is the subset alive at once. Not a bound: fewer bytes stay cached where later tensors reuse the old
-# blocks, more where several earlier batches each left a set (accelerate's fp32 output copy of the logits, when it
-# converts outputs, adds 4 more). On the swift benchmark's Qwen LoRA rows, reserved exceeds the component model by
-# 24–34·V bytes per token at 1,024–2,048 tokens (5–31 at 512, less past 2,048; docs/frameworks.md [11]). Profile
-# value: frameworks.py.
-
-
-def loss_segment_bytes_per_token(job: AnyJob, arch: Architecture) -> Num:
-    """Reserved bytes per token of cached loss-sized segments left by shorter batches (LOSS_SEGMENT_NOTE): only
-    for unpacked samples of varying length under HF's loss, and only for stacks whose profile models it."""
-    kept = job.samples_vary_in_length & not_(job.packing) & (job.effective_loss_kernel == "hf")
-    per_vocab = settings_of(job).profile.loss_segment_bytes_per_vocab
-    return where(kept, per_vocab * arch.vocab_size * 1.0, 0.0)
-
-
-def loss_fixed_bytes(job: AnyJob, arch: Architecture) -> Num:
-    """Bytes at the loss peak that do not scale with tokens: a 4-bit lm_head dequantised to bf16 for its matmul
-    (bitsandbytes dequantises the whole weight in forward and again in backward, one copy at a time)."""
-    quantised = ((job.method == "qlora") & settings_of(job).quantize_lm_head
-                 & (job.effective_loss_kernel != "fused-linear-ce"))
-    return where(quantised, 2.0 * arch.lm_head_params, 0.0)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from autoconf.catalog import Architecture, GPUSpec
 from autoconf.estimators.theory.collectives import Collective, latency_seconds
 from autoconf.estimators.theory.stacks import Stack, bucket_params, stack_for
-from autoconf.estimators.theory.states import trainable_params
+from autoconf.estimators.theory.weights import trainable_params
 from autoconf.schema import Job, Placement
 
 # Inter-node bandwidth per node, one direction, GB/s: two 100 Gb/s Ethernet NICs per node (IBM's Vela

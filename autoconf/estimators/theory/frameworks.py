@@ -43,10 +43,10 @@ class Profile:
     device_fit: DeviceFit | None = None
     kbit_upcast: bool = False  # QLoRA on one GPU: peft's prepare_model_for_kbit_training casts non-4-bit params to fp32
     # loss_kernel fused-ce: bytes per token per vocabulary entry at the loss peak; None = the FOAK figure measured on
-    # HF models (activations.FUSED_CE_BYTES_PER_VOCAB)
+    # HF models (loss.FUSED_CE_BYTES_PER_VOCAB)
     fused_ce_bytes_per_vocab: int | None = None
     # Jobs whose samples vary in length: bytes per token per vocabulary entry of cached loss-sized segments that
-    # torch reserves beyond the allocated peak (activations.loss_segment_bytes_per_token); 0 = not modelled
+    # torch reserves beyond the allocated peak (loss.loss_segment_bytes_per_token); 0 = not modelled
     loss_segment_bytes_per_vocab: int = 0
     sources: dict[str, str] = field(default_factory=dict)
 

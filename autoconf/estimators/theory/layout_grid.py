@@ -19,7 +19,7 @@ import numpy as np
 from autoconf.catalog import get_architecture, get_gpu
 from autoconf.estimators.theory import throughput as tp
 from autoconf.estimators.theory.stacks import stack_for
-from autoconf.estimators.theory.states import trainable_params
+from autoconf.estimators.theory.weights import trainable_params
 from autoconf.schema import Job, Strategy
 
 # the sharding strategies a layout column may name, by index, least sharded first (the recommender's tie-break):

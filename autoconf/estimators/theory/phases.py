@@ -15,6 +15,7 @@ from autoconf.defaults import STATE_PARTS
 from autoconf.errors import InvalidInputError
 from autoconf.estimators.theory import activations as act
 from autoconf.estimators.theory import images
+from autoconf.estimators.theory import loss as ce
 from autoconf.estimators.theory.rows import (
     AnyJob,
     AnyPlacement,
@@ -30,7 +31,8 @@ from autoconf.estimators.theory.rows import (
     settings_of,
     where,
 )
-from autoconf.estimators.theory.states import AMP, States, _weight_bytes, sharded_fsdp, vision_states
+from autoconf.estimators.theory.states import States, vision_states
+from autoconf.estimators.theory.weights import AMP, sharded_fsdp, weight_bytes
 from autoconf.schema import Calibration, Job, Phase, Placement
 
 PHASES: tuple[Phase, ...] = ("load", "loss", "backward", "static", "optimizer")  # max() order: the first peak wins
@@ -151,8 +153,8 @@ def phase_parts(job: AnyJob, arch: Architecture, placement: AnyPlacement, st: St
     # share a sample's text, not its images)
     vision_act = images.activation_bytes_per_image(job, arch) * job.images_per_sample * samples * in_flight
     recompute = where(job.gradient_checkpointing, layer, 0.0)
-    loss = act.loss_bytes_per_token(job, arch, calib) * tokens / placement.tp
-    head = act.loss_fixed_bytes(job, arch) / placement.tp
+    loss = ce.loss_bytes_per_token(job, arch, calib) * tokens / placement.tp
+    head = ce.loss_fixed_bytes(job, arch) / placement.tp
     loss = where(head != 0, loss + head, loss)
     # amp keeps bf16 copies of the weights that autocast made, alive through forward and backward
     # (FSDP mixed precision instead gathers bf16 units, already counted in st.gathered)
@@ -162,7 +164,7 @@ def phase_parts(job: AnyJob, arch: Architecture, placement: AnyPlacement, st: St
     # every rank moves its full checkpoint copy to the GPU before the wrapper shards it
     has_load = fsdp_like(placement) & not_(settings.efficient_loading) & settings.profile.full_copy_on_gpu
     phases: PhaseTable = {
-        "load": {"weights": _weight_bytes(job, arch, placement), "gradients": 0.0, "optimizer": 0.0,
+        "load": {"weights": weight_bytes(job, arch, placement), "gradients": 0.0, "optimizer": 0.0,
                  "activations": 0.0, "logits": 0.0},
         "loss": {"weights": w + autocast, "gradients": g_live, "optimizer": st.optimizer, "activations": saved,
                  "logits": loss},
@@ -225,9 +227,9 @@ def side_stream_bytes(phases: PhaseTable, st: States, placement: AnyPlacement, h
 
 def loss_segment_cache(job: AnyJob, arch: Architecture, placement: AnyPlacement) -> Num:
     """Reserved bytes of cached loss-sized segments that shorter batches left (samples of varying length;
-    activations.LOSS_SEGMENT_NOTE): per token × the tokens of one micro-batch on this GPU, as the loss phase counts
+    loss.LOSS_SEGMENT_NOTE): per token × the tokens of one micro-batch on this GPU, as the loss phase counts
     them. Free blocks: in torch reserved and the device peak, never in torch allocated (cuda.peaks)."""
-    per_token = act.loss_segment_bytes_per_token(job, arch)
+    per_token = ce.loss_segment_bytes_per_token(job, arch)
     tokens = micro_batch(job, placement) * images.text_tokens_per_sample(job, arch) / job.sequence_parallel
     return where(per_token != 0, per_token * tokens / placement.tp, 0.0)
 

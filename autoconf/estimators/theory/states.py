@@ -11,11 +11,7 @@ Byte counts (Ψ = parameters, Ψ_t = trainable parameters, N = sharding degree):
   fp32 master 4, m and v 8 (ZeRO paper, Rajbhandari et al. 2020, §3 with fp32 grad accumulation).
 * LoRA/QLoRA: peft casts adapters to fp32 (``autocast_adapter_dtype=True``), so an adapter parameter
   costs 4 + 4 + 8 = 16 B; the frozen base has no gradient or state.
-* QLoRA: bitsandbytes NF4 stores 0.5 B/param for layer linears plus one fp32 absmax per 64-weight block
-  (4/64 = 0.0625 B/param, HF default without double quantisation); embeddings, head and norms stay bf16.
-  Double quantisation stores the absmax as 8 bits per block plus one fp32 constant per 256 blocks
-  (QLoRA paper, Dettmers et al. 2023 §2: 0.127 bits/param instead of 0.5). A quantised lm_head
-  (``quantize_lm_head``) costs NF4 bytes instead of 2.
+* the resident weights (bytes per parameter by dtype, adapters, NF4) and the trainable parameters: weights.py.
 * The framework profile (frameworks.py) decides the adapter dtype (peft: fp32; torchtune, LitGPT: bf16)
   and optimizer-in-backward (each parameter steps inside backward and drops its gradient at once, so at
   most the largest parameter's gradient is live and there is no step() temporary).
@@ -40,12 +36,10 @@ from autoconf.estimators.theory.images import trainable_vision_params
 from autoconf.estimators.theory.rows import (
     AnyJob,
     AnyPlacement,
-    Codes,
     Flag,
     JobColumns,
     Num,
     is_in,
-    lookup,
     maximum,
     minimum,
     node_size,
@@ -53,28 +47,22 @@ from autoconf.estimators.theory.rows import (
     settings_of,
     where,
 )
+from autoconf.estimators.theory.weights import (
+    FSDP_STRATEGIES,
+    amp,
+    dtype_bytes,
+    trainable_params,
+    unit_bytes,
+    weight_bytes,
+)
 from autoconf.schema import Job
 
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "amp-bf16": 4, "amp-fp16": 4}
-ADAPTER_BYTES = 4  # peft autocasts LoRA weights to fp32
-NF4_BYTES = 0.5 + 4 / 64  # 4-bit code + fp32 absmax per block of 64 (bitsandbytes blocksize 64)
-NF4_DQ_BYTES = 0.5 + 1 / 64 + 4 / (64 * 256)  # 8-bit absmax per 64 + fp32 constant per 256 blocks
 ZERO_BUCKET_ELEMENTS = 5e8  # DeepSpeed reduce_bucket_size / allgather_bucket_size default (elements)
-AMP = ("amp-bf16", "amp-fp16")
-FSDP_STRATEGIES = ("fsdp", "fsdp-shard-grad-op", "fsdp-hybrid")
 ZERO_STRATEGIES = ("zero0", "zero1", "zero2", "zero3")
 SHARD_WEIGHTS = ("fsdp", "fsdp-hybrid", "zero3")
 SHARD_GRADS = (*SHARD_WEIGHTS, "fsdp-shard-grad-op", "zero2")
 SHARD_OPTIMIZER = (*SHARD_GRADS, "zero1")
 PAGED = ("paged-adamw", "paged-adamw-8bit")
-
-
-def dtype_bytes(job: AnyJob) -> Num:
-    return lookup(job.dtype, DTYPE_BYTES)
-
-
-def amp(job: AnyJob) -> Flag:
-    return is_in(job.dtype, AMP)
 
 
 @dataclass(frozen=True)
@@ -91,83 +79,6 @@ class States:
     buffers: Num  # framework buckets (ZeRO reduce/allgather)
     trainable_params: Num
     outside: Num = 0.0  # bytes held outside torch's allocator (paged optimizer states)
-
-
-def _adapters(arch: Architecture, targets: tuple[str, ...], rank: int, dora: bool) -> int:
-    adapters = arch.lora_params(targets, rank)
-    if dora:  # one magnitude per output feature of each adapted module
-        adapters += arch.num_layers * sum(lin.per_layer * lin.out_features for lin in arch.lora_targets(targets))
-    return adapters
-
-
-@overload
-def trainable_params(job: Job, arch: Architecture) -> int: ...
-@overload
-def trainable_params(job: JobColumns, arch: Architecture) -> np.ndarray: ...
-def trainable_params(job: AnyJob, arch: Architecture) -> Num:
-    """Trainable parameters of the language model (a VLM's vision parts are counted by vision_states)."""
-    if isinstance(job, Job):
-        return arch.text_params if job.method == "full" else _adapters(arch, job.lora_target_modules, job.lora_r,
-                                                                       job.dora)
-    targets: Codes = job.lora_target_modules
-    keys = (targets.codes * 8192 + job.lora_r) * 2 + job.dora  # lora_r ≤ 4096 (schema.Job)
-    distinct, inverse = np.unique(keys, return_inverse=True)
-    lora = job.method != "full"
-    wanted = np.zeros(len(distinct), dtype=bool)
-    wanted[inverse[lora]] = True  # adapters of full fine-tuning rows are never counted (nor checked)
-    values = np.array([_adapters(arch, targets.table[key // 2 // 8192], int(key // 2 % 8192), bool(key % 2))
-                       if wanted[k] else 0 for k, key in enumerate(distinct.tolist())], dtype=float)
-    return np.where(lora, values[inverse], float(arch.text_params))
-
-
-def nf4_bytes(job: AnyJob) -> Num:
-    return where(settings_of(job).double_quant, NF4_DQ_BYTES, NF4_BYTES)
-
-
-def stage_params(arch: Architecture, placement: AnyPlacement) -> Num:
-    """Parameters held by the busiest pipeline stage, before tensor-parallel splitting."""
-    head = arch.lm_head_params + arch.final_norm_params
-    embed = arch.embedding_params + arch.position_params
-    layers = -(-arch.num_layers // placement.pp) * arch.layer_params
-    return where(placement.pp == 1, embed + layers + head, layers + max(embed, head))
-
-
-def kbit_upcast(job: AnyJob, fsdp: Flag) -> Flag:
-    """QLoRA whose stack runs peft's prepare_model_for_kbit_training (frameworks.Profile.kbit_upcast): the
-    embeddings, norms and head (every parameter that is not 4-bit) become fp32, and so does the residual stream
-    they feed. TRL skips the call for sharded QLoRA, so ``fsdp`` (sharded over > 1 GPU) turns it off."""
-    return (job.method == "qlora") & settings_of(job).profile.kbit_upcast & not_(fsdp)
-
-
-def _quantised_params(job: AnyJob, arch: Architecture) -> Num:
-    """Parameters a QLoRA stores in 4 bits: the layer linears (and the head when quantize_lm_head)."""
-    return arch.num_layers * arch.linear_params_per_layer + where(settings_of(job).quantize_lm_head,
-                                                                  arch.lm_head_params, 0)
-
-
-def sharded_fsdp(placement: AnyPlacement) -> Flag:
-    """FSDP (any sharding) over more than one data-parallel rank."""
-    return (placement.dp > 1) & is_in(placement.effective_strategy, FSDP_STRATEGIES)
-
-
-def _upcast(job: AnyJob, placement: AnyPlacement) -> Flag:
-    return kbit_upcast(job, sharded_fsdp(placement))
-
-
-def upcast_bytes(job: AnyJob, arch: Architecture, placement: AnyPlacement) -> Num:
-    """Bytes per GPU that kbit_upcast adds to a replica's weights: +2 B for every parameter that is not 4-bit."""
-    share = stage_params(arch, placement) / arch.total_params / placement.tp
-    return where(_upcast(job, placement), share * (arch.total_params - _quantised_params(job, arch)) * 2, 0.0)
-
-
-def _weight_bytes(job: AnyJob, arch: Architecture, placement: AnyPlacement) -> Num:
-    """Resident weights of one model replica on one GPU (before data-parallel sharding)."""
-    share = stage_params(arch, placement) / arch.total_params / placement.tp
-    linear = _quantised_params(job, arch)
-    quantised = linear * nf4_bytes(job) + (arch.total_params - linear) * where(_upcast(job, placement), 4, 2)
-    base = where(job.method == "qlora", quantised, arch.total_params * dtype_bytes(job))
-    adapters = where(job.method == "full", 0, trainable_params(job, arch) * settings_of(job).adapter_bytes)
-    return share * (base + adapters)
 
 
 @overload
@@ -202,7 +113,7 @@ def model_states(job: AnyJob, arch: Architecture, placement: AnyPlacement) -> St
     full = job.method == "full"
     settings = settings_of(job)
     grad_b = where(full, dtype_bytes(job), settings.adapter_bytes)
-    weights = _weight_bytes(job, arch, placement)
+    weights = weight_bytes(job, arch, placement)
     grads = psi_t * grad_b
     zero = is_in(strategy, ("zero1", "zero2", "zero3"))
     opt = psi_t * optimizer_bytes_per_param(job, zero)
@@ -212,7 +123,7 @@ def model_states(job: AnyJob, arch: Architecture, placement: AnyPlacement) -> St
     shard_w = is_in(strategy, SHARD_WEIGHTS)
     shard_g = is_in(strategy, SHARD_GRADS)
     shard_o = is_in(strategy, SHARD_OPTIMIZER)
-    unit = _unit_bytes(job, arch, arch.layer_params) / placement.tp  # gathered in the compute dtype
+    unit = unit_bytes(job, arch, arch.layer_params) / placement.tp  # gathered in the compute dtype
     sharded = shard_w & (n > 1)
     weights = where(sharded, weights / n, weights)
     # FSDP (auto-wrapped per decoder layer) keeps the current and the prefetched layer unsharded, and
@@ -244,11 +155,6 @@ def model_states(job: AnyJob, arch: Architecture, placement: AnyPlacement) -> St
     outside = where(is_in(job.optimizer, PAGED), opt, 0.0)
     count = int(psi_t) if isinstance(job, Job) else np.floor(psi_t)
     return States(weights, grads, opt, gathered, persist, temp, buffers, count, outside)
-
-
-def _unit_bytes(job: AnyJob, arch: Architecture, params: float) -> Num:
-    """Bytes of ``params`` unsharded: 4-bit for QLoRA layer linears, else the weight dtype."""
-    return where(job.method == "qlora", params * nf4_bytes(job), params * where(amp(job), 2, dtype_bytes(job)))
 
 
 def _optimizer_temp(job: AnyJob, arch: Architecture, local_trainable: Num, placement: AnyPlacement) -> Num:

@@ -33,7 +33,7 @@ from autoconf.estimators.theory.communication import communication as communicat
 from autoconf.estimators.theory.communication import intra_bandwidth as intra_bandwidth
 from autoconf.estimators.theory.communication import link_bandwidth as link_bandwidth
 from autoconf.estimators.theory.stacks import Stack, stack_for
-from autoconf.estimators.theory.states import trainable_params
+from autoconf.estimators.theory.weights import trainable_params
 from autoconf.schema import Job, Placement, ThroughputEstimate
 
 # ---- fitted efficiency -----------------------------------------------------------------------------------

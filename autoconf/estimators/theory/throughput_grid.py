@@ -20,7 +20,7 @@ from autoconf.catalog import get_architecture, get_gpu
 from autoconf.errors import AutoconfError
 from autoconf.estimators.theory import collectives
 from autoconf.estimators.theory import throughput as tp
-from autoconf.estimators.theory.states import trainable_params
+from autoconf.estimators.theory.weights import trainable_params
 from autoconf.schema import Job
 
 # Per-job constants, in this order: matmul FLOPs/token, the efficiency without its micro-batch term

@@ -18,8 +18,10 @@ from autoconf.errors import InvalidInputError
 from autoconf.estimators.risk import oom_probability
 from autoconf.estimators.theory import activations as act
 from autoconf.estimators.theory import cuda
+from autoconf.estimators.theory import loss as ce
 from autoconf.estimators.theory.frameworks import resolve
-from autoconf.estimators.theory.states import NF4_BYTES, model_states, upcast_bytes
+from autoconf.estimators.theory.states import model_states
+from autoconf.estimators.theory.weights import NF4_BYTES, upcast_bytes
 from autoconf.schema import FALSE_WORDS, GIB, TRUE_WORDS, Calibration, Estimate, Job, Placement
 
 TRAINING_DTYPES = ("bf16", "fp16", "fp32", "amp-bf16", "amp-fp16")
@@ -145,7 +147,7 @@ def _factor_notes(args: argparse.Namespace, job: Job, placement: Placement) -> l
         kept = act.checkpoint_bytes_per_token(job, arch) / act.layer_bytes_per_token(job, arch)
         out.append(("--grad-ckpt-reduction", f"{kept:.3f} (each layer keeps only its input)"))
     if args.logits_factor is None:
-        per_vocab = act.loss_bytes_per_token(job, arch) / arch.vocab_size
+        per_vocab = ce.loss_bytes_per_token(job, arch) / arch.vocab_size
         out.append(("--logits-factor", f"{per_vocab:.2f} ({job.effective_loss_kernel} cross-entropy)"))
     fit = resolve(job).profile.device_fit  # a stack's measured device line, else the modelled CUDA side
     if args.fragmentation_gib is None:
