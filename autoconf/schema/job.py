@@ -26,7 +26,7 @@ class Job(_Input):
 
     model: str = Field(
         description="Catalogue model name or alias (e.g. 'llama3.1-8b'), a path to a local HF "
-        "config.json, or a bare parameter count such as '7e9'."
+        "config.json, or a bare parameter count such as '7e9'.", json_schema_extra={"aliases": ["model_name"]}
     )
     framework: Framework = Field(
         defaults.FRAMEWORK,  # type: ignore[arg-type]
@@ -40,14 +40,16 @@ class Job(_Input):
         "weights with autocast to bf16/fp16).",
     )
     tokens_per_sample: int = Field(
-        4096, gt=0, le=2_097_152, description="Sequence length per sample (padded), tokens."
-    )
+        4096, gt=0, le=2_097_152, description="Sequence length per sample (padded), tokens.",
+        json_schema_extra={"aliases": ["seq_len"]})
     batch_size: int = Field(
         16, gt=0, le=1_048_576,
         description="Global batch per optimizer step across all GPUs (as in ado's SFTTrainer).",
     )
-    gradient_accumulation_steps: int = Field(1, ge=1, le=4096, description="Micro-steps per optimizer step.")
-    lora_r: int = Field(8, gt=0, le=4096, description="LoRA rank (lora and qlora only).")
+    gradient_accumulation_steps: int = Field(1, ge=1, le=4096, description="Micro-steps per optimizer step.",
+                                             json_schema_extra={"aliases": ["grad_accum"]})
+    lora_r: int = Field(8, gt=0, le=4096, description="LoRA rank (lora and qlora only).",
+                        json_schema_extra={"aliases": ["lora_rank"]})
     lora_alpha: float = Field(16.0, gt=0, description="LoRA alpha (does not change memory).")
     lora_dropout: float = Field(0.0, ge=0, lt=1, description="LoRA dropout probability.")
     lora_target_modules: tuple[str, ...] = Field(
@@ -64,11 +66,12 @@ class Job(_Input):
         description="torch AdamW implementation: foreach (HF adamw_torch on CUDA, fms-hf-tuning's default; "
         "a params-sized temporary in step()), fused (adamw_torch_fused) or for-loop.",
     )
-    gradient_checkpointing: bool = Field(True, description="Full activation recomputation per decoder layer.")
+    gradient_checkpointing: bool = Field(True, description="Full activation recomputation per decoder layer.",
+                                         json_schema_extra={"aliases": ["grad_checkpoint"]})
     attention: Attention = Field("flash", description="Attention kernel: flash, sdpa (memory-efficient) or eager.")
     fused_loss: bool = Field(
-        False, description="Chunked/fused cross-entropy (Liger, fms-acceleration FOAK): no b·s·V logits."
-    )
+        False, description="Chunked/fused cross-entropy (Liger, fms-acceleration FOAK): no b·s·V logits.",
+        json_schema_extra={"aliases": ["liger"]})
     loss_kernel: LossKernel | None = Field(
         None,
         description="Cross-entropy implementation: hf (fp32 upcast), chunked (torchtune/LitGPT chunked CE), "

@@ -65,13 +65,19 @@ class Placement(_Input):
         return -(-self.number_gpus // per)
 
 
-# Other spellings of Job and Placement words, one table for every entry point that reads a mapping of words
-# (sweep rows, ado points, REST bodies): the ado/data-table name of the model, and the VRAM-budget CLI's names
-# (docs/dialects.md). A canonical name given beside its alias wins.
-ALIASES: dict[str, str] = {
-    "model_name": "model", "seq_len": "tokens_per_sample", "grad_accum": "gradient_accumulation_steps",
-    "lora_rank": "lora_r", "grad_checkpoint": "gradient_checkpointing",
-}
+# Other spellings of Job words, one table for every entry point that reads words (sweep rows, ado points, REST
+# bodies, the CLI's generated flags), read from the fields' ``aliases`` metadata: the ado/data-table name of the
+# model and the VRAM-budget CLI's names (docs/dialects.md). A canonical name given beside its alias wins.
+def _field_aliases() -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name, info in Job.model_fields.items():
+        extra = info.json_schema_extra
+        found = extra.get("aliases") if isinstance(extra, dict) else None
+        out |= {str(alias): name for alias in found} if isinstance(found, list) else {}
+    return out
+
+
+ALIASES = _field_aliases()
 PER_DEVICE_BATCH = "per_device_batch_size"  # batch_size = this × number_gpus × gradient_accumulation_steps
 
 

@@ -30,8 +30,6 @@ ZERO_STAGES = (0, 1, 2, 3)
 BOOLEANS = {  # flag -> help; None (not given) = our default, noted where the VRAM-budget CLI's differs
     "--flashattn": "flash attention (default true; false = eager, scores materialised)",
     "--grad-checkpoint": "full activation checkpointing (default true)",
-    "--fused-loss": "fused/chunked cross-entropy (Liger)",
-    "--liger": "Liger kernels (implies --fused-loss)",
     "--lora": "LoRA fine-tuning",
     "--qlora": "QLoRA (4-bit NF4 base) fine-tuning",
     "--cpu-offload-optimizer": "optimizer states in CPU RAM",
@@ -136,7 +134,7 @@ def inputs_from_args(args: argparse.Namespace) -> tuple[Job, Placement, Calibrat
         "lora_r": args.lora_rank, "lora_alpha": args.lora_alpha, "lora_dropout": args.lora_dropout,
         "lora_target_modules": target_modules(args.lora_target_modules), "optimizer": args.optimizer,
         "optimizer_impl": args.optimizer_impl, "optimizer_state_dtype": args.optimizer_state_dtype,
-        "gradient_checkpointing": checkpoint, "attention": attention, "fused_loss": bool(args.fused_loss or args.liger),
+        "gradient_checkpointing": checkpoint, "attention": attention,
         **stack_fields(args),
         "gpu_model": args.gpu, "number_gpus": args.dp * args.tp * args.pp, "tp": args.tp, "pp": args.pp,
         "strategy": _strategy(args), "offload": offload,

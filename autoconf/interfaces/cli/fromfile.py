@@ -12,22 +12,19 @@ from typing import Any
 
 from autoconf.errors import InvalidInputError
 from autoconf.interfaces.configs import FromFile, read_configs
+from autoconf.interfaces.configs.common import JOB_KNOBS
 
-# knob of a config -> estimate's flags (dest) that override it
-ESTIMATE_FLAGS: dict[str, tuple[str, ...]] = {
+# knob of a config -> estimate's flags (dest) that override it: the VRAM-budget CLI's spellings, and for every other
+# knob that is a Job field (configs.common.JOB_KNOBS) the generated flag of its own name
+SPELLED: dict[str, tuple[str, ...]] = {
     "model": ("model", "config", "params"), "method": ("lora", "qlora", "method"), "dtype": ("dtype",),
     "storage": ("dtype",), "seq_len": ("seq_len",), "micro_batch": ("per_device_batch",), "grad_accum": ("grad_accum",),
     "gpus_per_node": ("dp", "gpus"), "nodes": ("dp", "nodes"), "tp": ("tp",), "pp": ("pp",),
     "strategy": ("zero", "strategy"), "offload": ("cpu_offload_optimizer", "cpu_offload_params"),
     "gradient_checkpointing": ("grad_checkpoint",), "attention": ("attention", "flashattn"), "lora_r": ("lora_rank",),
-    "lora_alpha": ("lora_alpha",), "lora_dropout": ("lora_dropout",), "lora_target_modules": ("lora_target_modules",),
-    "optimizer": ("optimizer",), "optimizer_impl": ("optimizer_impl",), "fused_loss": ("fused_loss", "liger"),
-    "framework": ("framework",), "loss_kernel": ("loss_kernel",), "dora": ("dora",),
-    "sequence_parallel": ("sequence_parallel",), "activation_offloading": ("activation_offloading",),
-    "optimizer_in_backward": ("optimizer_in_backward",), "torch_compile": ("torch_compile",),
-    "double_quant": ("double_quant",), "fsdp_cpu_ram_efficient_loading": ("fsdp_cpu_ram_efficient_loading",),
-    "packing": ("packing",),
 }
+ESTIMATE_FLAGS: dict[str, tuple[str, ...]] = SPELLED | {k: (k,) for k in JOB_KNOBS if k not in SPELLED}
+_SET_ABOVE = ("method", "dtype", "gradient_checkpointing", "attention", "packing")  # apply_to_estimate_args
 # recommend's flags for the same knobs (its own spellings)
 RECOMMEND_FLAGS: dict[str, tuple[str, ...]] = {
     **ESTIMATE_FLAGS, "seq_len": ("tokens_per_sample",), "grad_accum": ("gradient_accumulation_steps",),
@@ -104,12 +101,8 @@ def apply_to_estimate_args(args: argparse.Namespace, found: FromFile, overridden
         args.grad_checkpoint = values["gradient_checkpointing"]
     if "attention" in values:
         args.attention = values["attention"]
-    renamed = {"lora_r": "lora_rank", "lora_target_modules": "lora_target_modules", "lora_alpha": "lora_alpha",
-               "lora_dropout": "lora_dropout", "optimizer": "optimizer", "optimizer_impl": "optimizer_impl",
-               "fused_loss": "fused_loss", "framework": "framework", "loss_kernel": "loss_kernel", "dora": "dora",
-               "sequence_parallel": "sequence_parallel", "activation_offloading": "activation_offloading",
-               "optimizer_in_backward": "optimizer_in_backward", "torch_compile": "torch_compile",
-               "double_quant": "double_quant", "fsdp_cpu_ram_efficient_loading": "fsdp_cpu_ram_efficient_loading"}
+    # the other Job-field knobs set the generated flag of their own name (packing: no estimate flag, below)
+    renamed = {knob: ESTIMATE_FLAGS[knob][-1] for knob in JOB_KNOBS if knob not in _SET_ABOVE}
     for knob, dest in renamed.items():
         if knob in values:
             value = values[knob]

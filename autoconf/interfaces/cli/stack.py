@@ -18,7 +18,7 @@ from typing import Any
 
 from autoconf import defaults
 from autoconf.interfaces.cli.dialect import BoolWord
-from autoconf.schema import Framework, Job, is_flag
+from autoconf.schema import ALIASES, Framework, Job, is_flag
 from autoconf.schema.words import _choices
 
 GROUPS = {"images_per_sample": "vision-language models", "image_resolution": "vision-language models",
@@ -48,6 +48,11 @@ def _flag(name: str) -> dict[str, Any]:
     return {"type": annotation if annotation in (int, float) else str}
 
 
+def _aliases(name: str) -> list[str]:
+    """The other spellings of the Job field ``name`` (schema.ALIASES: the VRAM-budget CLI's, the data tables')."""
+    return [alias for alias, field in ALIASES.items() if field == name]
+
+
 def add_job_arguments(p: argparse.ArgumentParser, skip: Iterable[str] = ()) -> None:
     """``--framework`` and a flag per Job field that ``p`` has no flag for (nor ``skip`` names)."""
     p.add_argument("--framework", choices=typing.get_args(Framework), default=defaults.FRAMEWORK,
@@ -60,7 +65,8 @@ def add_job_arguments(p: argparse.ArgumentParser, skip: Iterable[str] = ()) -> N
         title = GROUPS.get(name, "training stack")
         group = groups.setdefault(title, p.add_argument_group(title))
         text = (Job.model_fields[name].description or "").replace("%", "%%")
-        group.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None, help=text, **_flag(name))
+        spellings = [f"--{word.replace('_', '-')}" for word in (name, *_aliases(name))]
+        group.add_argument(*(s for s in spellings if s not in known), dest=name, default=None, help=text, **_flag(name))
     p.set_defaults(**{GENERATED: tuple(fields)})
 
 
