@@ -13,8 +13,10 @@ fake process group (autoconf/estimators/traced/ranks.py, dist.py; allocator repl
 Otherwise a trace is one unsharded data-parallel replica at the per-GPU micro-batch: sharding (ZeRO),
 offload, gathered units, framework buckets and everything outside torch's tensors (CUDA context,
 NCCL buffers, allocator fragmentation) come from the theory (autoconf/estimators/theory/), as does throughput.
-What cannot run on fake CPU tensors (QLoRA, 8-bit AdamW, fused cross-entropy kernels, tensor and
-pipeline parallelism) is answered by the theory with a note saying so.
+QLoRA runs bitsandbytes' own 4-bit layers and AdamW8bit on fake tensors (their registered fakes); torchtune's
+chunked loss runs as plain torch, Liger's fused linear CE as an allocation-faithful stand-in (kernels.py).
+What is not traced (FOAK's fused CE, other optimizers, tensor and pipeline parallelism) is answered by the
+theory with a note saying so.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from autoconf.catalog import Architecture, get_architecture, get_gpu
 from autoconf.catalog.families import REMOTE_CODE
 from autoconf.errors import AutoconfError, InvalidInputError
 from autoconf.estimators.contract import Estimator
+from autoconf.estimators.theory.frameworks import resolve
 from autoconf.estimators.theory.memory import estimate_memory, micro_batch, oom_probability, overhead_bytes
 from autoconf.estimators.theory.states import model_states
 from autoconf.estimators.theory.throughput import estimate_throughput
@@ -47,16 +50,22 @@ TRACED_REL_SIGMA = 0.06
 # Architecture fields that do not change the model (kept out of the cache key).
 _NON_STRUCTURAL = ("source", "verification", "answerable", "aliases")
 WEIGHTS, GRADIENTS, OPTIMIZER = range(3)
+# Loss kernels and optimizers the trace runs (autoconf/estimators/traced/kernels.py, model.py).
+TRACED_LOSS_KERNELS = ("hf", "chunked", "fused-linear-ce")
+TRACED_OPTIMIZERS = ("adamw", "sgd", "adamw-8bit")
 
 
 def untraceable_reason(job: Job, placement: Placement) -> str | None:
     """Why this job cannot be traced on fake CPU tensors, or None."""
-    if job.method == "qlora":
-        return "QLoRA: bitsandbytes 4-bit layers cannot run on fake CPU tensors"
-    if job.optimizer == "adamw-8bit":
-        return "8-bit AdamW (bitsandbytes) cannot run on fake CPU tensors"
-    if job.effective_loss_kernel != "hf":
-        return f"the {job.effective_loss_kernel} loss kernel (Liger, FOAK; Triton) has no fake CPU implementation"
+    kernel = job.effective_loss_kernel
+    if kernel not in TRACED_LOSS_KERNELS:
+        return f"the {kernel} loss kernel (FOAK's fused CE) has no traced stand-in (traced: {', '.join(TRACED_LOSS_KERNELS)})"
+    if kernel == "fused-linear-ce" and job.dtype.startswith("amp"):
+        return "Liger's fused linear CE under amp (its autocast path) is not traced"
+    if job.method == "qlora" and resolve(job).quantize_lm_head:
+        return "QLoRA with a 4-bit lm_head: transformers' bitsandbytes loader keeps the head unquantised"
+    if job.optimizer not in TRACED_OPTIMIZERS:
+        return f"optimizer {job.optimizer} is not traced (traced: {', '.join(TRACED_OPTIMIZERS)})"
     if job.optimizer_state_dtype == "fp32" and job.method == "full" and job.dtype in ("bf16", "fp16"):
         return "torch optimizers keep states in the parameter dtype; fp32 states with bf16/fp16 weights are not traced"
     if placement.tp > 1 or placement.pp > 1:
@@ -95,9 +104,13 @@ def trace_spec(job: Job, arch: Architecture) -> dict[str, Any]:
         "optimizer": job.optimizer, "optimizer_impl": job.optimizer_impl,
         "gradient_checkpointing": job.gradient_checkpointing,
     }
-    if job.method == "lora":
+    if job.method in ("lora", "qlora"):
         spec.update(lora_r=job.lora_r, lora_alpha=job.lora_alpha, lora_dropout=job.lora_dropout,
                     lora_target_modules=list(lora_targets(job, arch)))
+    if job.method == "qlora":
+        spec.update(double_quant=resolve(job).double_quant, kbit_upcast=resolve(job).profile.kbit_upcast)
+    if job.effective_loss_kernel != "hf":  # absent for HF's loss: earlier cache keys stay valid
+        spec["loss_kernel"] = job.effective_loss_kernel
     return spec
 
 
@@ -125,6 +138,11 @@ def sharding(job: Job, arch: Architecture, placement: Placement) -> tuple[np.nda
                 scale[phase, GRADIENTS] = 0.0
                 add[phase, GRADIENTS] = many.gradients
     return scale, add
+
+
+def _regime(job: Job, batch: int) -> str:
+    """Liger's op sequence changes with the shape (kernels.liger_chunk_size): traced at the job's own shape."""
+    return regime_of(batch, job.tokens_per_sample, exact=job.effective_loss_kernel == "fused-linear-ce")
 
 
 class TracedEstimator(Estimator):
@@ -157,14 +175,14 @@ class TracedEstimator(Estimator):
     def fit(self, job: Job, batch: int) -> Fit:
         """The cached (or new) fit of ``job``'s trace for micro-batch ``batch``."""
         arch = get_architecture(job.model)
-        return get_fit(trace_spec(job, arch), regime_of(batch), self.verify)
+        return get_fit(trace_spec(job, arch), _regime(job, batch), self.verify)
 
     def _traced_memory(self, job: Job, placement: Placement, arch: Architecture) -> MemoryEstimate:
         batch = micro_batch(job, placement)
         why = rank_unsupported(job, placement) if placement.dp > 1 else None
         if placement.dp > 1 and why is None:
             return self._rank_memory(job, placement, arch, batch)
-        fit = get_fit(trace_spec(job, arch), regime_of(batch), self.verify)
+        fit = get_fit(trace_spec(job, arch), _regime(job, batch), self.verify)
         scale, add = sharding(job, arch, placement)
         allocated, phase, parts = fit.peak(batch, job.tokens_per_sample, scale, add)
         overhead = overhead_bytes(allocated, placement)

@@ -55,6 +55,8 @@ def rank_unsupported(job: Job, placement: Placement) -> str | None:
         return "tensor/pipeline parallel splits"
     if strategy == "fsdp-hybrid" and (placement.workers < 2 or placement.number_gpus % placement.workers):
         return f"fsdp-hybrid over {placement.workers} node(s) of {placement.number_gpus} GPUs (needs >= 2 equal nodes)"
+    if job.method == "qlora" or job.effective_loss_kernel != "hf" or job.optimizer == "adamw-8bit":
+        return "QLoRA, loss kernels and 8-bit AdamW (traced on one replica only)"
     if placement.offload != "none":
         return f"offload {placement.offload}"
     if job.framework not in ACCELERATE_STACKS:
