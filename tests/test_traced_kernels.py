@@ -125,7 +125,21 @@ def test_liger_stand_in_allocations_by_hand(trained_head: bool) -> None:
     assert after == grads + 4  # and the fp32 scalar loss
 
 
-def test_untraceable_kernel_falls_back_to_theory_with_the_reason() -> None:
-    answer = TracedEstimator().estimate(_job(method="lora", loss_kernel="fused-ce"), Placement(gpu_model=GPU))
-    assert answer.memory.estimator == "theory"
-    assert any("fused-ce loss kernel" in note for note in answer.memory.notes)
+@pytest.mark.parametrize(("args", "why"), [
+    (["--loss-kernel", "fused-ce"], "fused-ce loss kernel"),
+    (["--framework", "unsloth"], "unsloth's fused Triton cross-entropy"),
+    (["--tp", "2"], "tensor/pipeline parallel"),
+])
+def test_untraceable_job_is_a_one_line_error(args: list[str], why: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from autoconf.interfaces.cli import main
+
+    assert main(["estimate", "--model", TINY, "--method", "lora", "--estimator", "traced", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and why in err and "--estimator theory" in err
+
+
+def test_untraceable_job_raises_in_the_api() -> None:
+    from autoconf.errors import InvalidInputError
+
+    with pytest.raises(InvalidInputError, match="fused-ce loss kernel"):
+        TracedEstimator().estimate(_job(method="lora", loss_kernel="fused-ce"), Placement(gpu_model=GPU))

@@ -31,8 +31,9 @@ from autoconf.catalog import Architecture, get_architecture, get_gpu
 from autoconf.catalog.families import REMOTE_CODE
 from autoconf.errors import AutoconfError, InvalidInputError
 from autoconf.estimators.contract import Estimator
+from autoconf.estimators.theory import cuda
 from autoconf.estimators.theory.frameworks import resolve
-from autoconf.estimators.theory.memory import estimate_memory, micro_batch, oom_probability, overhead_bytes
+from autoconf.estimators.theory.memory import estimate_memory, loss_segment_cache, micro_batch, oom_probability
 from autoconf.estimators.theory.states import model_states
 from autoconf.estimators.theory.throughput import estimate_throughput
 from autoconf.estimators.traced.cache import get_fit
@@ -53,13 +54,16 @@ WEIGHTS, GRADIENTS, OPTIMIZER = range(3)
 # Loss kernels and optimizers the trace runs (autoconf/estimators/traced/kernels.py, model.py).
 TRACED_LOSS_KERNELS = ("hf", "chunked", "fused-linear-ce")
 TRACED_OPTIMIZERS = ("adamw", "sgd", "adamw-8bit")
+# Stacks that train their own model classes, not transformers': traced with the transformers model.
+OWN_MODEL_CODE = ("litgpt", "torchtune", "llm-foundry", "unsloth")
 
 
 def untraceable_reason(job: Job, placement: Placement) -> str | None:
     """Why this job cannot be traced on fake CPU tensors, or None."""
     kernel = job.effective_loss_kernel
     if kernel not in TRACED_LOSS_KERNELS:
-        return f"the {kernel} loss kernel (FOAK's fused CE) has no traced stand-in (traced: {', '.join(TRACED_LOSS_KERNELS)})"
+        return (f"the {kernel} loss kernel ({job.framework}'s fused Triton cross-entropy) has no traced stand-in "
+                f"(traced: {', '.join(TRACED_LOSS_KERNELS)})")
     if kernel == "fused-linear-ce" and job.dtype.startswith("amp"):
         return "Liger's fused linear CE under amp (its autocast path) is not traced"
     if job.method == "qlora" and resolve(job).quantize_lm_head:
@@ -159,13 +163,15 @@ class TracedEstimator(Estimator):
         reason = untraceable_reason(job, placement)
         if reason is None and arch.family in REMOTE_CODE:
             reason = f"{arch.family} is hub remote code (no transformers class to trace)"
+        if reason is not None:  # a property of the job: say so, never answer it under the traced name
+            raise InvalidInputError("estimator", f"traced cannot run this job ({job.framework}): {reason}; "
+                                    "use --estimator theory")
         memory = None
-        if reason is None:
-            try:
-                memory = self._traced_memory(job, placement, arch)
-            except TraceFailed as exc:
-                logger.warning("trace failed for %s: %s", job.model, exc)
-                reason = f"trace failed: {exc}"
+        try:
+            memory = self._traced_memory(job, placement, arch)
+        except TraceFailed as exc:  # the worker failed on a job it should run: theory, with the reason
+            logger.warning("trace failed for %s: %s", job.model, exc)
+            reason = f"trace failed: {exc}"
         if memory is None:
             theory = estimate_memory(job, placement, arch=arch)
             memory = theory.model_copy(update={"notes": (*theory.notes, f"traced: {reason}; theory estimate")})
@@ -185,17 +191,24 @@ class TracedEstimator(Estimator):
         fit = get_fit(trace_spec(job, arch), _regime(job, batch), self.verify)
         scale, add = sharding(job, arch, placement)
         allocated, phase, parts = fit.peak(batch, job.tokens_per_sample, scale, add)
-        overhead = overhead_bytes(allocated, placement)
-        peak = allocated + overhead
-        capacity = get_gpu(placement.gpu_model).memory_bytes
+        gpu = get_gpu(placement.gpu_model)
+        # reserved and device from the traced allocated peak as theory derives its own (theory/cuda.py peaks:
+        # fragmentation, cuBLAS workspaces, CUDA context, NCCL, cached loss segments of varying lengths)
+        outside = model_states(job, arch, placement).outside
+        peaks = cuda.peaks(allocated, outside, job, placement, gpu, resolve(job),
+                           cached=loss_segment_cache(job, arch, placement))
+        peak, overhead, capacity = peaks.device, peaks.overhead, gpu.memory_bytes
         notes = [
             f"traced: HF training step on fake CPU tensors (torch {fit.meta['versions']['torch']}, "
             f"transformers {fit.meta['versions']['transformers']}), "
             f"micro-batch {batch} × {job.tokens_per_sample} per GPU",
-            "overhead (CUDA context, NCCL, fragmentation) and sharding from theory",
+            "reserved and device (fragmentation, workspaces, CUDA context, NCCL) and sharding from theory",
         ]
         if why is not None:
             notes.append(f"traced: one replica, sharded by theory; ranks are not traced for {why}")
+        if job.framework in OWN_MODEL_CODE:
+            notes.append(f"traced: the transformers model with {job.framework}'s loss ({job.effective_loss_kernel}); "
+                         f"{job.framework}'s own model code is not traced")
         if job.method == "lora" and lora_targets(job, arch) != tuple(sorted(job.lora_target_modules)):
             notes.append(f"LoRA targets {', '.join(lora_targets(job, arch))} (peft's default for {arch.model_type})")
         if job.dtype.startswith("amp"):
@@ -205,8 +218,10 @@ class TracedEstimator(Estimator):
         return MemoryEstimate(
             weights_bytes=parts[0], gradients_bytes=parts[1], optimizer_bytes=parts[2],
             activations_bytes=parts[3], logits_bytes=parts[4], overhead_bytes=overhead, peak_bytes=peak,
-            peak_phase=phase, capacity_bytes=capacity, fits=peak <= capacity,
-            oom_risk=oom_probability(peak, capacity, TRACED_REL_SIGMA), estimator="traced", notes=tuple(notes),
+            peak_allocated_bytes=peaks.allocated, peak_reserved_bytes=peaks.reserved,
+            releasable_bytes=peaks.releasable, peak_phase=phase, capacity_bytes=capacity, fits=peak <= capacity,
+            oom_risk=oom_probability(peak - peaks.releasable, capacity, TRACED_REL_SIGMA), estimator="traced",
+            notes=tuple(notes),
         )
 
     def _rank_memory(self, job: Job, placement: Placement, arch: Architecture, batch: int) -> MemoryEstimate:
