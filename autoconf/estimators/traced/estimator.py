@@ -73,7 +73,9 @@ def untraceable_reason(job: Job, placement: Placement) -> str | None:
     if job.optimizer_state_dtype == "fp32" and job.method == "full" and job.dtype in ("bf16", "fp16"):
         return "torch optimizers keep states in the parameter dtype; fp32 states with bf16/fp16 weights are not traced"
     if placement.tp > 1 or placement.pp > 1:
-        return "a trace is one data-parallel replica; tensor/pipeline parallel splits are not traced"
+        why = rank_unsupported(job, placement)
+        if why is not None:
+            return f"tensor/pipeline parallel ranks are traced for one stack only: {why}"
     return None
 
 
@@ -185,8 +187,9 @@ class TracedEstimator(Estimator):
 
     def _traced_memory(self, job: Job, placement: Placement, arch: Architecture) -> MemoryEstimate:
         batch = micro_batch(job, placement)
-        why = rank_unsupported(job, placement) if placement.dp > 1 else None
-        if placement.dp > 1 and why is None:
+        split = placement.dp > 1 or placement.tp > 1
+        why = rank_unsupported(job, placement) if split else None
+        if split and why is None:
             return self._rank_memory(job, placement, arch, batch)
         fit = get_fit(trace_spec(job, arch), _regime(job, batch), self.verify)
         scale, add = sharding(job, arch, placement)
@@ -229,13 +232,14 @@ class TracedEstimator(Estimator):
         memory, summary = rank_memory(job, placement, arch, trace_spec(job, arch), batch)
         peak = summary["peak"]
         phase = PHASE_TEXT.get(peak["phase"], peak["phase"])
+        strategy = f"{placement.tp}-way tensor parallel" if placement.tp > 1 else placement.effective_strategy
         notes = [
-            f"traced: rank {summary['rank']} of {placement.dp} on a fake process group (ranks traced: "
-            f"{', '.join(map(str, summary['ranks']))}; the largest), {placement.effective_strategy} as the HF "
+            f"traced: rank {summary['rank']} of {placement.number_gpus} on a fake process group (ranks traced: "
+            f"{', '.join(map(str, summary['ranks']))}; the largest), {strategy} as the HF "
             f"Trainer wraps it (torch {summary['versions']['torch']}, transformers "
             f"{summary['versions']['transformers']}), micro-batch {batch} × {job.tokens_per_sample}; peak in "
             f"step {peak['step']} {phase}" if peak["step"] in (1, 2) else
-            f"traced: rank {summary['rank']} of {placement.dp}, {placement.effective_strategy}; peak in the {phase}",
+            f"traced: rank {summary['rank']} of {placement.number_gpus}, {strategy}; peak in the {phase}",
             "reserved: the traced allocations replayed through a model of the CUDA caching allocator; device adds "
             "the CUDA context, cuBLAS workspaces and NCCL buffers",
         ]
