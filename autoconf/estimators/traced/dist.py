@@ -67,7 +67,8 @@ from autoconf.estimators.traced.wrap import ACTIVE, RankBytes, join_world, patch
 # Phase codes of the samples: step.py's four, then these (the estimator maps them to schema phases).
 CLIP, LOAD, SAVE = 4, 5, 6
 PHASES = ("forward", "loss", "backward", "optimizer", "clip", "load", "save")
-STRATEGIES = ("ddp", "fsdp", "fsdp-shard-grad-op", "fsdp-hybrid", "tp")
+# single: one unwrapped GPU, for the allocator replay of a one-GPU step (docs/traced_vs_theory.md, findings)
+STRATEGIES = ("ddp", "fsdp", "fsdp-shard-grad-op", "fsdp-hybrid", "tp", "single")
 MAX_GRAD_NORM = 1.0  # transformers TrainingArguments.max_grad_norm default
 
 
@@ -149,7 +150,7 @@ def save_checkpoint(model: torch.nn.Module, opt: torch.optim.Optimizer, strategy
     ``state_dict()`` holds references only."""
     tracker.enter(3, SAVE, WEIGHTS)
     with HostCopies(tracker):
-        if strategy == "ddp":
+        if strategy in ("ddp", "single"):
             state = [model.state_dict(), opt.state_dict()]
         else:
             from torch.distributed.checkpoint.state_dict import (
@@ -184,7 +185,7 @@ def trace_rank(spec: dict[str, Any]) -> dict[str, Any]:
         from torch.distributed.tensor.experimental import implicit_replication
 
         model, replicated = wrap_tp(model, mesh), implicit_replication()
-    elif strategy != "ddp":
+    elif strategy not in ("ddp", "single"):
         patch_fsdp()
         model = wrap_fsdp2(model, mesh, reshard=strategy != "fsdp-shard-grad-op", amp=DTYPES[spec["dtype"]][1])
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
