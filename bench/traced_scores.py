@@ -73,7 +73,7 @@ def mode_of(answer: object) -> tuple[str, str]:
 
 
 def cached_only(rows: pd.DataFrame) -> pd.Series:
-    """Rows whose traced answer needs no new trace (its fit or rank trace is cached, or it is untraceable)."""
+    """Rows whose traced answer needs no new fit (cached, untraceable, or one of the few rank-traced rows)."""
     from autoconf.catalog import get_architecture
     from autoconf.catalog.families import REMOTE_CODE
     from autoconf.estimators.theory.memory import micro_batch
@@ -92,8 +92,8 @@ def cached_only(rows: pd.DataFrame) -> pd.Series:
             continue
         if untraceable_reason(job, placement) or arch.family in REMOTE_CODE:
             ready.append(True)
-        elif placement.dp > 1 and rank_unsupported(job, placement) is None:
-            ready.append(False)  # rank traces: run without --cached-only
+        elif (placement.dp > 1 or placement.tp > 1) and rank_unsupported(job, placement) is None:
+            ready.append(True)  # rank traces are few (a dozen rows): traced even here
         else:
             key = cache_key(trace_spec(job, arch), _regime(job, micro_batch(job, placement)))
             ready.append((cache_dir() / f"{key}.npz").is_file())

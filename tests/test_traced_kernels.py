@@ -138,8 +138,13 @@ def test_untraceable_job_is_a_one_line_error(args: list[str], why: str, capsys: 
     assert len(err.splitlines()) == 1 and why in err and "--estimator theory" in err
 
 
-def test_untraceable_job_raises_in_the_api() -> None:
+@pytest.mark.parametrize(("fields", "why"), [
+    ({"method": "lora", "loss_kernel": "fused-ce"}, "fused-ce loss kernel"),
+    ({"model": "mixtral-8x7b-instruct-v0.1", "method": "lora", "dtype": "fp16"}, "grouped_mm"),
+    ({"method": "full", "optimizer": "paged-adamw"}, "optimizer paged-adamw"),
+])
+def test_untraceable_job_raises_in_the_api(fields: dict[str, object], why: str) -> None:
     from autoconf.errors import InvalidInputError
 
-    with pytest.raises(InvalidInputError, match="fused-ce loss kernel"):
-        TracedEstimator().estimate(_job(method="lora", loss_kernel="fused-ce"), Placement(gpu_model=GPU))
+    with pytest.raises(InvalidInputError, match=why):
+        TracedEstimator().estimate(_job(**fields), Placement(gpu_model=GPU))

@@ -58,6 +58,11 @@ TRACED_OPTIMIZERS = ("adamw", "sgd", "adamw-8bit")
 OWN_MODEL_CODE = ("litgpt", "torchtune", "llm-foundry", "unsloth")
 
 
+def arch_experts(job: Job) -> bool:
+    """The job's model routes tokens to experts (MoE)."""
+    return get_architecture(job.model).num_experts > 1
+
+
 def untraceable_reason(job: Job, placement: Placement) -> str | None:
     """Why this job cannot be traced on fake CPU tensors, or None."""
     kernel = job.effective_loss_kernel
@@ -68,6 +73,8 @@ def untraceable_reason(job: Job, placement: Placement) -> str | None:
         return "Liger's fused linear CE under amp (its autocast path) is not traced"
     if job.method == "qlora" and resolve(job).quantize_lm_head:
         return "QLoRA with a 4-bit lm_head: transformers' bitsandbytes loader keeps the head unquantised"
+    if arch_experts(job) and job.dtype in ("fp16", "amp-fp16"):
+        return "MoE experts in fp16: torch's grouped_mm (the traced experts) takes bf16 only on CPU"
     if job.optimizer not in TRACED_OPTIMIZERS:
         return f"optimizer {job.optimizer} is not traced (traced: {', '.join(TRACED_OPTIMIZERS)})"
     if job.optimizer_state_dtype == "fp32" and job.method == "full" and job.dtype in ("bf16", "fp16"):
