@@ -59,16 +59,19 @@ def stats(results: pd.DataFrame, by: list[str]) -> pd.DataFrame:
 
 
 def fallback_rows(frame: pd.DataFrame) -> tuple[pd.Index, dict[str, int]]:
-    """Rows whose traced estimate is theory's (the tracer refused or failed; its note says why), and the
-    count per reason (the settings the tracer cannot run)."""
+    """Rows traced does not answer itself: it refuses the job (a one-line error saying why) or its trace failed
+    (theory's estimate with a note); the count per reason (the settings the tracer cannot run)."""
     rows = scorable(frame, statuses=("ok", "oom"))
     picked, why = [], {}
     for index, answer in zip(rows.index, estimate_rows("traced", rows), strict=True):
-        notes = [] if isinstance(answer, str) else [n for n in answer.memory.notes
-                                                    if n.startswith("traced:") and n.endswith("theory estimate")]
+        if isinstance(answer, str):
+            notes = [answer.split(": ", 2)[-1]] if "traced cannot run" in answer else []
+        else:
+            notes = [n.removeprefix("traced: ").removesuffix("; theory estimate") for n in answer.memory.notes
+                     if n.startswith("traced:") and n.endswith("theory estimate")]
         if notes:
             picked.append(index)
-            reason = notes[0].removeprefix("traced: ").removesuffix("; theory estimate")[:140]
+            reason = notes[0][:140]
             key = f"{rows.at[index, 'model_name']} {rows.at[index, 'method']}: {reason}"
             why[key] = why.get(key, 0) + 1
     return pd.Index(picked), why
@@ -104,8 +107,9 @@ def report(frame: pd.DataFrame, names: list[str]) -> str:
             labelled = [(name, frame.drop(index=fell_back)), ("traced→theory", frame.loc[fell_back])]
             gates += [f"- traced fell back to theory on {count} rows: {reason}" for reason, count in why.items()]
         for label, part in labelled:
-            memory.append(score_memory(name, part).assign(estimator=label))
-            speed.append(score_throughput(name, part).assign(estimator=label))
+            scorer = "theory" if label == "traced→theory" else name  # refused rows: theory's answer, apart
+            memory.append(score_memory(scorer, part).assign(estimator=label))
+            speed.append(score_throughput(scorer, part).assign(estimator=label))
         gates += gate_lines(name, oom_check(name, frame))
         sys.stderr.write(f"{name}: {time.perf_counter() - start:.1f} s\n")
     results = pd.concat(memory + speed, ignore_index=True)

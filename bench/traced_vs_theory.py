@@ -18,6 +18,7 @@ measured between the entries of two consecutive decoder layers.
 from __future__ import annotations
 
 import argparse
+import re
 import resource
 import sys
 import time
@@ -320,7 +321,10 @@ def main(argv: list[str] | None = None) -> int:
     seqs = [int(s) for s in args.seq.split(",")]
     fits, seconds = trace_all(models)
     REPORT.parent.mkdir(parents=True, exist_ok=True)
-    REPORT.write_text(render(models, fits, seqs, seconds), encoding="utf-8")
+    # sections other benches own (bench/traced_scores.py: `scores`) are kept as they are
+    kept = re.findall(r"<!-- section:.*?<!-- /section:[^>]*-->", REPORT.read_text(encoding="utf-8"), re.S) \
+        if REPORT.exists() else []
+    REPORT.write_text("\n\n".join([render(models, fits, seqs, seconds).rstrip(), *kept]) + "\n", encoding="utf-8")
     print(f"wrote {REPORT}")
     return 0
 

@@ -145,3 +145,20 @@ def test_load_from_env_and_missing(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
     assert len(frame) == 3 and frame["dtype"].map(type).eq(str).all()
     with pytest.raises(FileNotFoundError, match=DATA_ENV):
         load_measurements(tmp_path / "absent.csv")
+
+
+_PROBE_ROW = {"model_name": "llama3.2-1b", "method": "full", "tokens_per_sample": 512, "batch_size": 1,
+              "gpu_model": "NVIDIA-H100-80GB-HBM3", "number_gpus": 1, "framework": "autoconf-probe",
+              "optimizer": "adamw"}
+
+
+@pytest.mark.parametrize("stated, expected", [("foreach", "foreach"), ("for-loop", "for-loop"), ("", "fused")])
+def test_row_keeps_its_optimizer_impl(stated: str, expected: str) -> None:
+    # data/probe rows state foreach; the hf-trainer default (fused) holds only where the row is silent
+    job, _ = row_to_inputs({**_PROBE_ROW, "optimizer_impl": stated})
+    assert job.optimizer_impl == expected
+
+
+def test_row_with_unknown_optimizer_impl_is_refused() -> None:
+    with pytest.raises(InvalidInputError, match="optimizer_impl"):
+        row_to_inputs({**_PROBE_ROW, "optimizer_impl": "apex"})

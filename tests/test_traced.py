@@ -125,12 +125,6 @@ def test_estimate_frame_has_no_nans_and_reports_bad_rows() -> None:
     assert "no-such-model" in out.iloc[2]["error"]
 
 
-def test_qlora_falls_back_to_theory_with_a_note() -> None:
-    answer = TracedEstimator().estimate(_job(method="qlora"), Placement(gpu_model=GPU))
-    assert answer.estimator == "traced" and answer.memory.estimator == "theory"
-    assert any("QLoRA" in note and "fake CPU" in note for note in answer.memory.notes)
-
-
 @pytest.mark.slow
 def test_cli_estimate_with_traced(capsys: pytest.CaptureFixture[str]) -> None:
     from autoconf.interfaces.cli import main

@@ -172,3 +172,31 @@ def test_a_job_too_large_for_the_gpu_is_out_of_memory_in_the_replay() -> None:
     assert not mem.fits and any("runs out of memory" in n for n in mem.notes)
     assert mem.peak_allocated_bytes is not None and mem.peak_reserved_bytes is not None
     assert mem.peak_allocated_bytes <= mem.peak_reserved_bytes < mem.peak_bytes
+
+
+@pytest.mark.slow
+def test_tensor_parallel_rank_holds_its_shards_by_hand() -> None:
+    """Tensor parallel over 2 ranks with transformers' own plan (q/k/v, gate/up colwise; o/down rowwise; the
+    embedding's and the head's vocabulary rows split): rank 0 holds half of every planned weight and the whole
+    norms; steady step's AdamW states (bf16, fused: one fp32 step counter per tensor) are twice its weights."""
+    job = _job("full")
+    arch = get_architecture(TINY)
+    h, inter, layers, kv, v, tp = 64, 176, 2, 32, 512, 2
+    sharded = 2 * v * h + layers * (h * h + 2 * h * kv + h * h + 3 * h * inter)
+    whole = (2 * layers + 1) * h  # input / post-attention norms per layer, final norm
+    local = sharded // tp + whole
+    tensors = 2 + layers * 9 + 1  # embedding, head, 7 linears + 2 norms per layer, final norm
+    summary = trace_ranks({**trace_spec(job, arch), "world": tp, "strategy": "tp", "shape": list(SHAPE),
+                           "expandable_segments": False})
+    rotary = 2 * (16 // 2) * 4  # inv_freq, original_inv_freq (fp32)
+    assert _phase(summary, 0, "load")["parts"][0] == 2 * local + rotary
+    assert _phase(summary, 2, "forward")["parts"][2] == 2 * 2 * local + 4 * tensors
+
+
+@pytest.mark.slow
+def test_tensor_parallel_estimate_is_a_rank_trace() -> None:
+    placement = Placement(gpu_model=GPU, number_gpus=2, tp=2)
+    memory = get_estimator("traced").estimate(_job("full"), placement).memory
+    assert memory.estimator == "traced" and any("2-way tensor parallel" in n for n in memory.notes)
+    one = get_estimator("traced").estimate(_job("full"), Placement(gpu_model=GPU)).memory
+    assert memory.allocated_bytes < one.allocated_bytes

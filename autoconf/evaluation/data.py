@@ -11,13 +11,13 @@ import logging
 import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import SupportsFloat, SupportsInt
+from typing import SupportsFloat, SupportsInt, get_args
 
 import pandas as pd
 
 from autoconf.defaults import DATA_ENV, measurements_path
 from autoconf.errors import InvalidInputError
-from autoconf.schema import Job, Placement
+from autoconf.schema import Job, OptimizerImpl, Placement
 
 logger = logging.getLogger(__name__)
 
@@ -212,6 +212,12 @@ def _stack_fields(row: Mapping[str, object]) -> dict[str, object]:
         out["optimizer"], impl = OPTIMIZERS[str(optimizer)]
         if impl is not None:
             out["optimizer_impl"] = impl
+    impl_stated = row.get("optimizer_impl")  # the row's own torch implementation (the probe writes it)
+    if _present(impl_stated):
+        if str(impl_stated) not in get_args(OptimizerImpl):
+            raise InvalidInputError("optimizer_impl", f"must be one of {', '.join(get_args(OptimizerImpl))}; "
+                                    f"got {impl_stated!r}")
+        out["optimizer_impl"] = str(impl_stated)
     for name in ("double_quant", "dora"):
         if _present(row.get(name)):
             out[name] = bool(float(str(row[name])))

@@ -5,7 +5,8 @@ group of the job's world size (torch's ``FakeStore`` and ``fake`` backend: colle
 and move no data, their output buffers are allocated as on a GPU), builds the device mesh, then wraps
 the transformers model (LoRA by peft where asked) as the HF Trainer does through accelerate:
 
-FSDP2 as accelerate's ``fsdp2_prepare_model`` wraps it, or DDP (autoconf/estimators/traced/wrap.py), with
+FSDP2 as accelerate's ``fsdp2_prepare_model`` wraps it, DDP, or tensor parallelism with transformers' own plan
+(``tp``: torch's ColwiseParallel / RowwiseParallel as torchtitan applies them; autoconf/estimators/traced/wrap.py), with
 ``MixedPrecisionPolicy()`` for pure-dtype training and the autocast dtype as ``param_dtype`` and
 ``reduce_dtype`` for amp-* (accelerate's ``set_mixed_precision``). With FSDP2 the Trainer keeps this
 wrapping for LoRA too: it applies peft's ``fsdp_auto_wrap_policy`` only when it delays the optimizer's
@@ -42,6 +43,7 @@ from typing import Any
 import numpy as np
 import torch
 import transformers.masking_utils
+from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 from torch.overrides import TorchFunctionMode
 
@@ -60,12 +62,13 @@ from autoconf.estimators.traced.step import (
     StepHooks,
     _no_packed_sequences,
 )
-from autoconf.estimators.traced.wrap import ACTIVE, RankBytes, join_world, patch_fsdp, wrap_ddp, wrap_fsdp2
+from autoconf.estimators.traced.wrap import ACTIVE, RankBytes, join_world, patch_fsdp, wrap_ddp, wrap_fsdp2, wrap_tp
 
 # Phase codes of the samples: step.py's four, then these (the estimator maps them to schema phases).
 CLIP, LOAD, SAVE = 4, 5, 6
 PHASES = ("forward", "loss", "backward", "optimizer", "clip", "load", "save")
-STRATEGIES = ("ddp", "fsdp", "fsdp-shard-grad-op", "fsdp-hybrid")
+# single: one unwrapped GPU, for the allocator replay of a one-GPU step (docs/traced_vs_theory.md, findings)
+STRATEGIES = ("ddp", "fsdp", "fsdp-shard-grad-op", "fsdp-hybrid", "tp", "single")
 MAX_GRAD_NORM = 1.0  # transformers TrainingArguments.max_grad_norm default
 
 
@@ -116,7 +119,14 @@ def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, hooks: StepHo
 def update(model: torch.nn.Module, opt: torch.optim.Optimizer, tracker: RankBytes) -> None:
     """Clip the gradients, step the optimizer, drop the gradients (the Trainer's ``zero_grad``)."""
     tracker.set_phase(CLIP, OPTIMIZER)
-    torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], MAX_GRAD_NORM)
+    trained: list[torch.Tensor] = [p for p in model.parameters() if p.requires_grad]
+    # tensor parallel: sharded (DTensor) and whole parameters are clipped as two groups (torch's foreach
+    # clipping cannot scale plain tensors by a DTensor norm); the bytes are the same (per-tensor norms, in place)
+    sharded: list[torch.Tensor] = [p for p in trained if isinstance(p, DTensor)]
+    groups = [sharded, [p for p in trained if not isinstance(p, DTensor)]] if sharded else [trained]
+    for group in groups:
+        if group:
+            torch.nn.utils.clip_grad_norm_(group, MAX_GRAD_NORM)
     tracker.set_phase(OPT_STEP, OPTIMIZER)
     opt.step()
     tracker.sample()
@@ -140,7 +150,7 @@ def save_checkpoint(model: torch.nn.Module, opt: torch.optim.Optimizer, strategy
     ``state_dict()`` holds references only."""
     tracker.enter(3, SAVE, WEIGHTS)
     with HostCopies(tracker):
-        if strategy == "ddp":
+        if strategy in ("ddp", "single"):
             state = [model.state_dict(), opt.state_dict()]
         else:
             from torch.distributed.checkpoint.state_dict import (
@@ -170,12 +180,17 @@ def trace_rank(spec: dict[str, Any]) -> dict[str, Any]:
     model = meta_model(spec)
     tracker = RankBytes()
     ACTIVE[:] = [tracker]
-    if strategy != "ddp":
+    replicated: Any = contextlib.nullcontext()
+    if strategy == "tp":
+        from torch.distributed.tensor.experimental import implicit_replication
+
+        model, replicated = wrap_tp(model, mesh), implicit_replication()
+    elif strategy not in ("ddp", "single"):
         patch_fsdp()
         model = wrap_fsdp2(model, mesh, reshard=strategy != "fsdp-shard-grad-op", amp=DTYPES[spec["dtype"]][1])
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
     clock = {"build": time.perf_counter() - start}
-    with fake_mode, tracker:
+    with fake_mode, tracker, replicated:
         tracker.enter(0, LOAD, WEIGHTS)
         model.to_empty(device="cpu")
         if strategy == "ddp":

@@ -13,8 +13,10 @@ fake process group (autoconf/estimators/traced/ranks.py, dist.py; allocator repl
 Otherwise a trace is one unsharded data-parallel replica at the per-GPU micro-batch: sharding (ZeRO),
 offload, gathered units, framework buckets and everything outside torch's tensors (CUDA context,
 NCCL buffers, allocator fragmentation) come from the theory (autoconf/estimators/theory/), as does throughput.
-What cannot run on fake CPU tensors (QLoRA, 8-bit AdamW, fused cross-entropy kernels, tensor and
-pipeline parallelism) is answered by the theory with a note saying so.
+QLoRA runs bitsandbytes' own 4-bit layers and AdamW8bit on fake tensors (their registered fakes); torchtune's
+chunked loss runs as plain torch, Liger's fused linear CE as an allocation-faithful stand-in (kernels.py).
+What is not traced (FOAK's fused CE, other optimizers, tensor and pipeline parallelism) is answered by the
+theory with a note saying so.
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ from autoconf.catalog.families import REMOTE_CODE
 from autoconf.errors import AutoconfError, InvalidInputError
 from autoconf.estimators.contract import Estimator
 from autoconf.estimators.risk import oom_probability
-from autoconf.estimators.theory.memory import estimate_memory, micro_batch, overhead_bytes
+from autoconf.estimators.theory import cuda
+from autoconf.estimators.theory.frameworks import resolve
+from autoconf.estimators.theory.memory import estimate_memory, loss_segment_cache, micro_batch
 from autoconf.estimators.theory.states import model_states
 from autoconf.estimators.theory.throughput import estimate_throughput
 from autoconf.estimators.traced.cache import get_fit
@@ -48,20 +52,38 @@ TRACED_REL_SIGMA = 0.06
 # Architecture fields that do not change the model (kept out of the cache key).
 _NON_STRUCTURAL = ("source", "verification", "answerable", "aliases")
 WEIGHTS, GRADIENTS, OPTIMIZER = range(3)
+# Loss kernels and optimizers the trace runs (autoconf/estimators/traced/kernels.py, model.py).
+TRACED_LOSS_KERNELS = ("hf", "chunked", "fused-linear-ce")
+TRACED_OPTIMIZERS = ("adamw", "sgd", "adamw-8bit")
+# Stacks that train their own model classes, not transformers': traced with the transformers model.
+OWN_MODEL_CODE = ("litgpt", "torchtune", "llm-foundry", "unsloth")
+
+
+def arch_experts(job: Job) -> bool:
+    """The job's model routes tokens to experts (MoE)."""
+    return get_architecture(job.model).num_experts > 1
 
 
 def untraceable_reason(job: Job, placement: Placement) -> str | None:
     """Why this job cannot be traced on fake CPU tensors, or None."""
-    if job.method == "qlora":
-        return "QLoRA: bitsandbytes 4-bit layers cannot run on fake CPU tensors"
-    if job.optimizer == "adamw-8bit":
-        return "8-bit AdamW (bitsandbytes) cannot run on fake CPU tensors"
-    if job.effective_loss_kernel != "hf":
-        return f"the {job.effective_loss_kernel} loss kernel (Liger, FOAK; Triton) has no fake CPU implementation"
+    kernel = job.effective_loss_kernel
+    if kernel not in TRACED_LOSS_KERNELS:
+        return (f"the {kernel} loss kernel ({job.framework}'s fused Triton cross-entropy) has no traced stand-in "
+                f"(traced: {', '.join(TRACED_LOSS_KERNELS)})")
+    if kernel == "fused-linear-ce" and job.dtype.startswith("amp"):
+        return "Liger's fused linear CE under amp (its autocast path) is not traced"
+    if job.method == "qlora" and resolve(job).quantize_lm_head:
+        return "QLoRA with a 4-bit lm_head: transformers' bitsandbytes loader keeps the head unquantised"
+    if arch_experts(job) and job.dtype in ("fp16", "amp-fp16"):
+        return "MoE experts in fp16: torch's grouped_mm (the traced experts) takes bf16 only on CPU"
+    if job.optimizer not in TRACED_OPTIMIZERS:
+        return f"optimizer {job.optimizer} is not traced (traced: {', '.join(TRACED_OPTIMIZERS)})"
     if job.optimizer_state_dtype == "fp32" and job.method == "full" and job.dtype in ("bf16", "fp16"):
         return "torch optimizers keep states in the parameter dtype; fp32 states with bf16/fp16 weights are not traced"
     if placement.tp > 1 or placement.pp > 1:
-        return "a trace is one data-parallel replica; tensor/pipeline parallel splits are not traced"
+        why = rank_unsupported(job, placement)
+        if why is not None:
+            return f"tensor/pipeline parallel ranks are traced for one stack only: {why}"
     return None
 
 
@@ -96,9 +118,13 @@ def trace_spec(job: Job, arch: Architecture) -> dict[str, Any]:
         "optimizer": job.optimizer, "optimizer_impl": job.optimizer_impl,
         "gradient_checkpointing": job.gradient_checkpointing,
     }
-    if job.method == "lora":
+    if job.method in ("lora", "qlora"):
         spec.update(lora_r=job.lora_r, lora_alpha=job.lora_alpha, lora_dropout=job.lora_dropout,
                     lora_target_modules=list(lora_targets(job, arch)))
+    if job.method == "qlora":
+        spec.update(double_quant=resolve(job).double_quant, kbit_upcast=resolve(job).profile.kbit_upcast)
+    if job.effective_loss_kernel != "hf":  # absent for HF's loss: earlier cache keys stay valid
+        spec["loss_kernel"] = job.effective_loss_kernel
     return spec
 
 
@@ -128,6 +154,11 @@ def sharding(job: Job, arch: Architecture, placement: Placement) -> tuple[np.nda
     return scale, add
 
 
+def _regime(job: Job, batch: int) -> str:
+    """Liger's op sequence changes with the shape (kernels.liger_chunk_size): traced at the job's own shape."""
+    return regime_of(batch, job.tokens_per_sample, exact=job.effective_loss_kernel == "fused-linear-ce")
+
+
 class TracedEstimator(Estimator):
     """The estimator contract (``autoconf.estimators.contract``) over cached fake-tensor traces."""
 
@@ -142,13 +173,15 @@ class TracedEstimator(Estimator):
         reason = untraceable_reason(job, placement)
         if reason is None and arch.family in REMOTE_CODE:
             reason = f"{arch.family} is hub remote code (no transformers class to trace)"
+        if reason is not None:  # a property of the job: say so, never answer it under the traced name
+            raise InvalidInputError("estimator", f"traced cannot run this job ({job.framework}): {reason}; "
+                                    "use --estimator theory")
         memory = None
-        if reason is None:
-            try:
-                memory = self._traced_memory(job, placement, arch)
-            except TraceFailed as exc:
-                logger.warning("trace failed for %s: %s", job.model, exc)
-                reason = f"trace failed: {exc}"
+        try:
+            memory = self._traced_memory(job, placement, arch)
+        except TraceFailed as exc:  # the worker failed on a job it should run: theory, with the reason
+            logger.warning("trace failed for %s: %s", job.model, exc)
+            reason = f"trace failed: {exc}"
         if memory is None:
             theory = estimate_memory(job, placement, arch=arch)
             memory = theory.model_copy(update={"notes": (*theory.notes, f"traced: {reason}; theory estimate")})
@@ -158,27 +191,35 @@ class TracedEstimator(Estimator):
     def fit(self, job: Job, batch: int) -> Fit:
         """The cached (or new) fit of ``job``'s trace for micro-batch ``batch``."""
         arch = get_architecture(job.model)
-        return get_fit(trace_spec(job, arch), regime_of(batch), self.verify)
+        return get_fit(trace_spec(job, arch), _regime(job, batch), self.verify)
 
     def _traced_memory(self, job: Job, placement: Placement, arch: Architecture) -> MemoryEstimate:
         batch = micro_batch(job, placement)
-        why = rank_unsupported(job, placement) if placement.dp > 1 else None
-        if placement.dp > 1 and why is None:
+        split = placement.dp > 1 or placement.tp > 1
+        why = rank_unsupported(job, placement) if split else None
+        if split and why is None:
             return self._rank_memory(job, placement, arch, batch)
-        fit = get_fit(trace_spec(job, arch), regime_of(batch), self.verify)
+        fit = get_fit(trace_spec(job, arch), _regime(job, batch), self.verify)
         scale, add = sharding(job, arch, placement)
         allocated, phase, parts = fit.peak(batch, job.tokens_per_sample, scale, add)
-        overhead = overhead_bytes(allocated, placement)
-        peak = allocated + overhead
-        capacity = get_gpu(placement.gpu_model).memory_bytes
+        gpu = get_gpu(placement.gpu_model)
+        # reserved and device from the traced allocated peak as theory derives its own (theory/cuda.py peaks:
+        # fragmentation, cuBLAS workspaces, CUDA context, NCCL, cached loss segments of varying lengths)
+        outside = model_states(job, arch, placement).outside
+        peaks = cuda.peaks(allocated, outside, job, placement, gpu, resolve(job),
+                           cached=loss_segment_cache(job, arch, placement))
+        peak, overhead, capacity = peaks.device, peaks.overhead, gpu.memory_bytes
         notes = [
             f"traced: HF training step on fake CPU tensors (torch {fit.meta['versions']['torch']}, "
             f"transformers {fit.meta['versions']['transformers']}), "
             f"micro-batch {batch} × {job.tokens_per_sample} per GPU",
-            "overhead (CUDA context, NCCL, fragmentation) and sharding from theory",
+            "reserved and device (fragmentation, workspaces, CUDA context, NCCL) and sharding from theory",
         ]
         if why is not None:
             notes.append(f"traced: one replica, sharded by theory; ranks are not traced for {why}")
+        if job.framework in OWN_MODEL_CODE:
+            notes.append(f"traced: the transformers model with {job.framework}'s loss ({job.effective_loss_kernel}); "
+                         f"{job.framework}'s own model code is not traced")
         if job.method == "lora" and lora_targets(job, arch) != tuple(sorted(job.lora_target_modules)):
             notes.append(f"LoRA targets {', '.join(lora_targets(job, arch))} (peft's default for {arch.model_type})")
         if job.dtype.startswith("amp"):
@@ -188,8 +229,10 @@ class TracedEstimator(Estimator):
         return MemoryEstimate(
             weights_bytes=parts[0], gradients_bytes=parts[1], optimizer_bytes=parts[2],
             activations_bytes=parts[3], logits_bytes=parts[4], overhead_bytes=overhead, peak_bytes=peak,
-            peak_phase=phase, capacity_bytes=capacity, fits=peak <= capacity,
-            oom_risk=oom_probability(peak, capacity, TRACED_REL_SIGMA), estimator="traced", notes=tuple(notes),
+            peak_allocated_bytes=peaks.allocated, peak_reserved_bytes=peaks.reserved,
+            releasable_bytes=peaks.releasable, peak_phase=phase, capacity_bytes=capacity, fits=peak <= capacity,
+            oom_risk=oom_probability(peak - peaks.releasable, capacity, TRACED_REL_SIGMA), estimator="traced",
+            notes=tuple(notes),
         )
 
     def _rank_memory(self, job: Job, placement: Placement, arch: Architecture, batch: int) -> MemoryEstimate:
@@ -197,13 +240,14 @@ class TracedEstimator(Estimator):
         memory, summary = rank_memory(job, placement, arch, trace_spec(job, arch), batch)
         peak = summary["peak"]
         phase = PHASE_TEXT.get(peak["phase"], peak["phase"])
+        strategy = f"{placement.tp}-way tensor parallel" if placement.tp > 1 else placement.effective_strategy
         notes = [
-            f"traced: rank {summary['rank']} of {placement.dp} on a fake process group (ranks traced: "
-            f"{', '.join(map(str, summary['ranks']))}; the largest), {placement.effective_strategy} as the HF "
+            f"traced: rank {summary['rank']} of {placement.number_gpus} on a fake process group (ranks traced: "
+            f"{', '.join(map(str, summary['ranks']))}; the largest), {strategy} as the HF "
             f"Trainer wraps it (torch {summary['versions']['torch']}, transformers "
             f"{summary['versions']['transformers']}), micro-batch {batch} × {job.tokens_per_sample}; peak in "
             f"step {peak['step']} {phase}" if peak["step"] in (1, 2) else
-            f"traced: rank {summary['rank']} of {placement.dp}, {placement.effective_strategy}; peak in the {phase}",
+            f"traced: rank {summary['rank']} of {placement.number_gpus}, {strategy}; peak in the {phase}",
             "reserved: the traced allocations replayed through a model of the CUDA caching allocator; device adds "
             "the CUDA context, cuBLAS workspaces and NCCL buffers",
         ]

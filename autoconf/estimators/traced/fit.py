@@ -52,6 +52,8 @@ def features(batch: int, seq: int, regime: str, eager: bool) -> np.ndarray:
 
     The b term is real: HF pads the labels to (b, s + 1) before shifting them.
     """
+    if regime.startswith("at "):  # one traced shape: the constant alone (regime_of(..., exact=True))
+        return np.asarray([1.0])
     if regime == "single":
         terms = [1.0, float(seq)] + ([float(seq * seq)] if eager else [])
     else:
@@ -60,7 +62,11 @@ def features(batch: int, seq: int, regime: str, eager: bool) -> np.ndarray:
     return np.asarray(terms)
 
 
-def regime_of(batch: int) -> str:
+def regime_of(batch: int, seq: int = 0, exact: bool = False) -> str:
+    """The fit regime of a micro-batch; ``exact``: a trace of this very shape (``at BxS``), for steps whose
+    op sequence changes with the shape (Liger's chunk count and power-of-two chunk size)."""
+    if exact:
+        return f"at {batch}x{seq}"
     return "single" if batch == 1 else "batched"
 
 
@@ -150,7 +156,8 @@ def solve(shapes: list[tuple[int, int]], samples: list[np.ndarray], regime: str,
         raise TraceFailed(f"fit shapes {shapes} do not determine the {design.shape[1]} coefficients")
     values = np.stack([s[:, :NUM_CATEGORIES] for s in samples]).reshape(len(shapes), -1)  # K × (ops·5)
     diff = (design[1:, 1:] - design[0, 1:]).astype(np.float64)
-    rest = np.rint(np.linalg.solve(diff, (values[1:] - values[0]).astype(np.float64))).astype(np.int64)
+    rest = (np.rint(np.linalg.solve(diff, (values[1:] - values[0]).astype(np.float64))).astype(np.int64)
+            if len(shapes) > 1 else np.zeros((0, values.shape[1]), dtype=np.int64))
     const = values[0] - design[0, 1:] @ rest
     coef = np.vstack([const[None, :], rest])
     if not np.array_equal(design @ coef, values):
@@ -186,6 +193,9 @@ def run_worker(specs: list[dict[str, Any]], timeout_s: float = TRACE_TIMEOUT_S) 
 
 
 def _design(spec: dict[str, Any], regime: str, verify: bool) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    if regime.startswith("at "):
+        batch, seq = (int(v) for v in regime[3:].split("x"))
+        return [(batch, seq)], [(batch, seq)]
     shapes, check = DESIGNS[(regime, spec["attention"] == "eager")]
     return shapes, shapes + ([check] if verify else [])
 
@@ -203,7 +213,7 @@ def _fit_one(spec: dict[str, Any], regime: str, one: dict[str, Any], arrays: lis
         "step_seconds": [round(r["step_seconds"], 3) for r in results], "build_seconds": round(one["build_seconds"], 3),
         "total_params": one["total_params"], "trainable_params": one["trainable_params"], "versions": one["versions"],
     }
-    if verify:
+    if verify and not regime.startswith("at "):
         check = DESIGNS[(regime, eager)][1]
         predicted = coef @ features(*check, regime, eager).astype(np.int64)
         actual = arrays[-1][:, :NUM_CATEGORIES]

@@ -61,6 +61,10 @@ def finish(model: nn.Module, spec: dict[str, Any]) -> nn.Module:
 
 def build_model(spec: dict[str, Any], fake_mode: Any | None) -> nn.Module:
     """The model in training mode on fake (or, without ``fake_mode``, real) CPU tensors."""
+    if spec["method"] == "qlora":
+        from autoconf.estimators.traced.qlora import build_qlora
+
+        return finish(build_qlora(spec, fake_mode, meta_model, _lora, _init_real), spec)
     model = meta_model(spec)
     with fake_mode if fake_mode is not None else contextlib.nullcontext():
         model.to_empty(device="cpu")
@@ -86,6 +90,14 @@ def build_optimizer(model: nn.Module, spec: dict[str, Any]) -> torch.optim.Optim
     params = [p for p in model.parameters() if p.requires_grad]
     impl = spec["optimizer_impl"]
     flags = {"fused": impl == "fused", "foreach": impl == "foreach"}
+    if spec["optimizer"] == "adamw-8bit":
+        # bitsandbytes' own AdamW8bit: uint8 states with fp32 absmax per 256-block (fp32 states for tensors
+        # under min_8bit_size); its update op is registered with a fake that allocates nothing (in place)
+        import bitsandbytes as bnb
+
+        eight_bit: torch.optim.Optimizer = bnb.optim.AdamW8bit(  # type: ignore[attr-defined,no-untyped-call]
+            params, lr=1e-5)
+        return eight_bit
     if spec["optimizer"] == "sgd":
         # momentum 0.9: one state buffer per parameter (the SGD row of shared/theory_notes.md).
         return torch.optim.SGD(params, lr=1e-5, momentum=0.9, **flags)

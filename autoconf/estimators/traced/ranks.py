@@ -36,7 +36,7 @@ from autoconf.estimators.traced.fit import TRACE_TIMEOUT_S, TraceFailed
 from autoconf.schema import Job, MemoryEstimate, Phase, Placement
 
 RANK_VERSION = 2  # part of the cache key: bump when the rank trace changes meaning
-STRATEGIES = ("ddp", "fsdp", "fsdp-shard-grad-op", "fsdp-hybrid")  # dist.STRATEGIES (that module imports torch)
+STRATEGIES = ("ddp", "fsdp", "fsdp-shard-grad-op", "fsdp-hybrid")  # data-parallel dist.STRATEGIES (+ "tp")
 # Stacks whose multi-GPU step is the HF Trainer's through accelerate (FSDP2 wrapping of dist.py, or DDP).
 ACCELERATE_STACKS = ("hf-trainer", "peft")
 # dist.PHASES -> schema Phase: clipping is part of the optimizer phase; a checkpoint save happens between
@@ -49,12 +49,19 @@ PHASE_TEXT = {"clip": "gradient clipping", "save": "checkpoint save (full state 
 def rank_unsupported(job: Job, placement: Placement) -> str | None:
     """Why this job's ranks cannot be traced one by one (None: they can)."""
     strategy = placement.effective_strategy
-    if strategy not in STRATEGIES:
+    if placement.pp > 1:
+        return "pipeline parallel splits"
+    if placement.tp > 1:
+        if placement.dp > 1:
+            return f"tensor parallel combined with {placement.dp}-way data parallel (traced: tensor parallel alone)"
+        if job.method != "full":
+            return "tensor parallel with LoRA adapters (traced: full fine-tuning)"
+    elif strategy not in STRATEGIES:
         return f"strategy {strategy} (rank traces cover {', '.join(STRATEGIES)})"
-    if placement.tp > 1 or placement.pp > 1:
-        return "tensor/pipeline parallel splits"
     if strategy == "fsdp-hybrid" and (placement.workers < 2 or placement.number_gpus % placement.workers):
         return f"fsdp-hybrid over {placement.workers} node(s) of {placement.number_gpus} GPUs (needs >= 2 equal nodes)"
+    if job.method == "qlora" or job.effective_loss_kernel != "hf" or job.optimizer == "adamw-8bit":
+        return "QLoRA, loss kernels and 8-bit AdamW (traced on one replica only)"
     if placement.offload != "none":
         return f"offload {placement.offload}"
     if job.framework not in ACCELERATE_STACKS:
@@ -170,14 +177,16 @@ def rank_memory(job: Job, placement: Placement, arch: Architecture, spec: dict[s
     """Per-GPU memory of ``job`` from its rank traces (``spec``: the replica's trace spec): rank 0 and, when
     the shards are uneven, the last rank; the largest of them."""
     expandable = resolve(job).expandable_segments
-    world, strategy = placement.dp, placement.effective_strategy
+    world, strategy = placement.dp, str(placement.effective_strategy)
+    if placement.tp > 1:
+        world, strategy = placement.tp, "tp"
     rank_spec = {**spec, "world": world, "strategy": strategy, "shape": [batch, job.tokens_per_sample],
                  "expandable_segments": expandable}
     shards = world
     if strategy == "fsdp-hybrid":
         rank_spec["replicas"] = placement.workers
         shards = world // placement.workers
-    ranks = [0, shards - 1] if strategy != "ddp" and uneven(spec, shards) else [0]
+    ranks = [0, shards - 1] if strategy not in ("ddp", "tp") and uneven(spec, shards) else [0]
     summaries = [trace_ranks({**rank_spec, "rank": r} if r else rank_spec) for r in ranks]
     gpu = get_gpu(placement.gpu_model)
     context = cuda.CONTEXT_BYTES.get(gpu.architecture, cuda.DEFAULT_CONTEXT_BYTES)

@@ -38,6 +38,7 @@ from torch.utils._pytree import tree_flatten
 
 from autoconf.defaults import STATE_PARTS
 from autoconf.estimators.traced.hf_config import DTYPES
+from autoconf.estimators.traced.kernels import kernel_loss, transients
 from autoconf.estimators.traced.model import build_model, build_optimizer
 
 CATEGORIES = STATE_PARTS
@@ -143,7 +144,13 @@ class LiveBytes(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
+        scratch = transients(func, args, kwargs or {})  # what the GPU kernel allocates inside the op
+        for tensor in scratch:
+            self.track(tensor, self.category)
+        if scratch:
+            self.sample()
         out = func(*args, **(kwargs or {}))
+        del scratch
         tensors = _tensors(out)
         if not tensors or self.skip:  # metadata queries (prim.device on fake tensors) allocate nothing
             return out
@@ -160,6 +167,7 @@ class StepHooks:
 
     def __init__(self, model: torch.nn.Module, num_layers: int) -> None:
         self.tracker: LiveBytes | None = None
+        self.manual_loss = False  # a loss kernel switches to the loss phase itself (run_step)
         # nn.Module.__getattr__ is typed Tensor | Module; HF models define get_output_embeddings()
         head: torch.nn.Module = model.get_output_embeddings()  # type: ignore[operator]
         self.head_grad_shapes = {tuple(p.shape) for p in head.parameters() if p.requires_grad}
@@ -179,12 +187,16 @@ class StepHooks:
             self.tracker.mark(name)
 
     def _enter_loss(self, _module: torch.nn.Module, args: tuple[Any, ...]) -> None:
+        if self.tracker is not None and not self.manual_loss:
+            self.enter_loss(args[0])
+
+    def enter_loss(self, hidden: torch.Tensor) -> None:
+        """The final hidden states go into the head and loss: the loss phase, until their gradient exists."""
         if self.tracker is None:
             return
         self.tracker.set_phase(LOSS, LOGITS)
-        hidden = args[0]
         if hidden.requires_grad:  # its gradient = the loss and lm_head backward are done
-            hidden.register_hook(self._leave_loss_backward)
+            hidden.register_hook(self._leave_loss_backward)  # type: ignore[no-untyped-call]  # torch: unannotated
 
     def _leave_loss_backward(self, grad: torch.Tensor) -> None:
         if self.tracker is not None:
@@ -195,9 +207,20 @@ class StepHooks:
             self.tracker.reclassify(param.grad, GRADIENTS)
 
 
+def _quant_tensors(state: Any) -> list[torch.Tensor]:
+    """The tensors of a bitsandbytes QuantState (absmax, code; the nested state's with double quantisation)."""
+    found = [getattr(state, name, None) for name in ("absmax", "code", "offset")]
+    nested = getattr(state, "state2", None)
+    return [t for t in found if isinstance(t, torch.Tensor)] + (_quant_tensors(nested) if nested is not None else [])
+
+
 def _static_tensors(model: torch.nn.Module,
                     opt: torch.optim.Optimizer) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     weights = list(model.parameters()) + list(model.buffers())
+    for module in model.modules():  # bitsandbytes 4-bit weights keep absmax (and code) in their quant state
+        state = getattr(getattr(module, "weight", None), "quant_state", None)
+        if state is not None:
+            weights += [t for t in _quant_tensors(state)]
     states = [t for s in opt.state.values() for t in s.values() if isinstance(t, torch.Tensor)]
     return weights, states
 
@@ -222,10 +245,15 @@ def run_step(model: torch.nn.Module, opt: torch.optim.Optimizer, hooks: StepHook
                 tracker.track(tensor, ACTIVATIONS)
             tracker.sample()
         hooks.tracker = tracker
+        kernel = spec.get("loss_kernel", "hf")
+        hooks.manual_loss = kernel != "hf"
         with amp:
-            out = model(input_ids=ids, labels=labels)
-        loss = out.loss
-        del out  # the Trainer keeps only the loss (pitfall 6): logits must not live through backward
+            if kernel == "hf":
+                out = model(input_ids=ids, labels=labels)
+                loss = out.loss
+                del out  # the Trainer keeps only the loss (pitfall 6): logits must not live through backward
+            else:
+                loss = kernel_loss(model, ids, kernel, hooks.enter_loss)
         if tracker is not None:
             tracker.set_phase(BACKWARD, LOGITS)
         loss.backward()

@@ -1,0 +1,150 @@
+"""Traced stack kernels: QLoRA (bitsandbytes 4-bit), AdamW8bit, torchtune's chunked CE, Liger's fused linear CE.
+
+Where the real kernel runs on CPU (bitsandbytes' CPU backend, plain torch) the fake trace equals the real CPU
+step op by op; Liger's Triton kernel cannot run here, so its stand-in is checked against sizes derived by hand
+from liger_kernel/ops/fused_linear_cross_entropy.py.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("peft")
+
+import torch
+
+from autoconf.catalog import get_architecture
+from autoconf.estimators.traced.estimator import TracedEstimator, trace_spec
+from autoconf.schema import Job, Placement
+
+pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
+
+TINY = "tiny-llama-test"  # h 64, I 176, 2 layers, 4 heads (2 kv) of 16, vocabulary 512, untied
+GPU = "NVIDIA-A100-80GB-PCIe"
+
+
+def _job(**kw: object) -> Job:
+    base = {"model": TINY, "tokens_per_sample": 64, "batch_size": 1, "gradient_checkpointing": True}
+    return Job(**{**base, **kw})
+
+
+def _trace(job: Job, shape: tuple[int, int], real: bool = False) -> np.ndarray:
+    from autoconf.estimators.traced.step import trace
+
+    spec = {**trace_spec(job, get_architecture(TINY)), "shapes": [list(shape)], "real": real}
+    samples: np.ndarray = trace(spec)["results"][0]["samples"]
+    return samples
+
+
+@pytest.mark.parametrize("fields", [
+    {"method": "qlora"},
+    {"method": "qlora", "double_quant": True, "framework": "fms-hf-tuning"},
+    {"method": "full", "optimizer": "adamw-8bit"},
+    {"method": "lora", "loss_kernel": "chunked"},
+])
+def test_fake_trace_equals_real_cpu_step(fields: dict[str, object]) -> None:
+    """bitsandbytes' own CPU kernels and torchtune's chunked loss, real against fake: every op, to the byte."""
+    if fields.get("method") == "qlora" or fields.get("optimizer") == "adamw-8bit":
+        pytest.importorskip("bitsandbytes")
+    job = _job(**fields)
+    fake, real = _trace(job, (2, 64)), _trace(job, (2, 64), real=True)
+    assert fake.shape == real.shape and fake.shape[0] > 200
+    np.testing.assert_array_equal(fake, real)
+
+
+def _rotary_bytes(head_dim: int) -> int:
+    return 2 * (head_dim // 2) * 4  # transformers' rotary inv_freq and original_inv_freq, fp32
+
+
+def test_qlora_weights_are_nf4_with_absmax_by_hand() -> None:
+    """Weights of the tiny QLoRA model, from the architecture by hand: NF4 linears (½ B per value, one fp32
+    absmax per 64, a 16-entry fp32 code table per weight), embeddings, head and norms upcast to fp32
+    (hf-trainer's kbit_upcast), fp32 LoRA on q and v (r 8)."""
+    pytest.importorskip("bitsandbytes")
+    h, inter, layers, kv, vocab, r = 64, 176, 2, 32, 512, 8
+    linears = [h * h, h * kv, h * kv, h * h, h * inter, h * inter, inter * h]
+    quantised = layers * sum(linears)
+    nf4 = quantised // 2 + quantised // 64 * 4 + layers * len(linears) * 16 * 4
+    upcast = (2 * vocab * h + (2 * layers + 1) * h) * 4
+    adapters = layers * ((r * h + h * r) + (r * h + kv * r)) * 4
+    samples = _trace(_job(method="qlora"), (1, 64))
+    assert samples[0, 0] == nf4 + upcast + adapters + _rotary_bytes(16)
+
+
+def test_adamw8bit_states_by_hand() -> None:
+    """bitsandbytes AdamW8bit: two uint8 states and two fp32 absmax per 256-block for tensors of >= 4096
+    values, two fp32 states below (min_8bit_size), and its two shared 256-entry fp32 quantisation maps."""
+    pytest.importorskip("bitsandbytes")
+    from autoconf.estimators.traced.model import meta_model
+
+    job = _job(method="full", optimizer="adamw-8bit")
+    sizes = [p.numel() for p in meta_model(trace_spec(job, get_architecture(TINY))).parameters()]
+    states = sum(2 * n + 2 * 4 * math.ceil(n / 256) if n >= 4096 else 2 * 4 * n for n in sizes)
+    assert _trace(job, (1, 64))[0, 2] == states + 2 * 256 * 4
+
+
+def test_liger_chunk_size_is_liger_example() -> None:
+    """Liger's own worked example: BT = 4096·4, V = 32000, H = 4096 → inc_factor 8, chunk 2048."""
+    from autoconf.estimators.traced.kernels import liger_chunk_size
+
+    assert liger_chunk_size(4096 * 4, 4096, 32000) == 2048
+    assert liger_chunk_size(100, 64, 512) == 16  # cdiv(512, 64) = 8; cdiv(100, 8) = 13 → 16
+    assert liger_chunk_size(5, 64, 4096) == 1
+
+
+@pytest.mark.parametrize("trained_head", [True, False])
+def test_liger_stand_in_allocations_by_hand(trained_head: bool) -> None:
+    """Forward: grad_input (BT×H), grad_weight (V×H, trained head only), fp32 loss_1d, the bool target mask
+    and one chunk×V logits buffer live at once; after it the two gradients stay, saved for backward."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from autoconf.estimators.traced.kernels import FusedLinearCrossEntropy
+    from autoconf.estimators.traced.step import LiveBytes
+
+    tokens, h, vocab = 100, 64, 512
+    with FakeTensorMode():
+        hidden = torch.empty(tokens, h, dtype=torch.bfloat16, requires_grad=True)
+        weight = torch.empty(vocab, h, dtype=torch.bfloat16, requires_grad=trained_head)
+        target = torch.zeros(tokens, dtype=torch.int64)
+        tracker = LiveBytes()
+        with tracker:
+            for tensor in (hidden, weight, target):  # live before the loss: not counted below
+                tracker.track(tensor, 0)
+            before = sum(tracker.totals)
+            loss = FusedLinearCrossEntropy.apply(hidden, weight, target)
+            after = sum(tracker.totals) - before
+        peak = max(sum(s[:5]) for s in tracker.samples) - before
+        del loss
+    grads = tokens * h * 2 + (vocab * h * 2 if trained_head else 0)
+    assert peak == grads + tokens * 4 + tokens + 16 * vocab * 2
+    assert after == grads + 4  # and the fp32 scalar loss
+
+
+@pytest.mark.parametrize(("args", "why"), [
+    (["--loss-kernel", "fused-ce"], "fused-ce loss kernel"),
+    (["--framework", "unsloth"], "unsloth's fused Triton cross-entropy"),
+    (["--tp", "2"], "tensor/pipeline parallel"),
+])
+def test_untraceable_job_is_a_one_line_error(args: list[str], why: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from autoconf.interfaces.cli import main
+
+    assert main(["estimate", "--model", TINY, "--method", "lora", "--estimator", "traced", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and why in err and "--estimator theory" in err
+
+
+@pytest.mark.parametrize(("fields", "why"), [
+    ({"method": "lora", "loss_kernel": "fused-ce"}, "fused-ce loss kernel"),
+    ({"model": "mixtral-8x7b-instruct-v0.1", "method": "lora", "dtype": "fp16"}, "grouped_mm"),
+    ({"method": "full", "optimizer": "paged-adamw"}, "optimizer paged-adamw"),
+])
+def test_untraceable_job_raises_in_the_api(fields: dict[str, object], why: str) -> None:
+    from autoconf.errors import InvalidInputError
+
+    with pytest.raises(InvalidInputError, match=why):
+        TracedEstimator().estimate(_job(**fields), Placement(gpu_model=GPU))
