@@ -207,6 +207,9 @@ class Job(_Input):
     activation_offloading: bool | None = Field(
         None, description="Move checkpointed layer inputs to CPU RAM during forward (torchtune, axolotl).")
     torch_compile: bool | None = Field(None, description="torch.compile the model (memory: not modelled; speed).")
+    fp8: bool = Field(
+        False, description="FP8 matmuls in the decoder layers (Transformer Engine FP8 / MXFP8, torchao float8): they "
+        "run at the GPU's FP8 peak; attention and the LM head stay in the training dtype (speed; memory: not modelled).")
     expandable_segments: bool | None = Field(
         None, description="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (less allocator fragmentation).")
     dora: bool = Field(False, description="DoRA (weight-decomposed LoRA): a magnitude vector per adapted module.")

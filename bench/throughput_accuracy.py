@@ -76,11 +76,11 @@ def targets(rows: pd.DataFrame) -> list[str]:
 
 def series_key(rows: pd.DataFrame) -> pd.Series:
     """One scaling series: a source's model, method, layout (as the data states it), micro-batch tokens per GPU,
-    accumulation, sequence length and recompute."""
+    accumulation, sequence length, recompute and FP8."""
     return pd.Series([
         f"{j.model} {j.method} tp{p.tp} pp{p.pp} vp{p.virtual_pp} cp{j.sequence_parallel} {p.effective_strategy} "
         f"({layout.split(';')[0]}) {tp.micro_batch_tokens(j, p):.0f} tokens/micro-batch ga{j.gradient_accumulation_steps} "
-        f"seq{j.tokens_per_sample}{' ckpt' if j.gradient_checkpointing else ''}"
+        f"seq{j.tokens_per_sample}{' ckpt' if j.gradient_checkpointing else ''}{' fp8' if j.fp8 else ''}"
         for j, p, layout in zip(rows["job"], rows["placement"], rows["layout"], strict=True)], index=rows.index)
 
 
@@ -134,26 +134,39 @@ def report(rows: pd.DataFrame, params: tp.EfficiencyFit) -> str:
     ]
     lines += [f"Targets (issue 22): LOSO median ≤ {TARGET_MEDIAN:.0f} % and |bias| ≤ {TARGET_BIAS:.0f} % on every "
               f"source with ≥ {TARGET_MIN_ROWS} rows:", "", *targets(rows), ""]
-    for column in ("source", "framework", "family", "gpu", "method"):
-        title = "GPU generation" if column == "family" else column
-        lines += [f"By {title}:", "", *table(rows, column), ""]
+    rows = rows.assign(precision=["fp8 GEMMs" if j.fp8 else j.dtype for j in rows["job"]],
+                       generation_source=[f"{f} / {s}" for f, s in zip(rows["family"], rows["source"], strict=True)])
+    titles = {"family": "GPU generation", "generation_source": "GPU generation and source"}
+    for column in ("source", "framework", "family", "generation_source", "gpu", "method", "precision"):
+        lines += [f"By {titles.get(column, column)}:", "", *table(rows, column), ""]
     lines += [f"Scaling curves, LOSO (the source's rows predicted by constants fitted without it): tokens/s per GPU "
               f"against GPU count, target within {SCALING_TOLERANCE:.0f} % at every point:", "", *scaling(rows), ""]
     lines += [
         f"Leave one model out (all sources): median {lomo[0]:.1f} %, p90 {lomo[1]:.1f} %, bias {lomo[2]:+.1f} %.",
         "",
-        "Shapes of the efficiency formula, each fitted the same way (all carry S, C and φ for the fused-kernel "
-        "stacks; the attention term prices long sequences, the memory-bound term small models on fast GPUs):",
+        "Shapes of the efficiency formula, each fitted the same way (all carry S, C, P and φ for the fused-kernel "
+        "stacks, and price attention at its kernel's published efficiency, throughput.ATTENTION_EFFICIENCY; the "
+        "α term adds a fitted extra cost on the attention share, the memory-bound term prices small models on fast "
+        "GPUs):",
         "",
         *variants(rows),
         "",
         f"Rows left out: {skipped or 'none'}. {comm_bound} rows are communication-bound under our model: "
         "scored, not fitted. A source held out takes the other sources' constants: a method, GPU architecture, "
         "fused kernel or MoE that no other source measured falls back to the pooled value (fms-acceleration is "
-        "the only source of LoRA, QLoRA and MoE rows). Multi-node rows use the node-to-node bandwidth their "
+        "the only source of QLoRA and MoE rows; only fms-fsdp measures torch.compile, only DGX Cloud, NeMo 24.07 and "
+        "llm-foundry FP8). Multi-node rows use the node-to-node bandwidth their "
         "campaign states (llm-foundry A100: 1600 Gbps; InternEvo 400; fms-fsdp 400 / 800), DGX Cloud its DGX H100 "
-        "fabric (8 × 400 Gb/s, assumed: throughput_fit.ASSUMED_LINKS), else the estimator's default "
-        f"({tp.INTER_NODE_BANDWIDTH_GBPS:.0f} GB/s per node). FP8 rows are left out (FP8 not modelled). "
+        "fabric (8 × 400 Gb/s, assumed: throughput_fit.ASSUMED_LINKS), llm-foundry's H100 tables (no network stated) "
+        "the H100 reference fabric of 8 × 400 Gb/s (assumed: throughput_fit.ASSUMED_CAMPAIGN_LINKS), else the "
+        "estimator's default "
+        f"({tp.INTER_NODE_BANDWIDTH_GBPS:.0f} GB/s per node); NeMo 24.07 (DGX-H100) the DGX H100 fabric. Every "
+        "collective call also pays NCCL's latency α (theory/collectives.py: ring / tree, Simple protocol, by rank and "
+        "node count; calls per step from FSDP units, DDP / ZeRO / Megatron buckets and InternEvo's per-rank "
+        "broadcasts). FP8 rows (Job.fp8: DGX Cloud, NeMo 24.07 pre-training, llm-foundry amp_fp8) run the decoder "
+        "layers' GEMMs at the FP8 peak and take the factor P; NVFP4 rows, rows with expert parallelism and NeMo's "
+        "packed fine-tuning rows (attention within each packed sample, lengths not stated) are left out; a Megatron "
+        "row that states no recompute runs without it (Megatron-LM's default). "
         "Stacks (theory/stacks.py): NeMo / Megatron-Core, InternEvo and the FlashAttention trainer fuse their "
         "element-wise kernels (factor S, share φ of the memory-bound and micro-batch terms); fms-fsdp's compiled "
         "rows take the torch.compile factor C, which only fms-fsdp measures (held out, C falls back to 1).",

@@ -10,11 +10,20 @@ import pandas as pd
 import pytest
 
 from autoconf.catalog import get_architecture, get_gpu
+from autoconf.estimators.theory import communication
 from autoconf.estimators.theory import throughput as tp
+from autoconf.estimators.theory.collectives import latency_seconds
 from autoconf.estimators.theory.stacks import stack_for
 from autoconf.evaluation import throughput_fit as tf
 from autoconf.evaluation.data import load_measurements
 from autoconf.schema import Job, Placement
+
+
+@pytest.fixture()
+def no_latency(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bandwidth volumes only: every collective call's latency α set to 0 (collectives.py is tested on its own)."""
+    monkeypatch.setattr(communication, "latency_seconds", lambda *args: 0.0)
+
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +85,7 @@ def test_interleaved_pipeline_bubble() -> None:
     assert piped / flat == pytest.approx(1 + 3 / (2 * 4))
 
 
-def test_stacks_decide_what_is_exposed() -> None:
+def test_stacks_decide_what_is_exposed(no_latency: None) -> None:
     job = Job(model="llama3.1-8b", tokens_per_sample=4096, batch_size=16, gradient_accumulation_steps=2)
     arch, gpu = get_architecture("llama3.1-8b"), get_gpu("H100")
     place = Placement(gpu_model="H100", number_gpus=16, tp=2, strategy="zero1")
@@ -86,7 +95,7 @@ def test_stacks_decide_what_is_exposed() -> None:
     assert megatron.overlappable == pytest.approx(hf.overlappable + hf.exposed)
 
 
-def test_placement_network_overrides_the_default() -> None:
+def test_placement_network_overrides_the_default(no_latency: None) -> None:
     job = Job(model="llama3.1-8b", tokens_per_sample=4096, batch_size=16)
     arch, gpu = get_architecture("llama3.1-8b"), get_gpu("H100")
     slow = tp.communication(job, arch, Placement(gpu_model="H100", number_gpus=16), gpu)
@@ -107,3 +116,68 @@ def test_fp8_peak_doubles_bf16(name: str) -> None:
     """Hopper and Blackwell tensor cores run FP8 at twice the BF16 rate (NVIDIA datasheets)."""
     gpu = get_gpu(name)
     assert gpu.fp8_tflops == pytest.approx(2 * gpu.bf16_tflops, rel=0.01)  # type: ignore[operator]
+
+
+# NCCL 2.8 tuning.cc, Simple protocol: ring base 8.4 µs, ring hop 3.4 (NVLink) / 5.7 (PCIe) / 9.6 (network) µs,
+# tree hop 28 (NVLink) / 50 (network) µs; a multi-node ring all-reduce is 1.9 × its sum. Worked by hand:
+@pytest.mark.parametrize("kind, ranks, nodes, link, micros", [
+    ("all-gather", 1, 1, "nvlink", 0.0),
+    ("all-gather", 8, 1, "nvlink", 8.4 + 7 * 3.4),
+    ("reduce-scatter", 8, 1, "pcie", 8.4 + 7 * 5.7),
+    ("all-gather", 16, 2, "nvlink", 8.4 + 14 * 3.4 + 1 * 9.6),
+    ("all-reduce", 8, 1, "nvlink", 8.4 + 14 * 3.4),  # ring 56 µs beats the tree's 2 · 7 · 28 = 392 µs
+    ("all-reduce", 1024, 128, "nvlink", 2 * (7 * 28 + 7 * 50)),  # tree 1,092 µs; ring (8.4 + 1792·3.4 + 254·9.6)·1.9
+    ("broadcast", 64, 8, "nvlink", 8.4 + 9.6),
+])
+def test_collective_latency_follows_nccl_tuning(kind: str, ranks: int, nodes: int, link: str, micros: float) -> None:
+    assert latency_seconds(kind, ranks, nodes, link) == pytest.approx(micros * 1e-6)
+
+
+def test_latency_grows_with_ranks_in_a_zero_step() -> None:
+    """InternEvo broadcasts the updated shards once per ZeRO rank: its exposed α grows with the rank count."""
+    job = Job(model="internlm-7b", tokens_per_sample=2048, batch_size=8 * 8, gradient_accumulation_steps=4)
+    arch, gpu = get_architecture("internlm-7b"), get_gpu("NVIDIA-A100-SXM4-80GB")
+    exposed = [tp.communication(job.model_copy(update={"batch_size": 8 * n}), arch,
+                                Placement(gpu_model=gpu.name, number_gpus=n, strategy="zero1"), gpu, 50.0,
+                                stack_for("internevo")).exposed for n in (64, 128)]
+    # the ring's parameter bytes per GPU change only through (n-1)/n; the broadcasts add 64 × (8.4 + 9.6) µs
+    assert exposed[1] - exposed[0] == pytest.approx(
+        64 * 18e-6 + (127 / 128 - 63 / 64) * arch.total_params * 2 / (50e9 * 0.8), rel=1e-6)
+
+
+def test_selective_checkpointing_recomputes_a_share_of_the_layers() -> None:
+    """Llama-3.1-8B, 4,096 tokens: 7,504,658,432 matmul weights (32 · 218,103,808 + the 128,256 · 4096 head),
+    attention 4 · 32 · 4096 · 4096 / 2 per token forward, backward 2.5 ×. Half the layers recomputed: 6N + N,
+    attention × (3.5 + 0.5)."""
+    job = Job(model="llama3.1-8b", tokens_per_sample=4096, batch_size=8)
+    n, attention = 7_504_658_432, 4 * 32 * 4096 * 4096 / 2
+    assert tp.flops_parts(job, recompute=0.5) == pytest.approx((7 * n, 4 * attention), rel=1e-9)
+    assert tp.flops_parts(job) == pytest.approx((8 * n, 4.5 * attention), rel=1e-9)  # checkpointing: all layers
+    full = tp.estimate_throughput(job, Placement(gpu_model="H100"))
+    half = tp.estimate_throughput(job, Placement(gpu_model="H100"), recompute=0.5)
+    assert half.tokens_per_second > full.tokens_per_second
+
+
+@pytest.mark.parametrize("gpu, expected", [
+    ("NVIDIA-A100-SXM4-80GB", 3 * (0.59 / 0.51 - 1)), ("NVIDIA-H100-80GB-HBM3", 3 * (0.40 / 0.35 - 1)),
+])
+def test_recompute_share_from_the_stated_mfu_and_hfu(gpu: str, expected: float) -> None:
+    """fms-fsdp 13B with selective checkpointing: MFU 0.51 / HFU 0.59 (A100), 0.35 / 0.40 (H100)."""
+    row = pd.Series({"kernels": "selective activation checkpointing", "gpu_model": gpu,
+                     "notes": "MFU (A100 80G)=0.51, HFU (A100 80G)=0.59, MFU (H100 80G)=0.35, HFU (H100 80G)=0.40"})
+    assert tf.stated_recompute(row) == pytest.approx(expected)
+    assert pd.isna(tf.stated_recompute(row.drop("kernels")))
+
+
+def test_zero_inside_the_node_syncs_parameters_over_nvlink() -> None:
+    """InternEvo zero1=8 on 64 A100 (8 nodes, 50 GB/s each): the exposed parameter sync is a ring inside the node
+    at NVLink's 300 GB/s × 0.8 over 8 ranks, plus 8 broadcasts of (8.4 + 3.4) µs; zero1=-1 rings over all 64 at the
+    NIC's 50 GB/s × 0.8 (and 64 broadcasts of (8.4 + 9.6) µs)."""
+    job = Job(model="internlm-7b", tokens_per_sample=2048, batch_size=8 * 64, gradient_accumulation_steps=4)
+    arch, gpu = get_architecture("internlm-7b"), get_gpu("NVIDIA-A100-SXM4-80GB")
+    place = Placement(gpu_model=gpu.name, number_gpus=64, strategy="zero1")
+    shard = arch.total_params * 2
+    node = tp.communication(job, arch, place, gpu, 50.0, stack_for("internevo"), zero_group=8)
+    everyone = tp.communication(job, arch, place, gpu, 50.0, stack_for("internevo"))
+    assert node.exposed == pytest.approx(7 / 8 * shard / 240e9 + 8 * 11.8e-6, rel=1e-6)
+    assert everyone.exposed == pytest.approx(63 / 64 * shard / 40e9 + 64 * 18e-6, rel=1e-6)

@@ -42,16 +42,29 @@ K_GRID = [0.0] + [float(v) for v in np.geomspace(0.05, 50, 31)]  # memory-bound 
 A_GRID = [0.0] + [float(v) for v in np.geomspace(0.02, 5, 25)]  # attention extra cost
 PHI_GRID = [float(v) for v in np.linspace(0.0, 1.0, 11)]  # fused-kernel stacks' share of the memory-bound term
 METHODS = ("full", "lora", "qlora")
-EXTRAS = ("fused", "moe", "kernels", "compiled")  # multiplicative factors F, M, S, C (0/1 features)
+EXTRAS = ("fused", "moe", "kernels", "compiled", "fp8")  # multiplicative factors F, M, S, C, P (0/1 features)
 _LINK = re.compile(r"(\d+(?:\.\d+)?)\s*Gbps node-node", re.IGNORECASE)
 _VP = re.compile(r"\bVP[ =](\d+)")
+_ZERO_GROUP = re.compile(r"\bzero1=(\d+)")  # InternEvo's ZeRO group size (zero1=-1: all data-parallel ranks)
+# fms-fsdp states MFU and HFU per GPU next to each table cell ("MFU (A100 80G)=0.51, HFU (A100 80G)=0.59")
+_MFU_HFU = re.compile(r"MFU \((A100|H100) 80G\)=([\d.]+), HFU \(\1 80G\)=([\d.]+)")
 # Node-to-node links of clusters a source names but whose rows do not restate the link (GB/s per node).
 # dgxc-benchmarking runs on NVIDIA DGX Cloud H100 nodes: DGX H100 has 8 ConnectX-7 400 Gb/s InfiniBand ports for
 # the compute fabric (NVIDIA DGX H100 user guide, "Network ports"): 8 x 400 / 8 = 400 GB/s per node.
-ASSUMED_LINKS = {"dgxc-benchmarking": 400.0}
+# nemo-megatron-bridge-perf's NeMo 24.07 tables are measured on DGX-H100 systems (the same fabric).
+ASSUMED_LINKS = {"dgxc-benchmarking": 400.0, "nemo-megatron-bridge-perf": 400.0}
+# Campaigns that do not name their network but run on a GPU whose clusters are built one way: llm-foundry's H100
+# tables (MosaicML platform, January 2024) state no interconnect; H100 training clusters follow NVIDIA's HGX / DGX
+# H100 reference design of one 400 Gb/s InfiniBand or RoCE NIC per GPU (NVIDIA DGX SuperPOD H100 reference
+# architecture), 400 GB/s per node. An assumption, stated in docs/accuracy.md.
+ASSUMED_CAMPAIGN_LINKS = {"llm-foundry/llmfoundry_mpt_train_benchmarks.csv:H100": 400.0}
 # Data strategies outside the Job schema -> the Job strategy with the same sharding.
-STRATEGIES = {"megatron": "zero1"}
-PRECISION_NOT_MODELLED = ("fp8", "amp_fp8", "mxfp8", "nvfp4", "fp8-cs", "fp8-mx")
+STRATEGIES = {"megatron": "zero1", "megatron-fsdp": "fsdp"}  # Megatron-FSDP: parameters, grads, states sharded
+# FP8 recipes (Job.fp8): TE delayed / current scaling, MXFP8 block scaling (Blackwell), llm-foundry amp_fp8.
+# NVFP4 (4-bit) and cells whose precision the source leaves open are not modelled.
+PRECISION_FP8 = ("fp8", "amp_fp8", "mxfp8", "fp8-cs", "fp8-mx", "fp8-cs (fp8-mx)")
+PRECISION_NOT_MODELLED = ("nvfp4", "not stated (fp8 per the page text for most rows)")
+
 
 
 @dataclass(frozen=True)
@@ -69,8 +82,8 @@ class Shape:
                 + ", X0, F, M")
 
 
-SHIPPED = Shape()
-VARIANTS = (Shape(True, False, False), Shape(True, True, True), Shape(False, True, False), Shape(False, True, True))
+SHIPPED = Shape(attention_term=False)  # attention is priced by its kernel (throughput.ATTENTION_EFFICIENCY)
+VARIANTS = (Shape(True, False, False), Shape(True, True, False), Shape(False, True, False), Shape(False, True, True))
 
 
 def inter_node_gbps(campaign: str, source: str = "") -> float:
@@ -79,6 +92,9 @@ def inter_node_gbps(campaign: str, source: str = "") -> float:
     found = _LINK.search(campaign or "")
     if found:
         return float(found.group(1)) / 8
+    for prefix, gbps in ASSUMED_CAMPAIGN_LINKS.items():
+        if (campaign or "").startswith(prefix):
+            return gbps
     return ASSUMED_LINKS.get(source, tp.INTER_NODE_BANDWIDTH_GBPS)
 
 
@@ -89,10 +105,24 @@ def _inputs(row: pd.Series) -> tuple[Job, Placement, str]:
     if precision in PRECISION_NOT_MODELLED:
         raise ValueError(f"compute precision {precision} not modelled")
     data = row.to_dict()
+    if str(data.get("expert_parallel") or "") not in ("", "nan", "1", "1.0"):
+        raise ValueError("expert parallelism not modelled")
+    if stack in ("nemo", "megatron") and str(data.get("packing")) in ("1", "1.0", "True"):
+        # NeMo packed SFT attends within each packed sample (THD layout, cu_seqlens: NeMo docs "Sequence Packing");
+        # the samples' lengths are not stated, so the attention FLOPs are unknown
+        raise ValueError("packed sequences with per-sample attention not modelled")
     if stack in STACKS:
         data["framework"] = "hf-trainer"
+        data["gradient_accumulation_steps"] = _megatron_accumulation(data)
+        if stack in ("nemo", "megatron") and _missing(data.get("gradient_checkpointing")):
+            data["gradient_checkpointing"] = 0  # Megatron-LM --recompute-granularity defaults to None: no recompute
     data["strategy"] = STRATEGIES.get(str(data.get("strategy") or ""), data.get("strategy"))
+    if precision in PRECISION_FP8:  # FP8 GEMMs inside BF16 training (llm-foundry amp_fp8: autocast BF16 + TE FP8)
+        data["dtype"] = str(data.get("dtype") or "bf16").replace("fp8", "bf16")
+        data["amp"] = str(data.get("amp") or "").replace("fp8", "bf16") or data.get("amp")
     job, place = row_to_inputs(data)
+    if precision in PRECISION_FP8:
+        job = job.model_copy(update={"fp8": True})
     if "torch.compile" in str(data.get("kernels") or "") and not job.torch_compile:
         job = job.model_copy(update={"torch_compile": True})
     layout = {c: int(data[c]) for c, key in (("tensor_parallel", "tp"), ("pipeline_parallel", "pp"))
@@ -102,6 +132,39 @@ def _inputs(row: pd.Series) -> tuple[Job, Placement, str]:
         place = Placement(**{**place.model_dump(), "tp": layout.get("tensor_parallel", 1),
                              "pp": layout.get("pipeline_parallel", 1), "virtual_pp": int(vp.group(1)) if vp else 1})
     return job, place, stack if stack in STACKS else "hf"
+
+
+def _megatron_accumulation(data: dict[str, object]) -> object:
+    """A row that states the global and the micro batch but no accumulation: Megatron's GBS = MBS · GA · DP with
+    DP = GPUs / (TP · PP · CP) (Megatron-LM arguments: num_micro_batches = GBS / (MBS · DP))."""
+    ga, mbs = data.get("gradient_accumulation_steps"), data.get("per_device_batch_size")
+    if not _missing(ga) or _missing(mbs):
+        return ga
+    degrees = [1 if _missing(data.get(c)) else int(float(str(data.get(c))))
+               for c in ("tensor_parallel", "pipeline_parallel", "context_parallel")]
+    dp = int(float(str(data["number_gpus"]))) // math.prod(degrees)
+    return max(1, int(float(str(data["batch_size"]))) // (int(float(str(mbs))) * max(dp, 1)))
+
+
+def _missing(value: object) -> bool:
+    return value is None or str(value) in ("", "nan")
+
+
+def stated_recompute(row: pd.Series) -> float:
+    """The share of layers a selective-checkpointing row recomputes, from the MFU and HFU its source states for
+    its GPU: HFU counts the recomputed forward (2 of the 6 FLOPs per weight per token), so HFU / MFU = 1 + f / 3
+    (fms-fsdp README: "HFU ... includes the recomputation"). NaN when the row is not selective or states neither."""
+    if "selective" not in str(row.get("kernels") or ""):
+        return math.nan
+    gpu = "H100" if "H100" in str(row.get("gpu_model")) else "A100"
+    for tag, mfu, hfu in _MFU_HFU.findall(str(row.get("notes") or "")):
+        if tag == gpu and float(mfu) > 0:
+            return min(max(3.0 * (float(hfu) / float(mfu) - 1.0), 0.0), 1.0)
+    return math.nan
+
+
+def _recompute(value: object) -> float | None:
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(str(value))
 
 
 def throughput_rows(frame: pd.DataFrame) -> pd.DataFrame:
@@ -123,15 +186,22 @@ def throughput_rows(frame: pd.DataFrame) -> pd.DataFrame:
             continue
         link = inter_node_gbps(str(row.get("campaign", "")), str(row["source"]))
         profile = stack_for(stack if stack != "hf" else job.framework)
-        implied = tp.implied_efficiency(job, place, float(row["tokens_per_second"]), link, profile)
+        recompute = stated_recompute(row)
+        found = _ZERO_GROUP.search(str(row.get("kernels") or ""))
+        group = int(found.group(1)) if found and int(found.group(1)) > 1 else None
+        implied = tp.implied_efficiency(job, place, float(row["tokens_per_second"]), link, profile,
+                                        _recompute(recompute), group)
         records.append({
             "source": row["source"], "framework": stack if stack != "hf" else job.framework, "gpu": gpu.name,
             "model": job.model, "stack": profile.name,
             "method": job.method, "job": job, "placement": place, "family": gpu.architecture,
             "fused": tp.fused_kernels(job), "moe": arch.is_moe, "x": tp.micro_batch_tokens(job, place),
-            "kernels": profile.fused_kernels, "compiled": bool(job.torch_compile), "gpus": place.number_gpus,
+            "kernels": profile.fused_kernels, "compiled": bool(job.torch_compile), "fp8": job.fp8,
+            "gpus": place.number_gpus,
             "layout": str(row.get("kernels") or ""),
-            "q": tp.ridge_over_hidden(job, gpu, arch), "a": tp.attention_share(job, arch), "link": link,
+            "q": tp.ridge_over_hidden(job, gpu, arch, _recompute(recompute)),
+            "a": tp.attention_share(job, arch, _recompute(recompute)), "link": link, "recompute": recompute,
+            "zero_group": group,
             "implied": implied if implied is not None else math.nan, "measured": float(row["tokens_per_second"]),
         })
     out = pd.DataFrame.from_records(records)
@@ -143,7 +213,7 @@ def _field(exc: Exception) -> str:
     """The input a refusal names: AutoconfError.field, or the first location of a pydantic error."""
     if isinstance(exc, ValidationError) and exc.errors():
         return str(exc.errors()[0]["loc"][0])
-    if not isinstance(exc, AutoconfError) and "compute precision" in str(exc):
+    if not isinstance(exc, AutoconfError) and ("compute precision" in str(exc) or "not modelled" in str(exc)):
         return str(exc).removesuffix(" not modelled")
     return str(getattr(exc, "field", "") or type(exc).__name__)
 
@@ -203,15 +273,23 @@ def fit_efficiency(rows: pd.DataFrame, shape: Shape = SHIPPED, fitted_on: str = 
         by_method[method] = math.exp(sum(n * math.log(e) for e, n in pooled) / sum(n for _, n in pooled))
     by_group = {g: v for g, v in values.items() if shape.by_generation}
     return tp.EfficiencyFit(by_group, by_method, x0, factor["fused"], factor["moe"], len(rows), k, alpha, fitted_on,
-                            factor["kernels"], factor["compiled"], phi)
+                            factor["kernels"], factor["compiled"], phi, factor["fp8"])
 
 
 def predict(rows: pd.DataFrame, params: tp.EfficiencyFit) -> np.ndarray:
     """Whole-job tokens/s of each row with the given constants (the row's interconnect)."""
+    recompute = rows["recompute"] if "recompute" in rows else pd.Series(math.nan, index=rows.index)
+    groups = rows["zero_group"] if "zero_group" in rows else pd.Series(None, index=rows.index, dtype=object)
     return np.array([
-        tp.estimate_throughput(job, place, fit=params, inter_node_gbps=link, stack=stack).tokens_per_second
-        for job, place, link, stack in zip(rows["job"], rows["placement"], rows["link"], rows["stack"], strict=True)
+        tp.estimate_throughput(job, place, fit=params, inter_node_gbps=link, stack=stack,
+                               recompute=_recompute(again), zero_group=_group(group)).tokens_per_second
+        for job, place, link, stack, again, group in zip(rows["job"], rows["placement"], rows["link"], rows["stack"],
+                                                         recompute, groups, strict=True)
     ])
+
+
+def _group(value: object) -> int | None:
+    return None if value is None or pd.isna(value) else int(float(str(value)))
 
 
 def held_out_predictions(rows: pd.DataFrame, by: str, shape: Shape = SHIPPED) -> np.ndarray:
@@ -236,6 +314,6 @@ def fitted_block(params: tp.EfficiencyFit) -> str:
         f"moe_factor={params.moe_factor:.4f}, rows={params.rows},\n"
         f"    memory_bound={params.memory_bound:.4f}, attention_cost={params.attention_cost:.4f},\n"
         f"    stack_factor={params.stack_factor:.4f}, compile_factor={params.compile_factor:.4f}, "
-        f"fused_memory_share={params.fused_memory_share:.2f},\n"
+        f"fused_memory_share={params.fused_memory_share:.2f}, fp8_factor={params.fp8_factor:.4f},\n"
         f"    fitted_on={params.fitted_on!r},\n)"
     )

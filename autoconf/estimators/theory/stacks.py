@@ -16,6 +16,13 @@ The profile says *what* a stack does, with a source per claim; *how much* each b
   expose it.
 - tp_overlap: tensor-parallel collectives overlapped with the GEMMs (Transformer Engine userbuffers,
   ``tp_comm_overlap`` in NeMo's performance recipes); without it they are exposed.
+- bucket_params / bucket_params_per_rank: gradient bucket size in parameters (each bucket is one collective call,
+  so one latency α: theory/collectives.py); 0 = the HF defaults (PyTorch DDP ``bucket_cap_mb=25``; DeepSpeed
+  ZeRO-1/2 ``reduce_bucket_size`` = ``allgather_bucket_size`` = 5e8 elements).
+- attention_kernel: "cudnn" for Transformer Engine's cuDNN fused attention (NeMo / Megatron-Core recipes), whose
+  Hopper kernels are of FlashAttention-3's kind; "fa2" for FlashAttention-2 and PyTorch SDPA (everything else).
+- param_broadcast: the sharded optimizer's updated parameters reach the other ranks as one broadcast per rank
+  (InternEvo ``HybridZeroOptimizer.broadcast_params``) instead of bucketed all-gathers.
 """
 
 from __future__ import annotations
@@ -31,6 +38,21 @@ class Stack:
     tp_overlap: bool
     overlap_grad_reduce: bool = True
     source: str = ""
+    bucket_params: float = 0.0
+    bucket_params_per_rank: float = 0.0
+    param_broadcast: bool = False
+    attention_kernel: str = "fa2"  # throughput.ATTENTION_EFFICIENCY: "fa2" (FlashAttention-2 / SDPA) or "cudnn"
+
+
+DDP_BUCKET_BYTES = 25 * 2**20  # torch.nn.parallel.DistributedDataParallel(bucket_cap_mb=25)
+DEEPSPEED_BUCKET_PARAMS = 5e8  # DeepSpeed ZeRO config reduce_bucket_size / allgather_bucket_size defaults
+
+
+def bucket_params(stack: Stack, strategy: str, dp: int, width: int) -> float:
+    """Parameters per gradient bucket (one collective call each) of a stack under a data-parallel strategy."""
+    if stack.bucket_params or stack.bucket_params_per_rank:
+        return max(stack.bucket_params, stack.bucket_params_per_rank * dp)
+    return DEEPSPEED_BUCKET_PARAMS if strategy.startswith("zero") and strategy != "zero0" else DDP_BUCKET_BYTES / width
 
 
 _HF = Stack("hf", fused_kernels=False, overlap_param_gather=False, tp_overlap=False,
@@ -38,16 +60,21 @@ _HF = Stack("hf", fused_kernels=False, overlap_param_gather=False, tp_overlap=Fa
                    "buckets and FSDP prefetch overlap gradient reduction with backward")
 _MEGATRON = Stack("megatron", fused_kernels=True, overlap_param_gather=True, tp_overlap=True,
                   source="NVIDIA/NeMo performance recipes and dgxc-benchmarking configs: Transformer Engine layers, "
-                         "distributed optimizer with overlap_grad_reduce / overlap_param_gather, tp_comm_overlap")
+                         "distributed optimizer with overlap_grad_reduce / overlap_param_gather, tp_comm_overlap; "
+                         "Megatron-Core DistributedDataParallel bucket_size default max(4e7, 1e6 · dp) parameters",
+                  bucket_params=4e7, bucket_params_per_rank=1e6, attention_kernel="cudnn")
 STACKS: dict[str, Stack] = {
     "hf": _HF,
     "megatron": _MEGATRON,
-    "nemo": Stack("nemo", True, True, True, source=_MEGATRON.source),
+    "nemo": Stack("nemo", True, True, True, source=_MEGATRON.source, bucket_params=4e7, bucket_params_per_rank=1e6,
+                  attention_kernel="cudnn"),
     "internevo": Stack("internevo", fused_kernels=True, overlap_param_gather=False, tp_overlap=False,
                        source="InternLM/InternEvo configs/7B_sft.py and doc/en/train_performance.md: flash_attn "
                               "fused RMSNorm / rotary / MLP kernels (use_flash_attn=True); hybrid_zero_optimizer "
                               "overlap_sync_grad=True, overlap_sync_param=False (the parameter all-gather after the "
-                              "step is exposed)"),
+                              "step is exposed), reduce_bucket_size=512·1024·1024; broadcast_params: one broadcast "
+                              "per ZeRO rank (internlm/solver/optimizer/hybrid_zero_optim.py)",
+                       bucket_params=512 * 1024 * 1024, param_broadcast=True),
     "flash-attention": Stack("flash-attention", fused_kernels=True, overlap_param_gather=False, tp_overlap=False,
                              source="Dao-AILab/flash-attention training/README.md: FlashAttention plus fused MLP, "
                                     "dropout-add-LayerNorm, cross-entropy and rotary kernels; DDP"),

@@ -11,8 +11,9 @@ The embedding lookup costs no matmul FLOPs; the LM head does (V·h weights).
 
 The efficiency (fraction of the GPU's dense peak achieved on these FLOPs, recompute included) is fitted
 on the measured tokens/s rows of data/ (constants below; autoconf.evaluation.throughput_fit fits them). Communication
-(DDP all-reduce, ZeRO/FSDP reduce-scatter + all-gather, TP all-reduces) is computed from message sizes
-and link bandwidth; it is hidden behind compute when it can overlap, and only the excess is added.
+(DDP all-reduce, ZeRO/FSDP reduce-scatter + all-gather, TP all-reduces) is computed from message sizes, link
+bandwidth and NCCL's per-call latency (theory/communication.py, theory/collectives.py); it is hidden behind
+compute when it can overlap, and only the excess is added.
 """
 
 from __future__ import annotations
@@ -21,20 +22,32 @@ from dataclasses import dataclass
 
 from autoconf.catalog import Architecture, GPUSpec, get_architecture, get_gpu
 from autoconf.errors import InvalidInputError
+from autoconf.estimators.theory.communication import (  # re-exported: the throughput model's public names
+    COLLECTIVE_EFFICIENCY as COLLECTIVE_EFFICIENCY,
+)
+from autoconf.estimators.theory.communication import COMM_BYTES as COMM_BYTES
+from autoconf.estimators.theory.communication import INTER_NODE_BANDWIDTH_GBPS as INTER_NODE_BANDWIDTH_GBPS
+from autoconf.estimators.theory.communication import Communication as Communication
+from autoconf.estimators.theory.communication import _ring_seconds as _ring_seconds
+from autoconf.estimators.theory.communication import communication as communication
+from autoconf.estimators.theory.communication import intra_bandwidth as intra_bandwidth
+from autoconf.estimators.theory.communication import link_bandwidth as link_bandwidth
 from autoconf.estimators.theory.stacks import Stack, stack_for
 from autoconf.estimators.theory.states import trainable_params
 from autoconf.schema import Job, Placement, ThroughputEstimate
 
 # ---- fitted efficiency -----------------------------------------------------------------------------------
 # efficiency = E[GPU architecture, method] · x / (x + φX0) / (1 + φK · R / w) / (1 + α · a) · (F if fused) · (M if MoE)
-#              · (S if the stack fuses its element-wise kernels) · (C if torch.compile); φ = 1 for unfused stacks.
+#              · (S if the stack fuses its element-wise kernels) · (C if torch.compile) · (P if FP8 GEMMs);
+#              φ = 1 for unfused stacks. It prices the weight matmuls (at matmul_peak: with FP8, the FP8 peak on the
+#              decoder layers' GEMMs); attention runs at its kernel's published efficiency (ATTENTION_EFFICIENCY).
 # x: tokens of one micro-batch on one GPU; X0 a per-micro-batch fixed cost (optimizer step, launches, data
 # loader) in tokens of compute. R / h: the GPU's ridge point (dense peak FLOP/s over memory bytes/s, FLOPs per
 # byte) over the layer's matmul width w (h; an MoE expert's intermediate size if smaller): per token and
 # layer the matmuls cost ∝ h² FLOPs while norms, activations, softmax and residual adds move ∝ h bytes, so
 # the memory-bound share of the step grows as R / w (small models, MoE with narrow experts, and fast-compute
-# GPUs such as H100 with R ≈ 295 against A100's 153). a: attention's share of the counted FLOPs; α its extra
-# cost (flash/SDPA kernels, backward especially, run below the dense GEMM rate). F: the fused-loss kernel
+# GPUs such as H100 with R ≈ 295 against A100's 153). a: attention's share of the counted FLOPs; α an extra cost
+# on top of the attention kernel's own time (fitted 0 in the shipped shape: the kernel efficiency prices it). F: the fused-loss kernel
 # bundles (Job.loss_kernel fused-ce = fms-acceleration FOAK / flash_attn's fused CE in llm-foundry,
 # fused-linear-ce = Liger); M: HF's MoE blocks (per-expert loops, small GEMMs). Recompute FLOPs are counted,
 # so this is a hardware-FLOPs utilisation; the reported `mfu` is this assumed efficiency. A GPU architecture
@@ -61,47 +74,41 @@ class EfficiencyFit:
     # φ: a fused-kernel stack's time outside large GEMMs relative to an unfused one; it scales both the memory-bound
     # term K·R/w and the per-micro-batch overhead X0 (element-wise kernels, launches: what fusion removes)
     fused_memory_share: float = 1.0
+    fp8_factor: float = 1.0  # P: FP8 GEMMs' efficiency relative to the training dtype's (Job.fp8)
 
 
 FITTED = EfficiencyFit(
     by_group={},
-    by_method={'full': 1.0098, 'lora': 0.8906, 'qlora': 0.9062},
-    microbatch_tokens=2811.7, fused_loss_factor=1.1508, moe_factor=0.8274, rows=1409,
-    memory_bound=9.9763, attention_cost=0.9990,
-    stack_factor=0.5657, compile_factor=1.1616, fused_memory_share=0.00,
-    fitted_on='1409 ok non-duplicate tokens/s rows of data/measurements.csv (bench/throughput_accuracy.py --fit)',
+    by_method={'full': 1.0414, 'lora': 0.9163, 'qlora': 0.9181},
+    microbatch_tokens=2233.4, fused_loss_factor=1.1450, moe_factor=0.8847, rows=1492,
+    memory_bound=15.8114, attention_cost=0.0000,
+    stack_factor=0.5069, compile_factor=1.1116, fused_memory_share=0.00, fp8_factor=0.7562,
+    fitted_on='1492 ok non-duplicate tokens/s rows of data/measurements.csv (bench/throughput_accuracy.py --fit)',
 )
 # Those rows: fms-acceleration (A100-SXM4-80GB, L40; full, LoRA, QLoRA, dense and MoE), llm-foundry (MPT
 # 125m-70b pre-training on A100-40GB/80GB and H100, 8-512 GPUs), Liger (A100), NVIDIA DGX Cloud NeMo recipes
-# (H100, 8-2,304 GPUs, TP/PP/CP layouts, BF16), InternEvo (A100, 8-1,024 GPUs) and fms-fsdp (A100, H100).
+# (H100 and GB200, 8-2,304 GPUs, TP/PP/CP layouts, BF16 and FP8), NeMo 24.07 FP8 pre-training (H100), llm-foundry's
+# FP8 table (H100), InternEvo (A100, 8-1,024 GPUs) and fms-fsdp (A100, H100). P < 1: FP8 GEMMs reach 0.76 of the
+# fraction of their (doubled) peak that BF16 GEMMs reach of theirs (amax / cast / transpose kernels around them).
 # S < 1 with φ = 0: a fused-kernel stack (stacks.py) pays no memory-bound or per-micro-batch overhead term, and
-# its E·S is what is left (0.57 of the HF E: the plain GEMM-plus-attention efficiency of those stacks). No per-GPU-architecture E:
+# its E·S is what is left (0.51 of the HF E: the plain GEMM efficiency of those stacks). No per-GPU-architecture E:
 # fitted per architecture, the leave-one-source-out error was worse (docs/accuracy.md, throughput-theory);
 # the GPU enters through its peak, its ridge point R and its links. E > 1 is not an efficiency by itself:
-# the memory-bound and attention terms always divide it (a 7B model at 2,048 tokens: 0.71 on A100, 0.57 on H100
-# before the micro-batch term).
+# the memory-bound term always divides it (K · R / w: a 7B model's matmuls at 0.66 on A100, 0.49 on H100 before the
+# micro-batch term).
+# Attention (QKᵀ, softmax, AV) runs in its own kernel at a published fraction of the dense peak, not at the
+# fitted GEMM efficiency. FlashAttention-2 reaches "50-73 % of the theoretical maximum FLOPs/s on A100" (Dao 2023,
+# abstract) and "only 35 % utilization on the H100" (Shah et al. 2024, FlashAttention-3, abstract); FlashAttention-3
+# is "1.5-2.0×" faster on H100 (same abstract): 0.53-0.70, the class of Transformer Engine's cuDNN fused attention.
+# Each value is the middle of its published range (0.615; 0.35; 0.6125). Ada runs Ampere's FlashAttention-2 kernels
+# and Blackwell is given Hopper's: assumptions, no published figure. FLOPs as FlashAttention counts them (backward
+# 2.5 × forward: throughput.flops_parts).
+ATTENTION_EFFICIENCY = {
+    ("Ampere", "fa2"): 0.615, ("Ampere", "cudnn"): 0.615, ("Ada Lovelace", "fa2"): 0.615,
+    ("Ada Lovelace", "cudnn"): 0.615, ("Hopper", "fa2"): 0.35, ("Hopper", "cudnn"): 0.6125,
+    ("Blackwell", "fa2"): 0.35, ("Blackwell", "cudnn"): 0.6125,
+}
 MAX_EFFICIENCY = 0.95  # no kernel mix sustains more than ~95 % of the dense tensor-core peak
-
-# ---- communication constants ----------------------------------------------------------------------------
-# Inter-node bandwidth per node, one direction, GB/s: two 100 Gb/s Ethernet NICs per node (IBM's Vela
-# cloud, where ado's measurements run: IBM Research blog "Why we built an AI supercomputer in the cloud",
-# 2023). An assumption: pass inter_node_gbps for InfiniBand clusters (DGX H100: 8 × 400 Gb/s = 400 GB/s).
-INTER_NODE_BANDWIDTH_GBPS = 25.0
-# NCCL ring collectives reach ~80 % of the nominal link rate as bus bandwidth (nccl-tests' busbw on
-# NVLink and PCIe systems); an assumption applied to both intra- and inter-node links.
-COLLECTIVE_EFFICIENCY = 0.8
-# Collectives move parameters/gradients in the compute dtype: 2 bytes for bf16/fp16 and amp (FSDP
-# MixedPrecision param_dtype / reduce_dtype bf16 as accelerate configures it), 4 for pure fp32.
-COMM_BYTES = {"bf16": 2, "fp16": 2, "amp-bf16": 2, "amp-fp16": 2, "fp32": 4}
-
-
-@dataclass(frozen=True)
-class Communication:
-    """Seconds of collectives per optimizer step on one GPU."""
-
-    overlappable: float  # can run concurrently with compute (bucketed reduce, prefetched all-gather)
-    exposed: float  # cannot (ZeRO-1/2 parameter all-gather after the step, tensor-parallel all-reduces)
-
 
 def matmul_params(arch: Architecture) -> float:
     """Active weights that take part in a matmul per token: all but embedding lookups and norms."""
@@ -110,9 +117,19 @@ def matmul_params(arch: Architecture) -> float:
     return float(arch.active_params - lookups - norms)
 
 
-def flops_parts(job: Job, arch: Architecture | None = None) -> tuple[float, float]:
+def recompute_fraction(job: Job, recompute: float | None = None) -> float:
+    """Share of the decoder layers whose forward is recomputed in backward: ``recompute`` when given (selective
+    checkpointing of every k-th block: fms-fsdp ``selective_checkpointing``, InternEvo ``checkpoint=0.x``), else
+    1 with gradient checkpointing and 0 without."""
+    if recompute is not None:
+        return min(max(recompute, 0.0), 1.0)
+    return 1.0 if job.gradient_checkpointing else 0.0
+
+
+def flops_parts(job: Job, arch: Architecture | None = None, recompute: float | None = None) -> tuple[float, float]:
     """Training FLOPs per token as (weight matmuls, attention scores + weighted sum), recompute included."""
     arch = arch or get_architecture(job.model)
+    again = recompute_fraction(job, recompute)
     n = matmul_params(arch)
     causal = 1.0 if job.attention == "eager" else 0.5
     attn_fwd = 4.0 * arch.num_layers * job.tokens_per_sample * arch.q_width * causal
@@ -121,19 +138,21 @@ def flops_parts(job: Job, arch: Architecture | None = None) -> tuple[float, floa
     else:
         adapters = float(trainable_params(job, arch))
         fwd, bwd = 2 * n + 2 * adapters, 2 * n + 4 * adapters  # input grads only through the frozen base
-    passes = 4.0 if job.gradient_checkpointing else 3.0  # forward, backward (2x), + forward recompute
-    return fwd + bwd + (fwd if job.gradient_checkpointing else 0.0), attn_fwd * passes
+    # forward, backward, + the recomputed layers' forward; a flash kernel's backward recomputes QKᵀ: 2.5 × its
+    # forward (FlashAttention-2 paper's FLOP count), eager autograd's backward 2 ×
+    passes = (3.0 if job.attention == "eager" else 3.5) + again
+    return fwd + bwd + again * fwd, attn_fwd * passes
 
 
-def flops_per_token(job: Job, arch: Architecture | None = None) -> float:
+def flops_per_token(job: Job, arch: Architecture | None = None, recompute: float | None = None) -> float:
     """Training FLOPs per token (forward + backward, + forward recompute with checkpointing)."""
-    matmuls, attention = flops_parts(job, arch)
+    matmuls, attention = flops_parts(job, arch, recompute)
     return matmuls + attention
 
 
-def attention_share(job: Job, arch: Architecture) -> float:
+def attention_share(job: Job, arch: Architecture, recompute: float | None = None) -> float:
     """Fraction of the counted FLOPs that are attention's QKᵀ and AV (grows with the sequence length)."""
-    matmuls, attention = flops_parts(job, arch)
+    matmuls, attention = flops_parts(job, arch, recompute)
     return attention / (matmuls + attention)
 
 
@@ -154,17 +173,18 @@ def matmul_width(arch: Architecture) -> int:
     return min(arch.hidden_size, arch.expert_intermediate_size) if arch.is_moe else arch.hidden_size
 
 
-def ridge_over_hidden(job: Job, gpu: GPUSpec, arch: Architecture) -> float:
+def ridge_over_hidden(job: Job, gpu: GPUSpec, arch: Architecture, recompute: float | None = None) -> float:
     """R / w: the GPU's dense peak FLOPs per byte of memory bandwidth, over the layer's matmul width.
 
     Tensor parallelism leaves the ratio alone when it shards the norms and activations too (Megatron's
     sequence parallelism): the matmul FLOPs and the element-wise bytes per GPU both shrink tp times.
     """
-    return peak_flops(gpu, job.dtype) / (gpu.memory_bandwidth_gbps * 1e9) / matmul_width(arch)
+    return job_peak(job, gpu, arch, recompute) / (gpu.memory_bandwidth_gbps * 1e9) / matmul_width(arch)
 
 
 def job_factor(
     job: Job, gpu: GPUSpec, arch: Architecture, fit: EfficiencyFit = FITTED, stack: Stack | None = None,
+    recompute: float | None = None,
 ) -> float:
     """Everything of the efficiency but the micro-batch term: E · memory-bound · attention · F · M · S · C.
 
@@ -173,36 +193,39 @@ def job_factor(
     stack = stack or stack_for(job.framework)
     base = fit.by_group.get((gpu.architecture, job.method), fit.by_method[job.method])
     share = fit.fused_memory_share if stack.fused_kernels else 1.0
-    base /= 1.0 + share * fit.memory_bound * ridge_over_hidden(job, gpu, arch)
-    base /= 1.0 + fit.attention_cost * attention_share(job, arch)
+    base /= 1.0 + share * fit.memory_bound * ridge_over_hidden(job, gpu, arch, recompute)
+    base /= 1.0 + fit.attention_cost * attention_share(job, arch, recompute)
     base *= fit.fused_loss_factor if fused_kernels(job) else 1.0
     base *= fit.stack_factor if stack.fused_kernels else 1.0
     base *= fit.compile_factor if job.torch_compile else 1.0
+    base *= fit.fp8_factor if job.fp8 else 1.0
     return base * (fit.moe_factor if arch.is_moe else 1.0)
 
 
 def efficiency(
     job: Job, placement: Placement, gpu: GPUSpec, arch: Architecture, fit: EfficiencyFit = FITTED,
-    stack: Stack | None = None,
+    stack: Stack | None = None, recompute: float | None = None,
 ) -> float:
     """Fraction of the dense peak reached on the counted FLOPs, from the fitted constants."""
     stack = stack or stack_for(job.framework)
     x = micro_batch_tokens(job, placement)
-    factor = job_factor(job, gpu, arch, fit, stack)
+    factor = job_factor(job, gpu, arch, fit, stack, recompute)
     x0 = fit.microbatch_tokens * (fit.fused_memory_share if stack.fused_kernels else 1.0)
     return min(factor * x / (x + x0), MAX_EFFICIENCY)
 
 
 def implied_efficiency(
     job: Job, placement: Placement, measured_tokens_per_second: float,
-    inter_node_gbps: float = INTER_NODE_BANDWIDTH_GBPS, stack: Stack | None = None,
+    inter_node_gbps: float = INTER_NODE_BANDWIDTH_GBPS, stack: Stack | None = None, recompute: float | None = None,
+    zero_group: int | None = None,
 ) -> float | None:
     """The efficiency that makes this model reproduce a measured tokens/s (None if comm-bound)."""
     arch, gpu = get_architecture(job.model), get_gpu(placement.gpu_model)
-    at_peak = compute_seconds(job, arch, placement, gpu, 1.0)
-    comm = communication(job, arch, placement, gpu, inter_node_gbps, stack)
+    at_peak = compute_seconds(job, arch, placement, gpu, 1.0, recompute, stack, matmuls_only=True)
+    attention = compute_seconds(job, arch, placement, gpu, 1.0, recompute, stack) - at_peak
+    comm = communication(job, arch, placement, gpu, inter_node_gbps, stack, zero_group)
     busy = job.batch_size * job.tokens_per_sample / measured_tokens_per_second - comm.exposed
-    return at_peak / busy if busy > comm.overlappable else None
+    return at_peak / (busy - attention) if busy > max(comm.overlappable, attention) else None
 
 
 def peak_flops(gpu: GPUSpec, dtype: str) -> float:
@@ -215,88 +238,67 @@ def peak_flops(gpu: GPUSpec, dtype: str) -> float:
     return peak * 1e12
 
 
-def _ring_seconds(num_bytes: float, ranks: int, bandwidth_gbps: float) -> float:
-    """One ring all-gather or reduce-scatter: each GPU sends (N-1)/N of the buffer."""
-    if ranks <= 1 or num_bytes <= 0:
-        return 0.0
-    return (ranks - 1) / ranks * num_bytes / (bandwidth_gbps * 1e9 * COLLECTIVE_EFFICIENCY)
+def job_peak(job: Job, gpu: GPUSpec, arch: Architecture, recompute: float | None = None) -> float:
+    """The dense peak the job's FLOPs run at, FLOP/s: the training dtype's, or with FP8 the harmonic blend of
+    the FP8 peak on the decoder layers' weight matmuls and the dtype's peak on attention and the LM head.
 
-
-def intra_bandwidth(gpu: GPUSpec, placement: Placement) -> float:
-    """GB/s per GPU inside a node: the Placement's figure, else the GPU's NVLink / PCIe link."""
-    return placement.intra_node_gbps or gpu.intra_node_bandwidth_gbps
-
-
-def link_bandwidth(gpu: GPUSpec, placement: Placement, inter_node_gbps: float) -> float:
-    """Bottleneck bandwidth of a data-parallel ring: the NIC as soon as the ring leaves the node.
-
-    A ring that spans nodes enters and leaves each node once, so it runs at the node's network bandwidth
-    (NCCL spreads its channels over all of a node's NICs) unless the in-node link is slower.
+    Transformer Engine's FP8 recipes (NeMo / Megatron-Core, llm-foundry ``fc_type: te``) cast the inputs of
+    te.Linear layers (QKV, output projection, MLP: forward, data- and weight-gradient GEMMs) to FP8; the core
+    attention (flash / cuDNN) and Megatron's output layer stay in BF16 (TE docs, "Using FP8 with Transformer
+    Engine"; Megatron-Core ``--fp8-format``). A Blackwell MXFP8 recipe scales the same GEMMs by blocks.
     """
-    intra = intra_bandwidth(gpu, placement)
-    # data-parallel ranks sit tp·pp GPUs apart: with tp·pp ≥ the node size, even dp = 2 leaves the node
-    spread = placement.workers > 1 and placement.dp > 1
-    return min(intra, placement.inter_node_gbps or inter_node_gbps) if spread else intra
+    dtype_peak = peak_flops(gpu, job.dtype)
+    if not job.fp8:
+        return dtype_peak
+    if not gpu.fp8_tflops:
+        raise InvalidInputError("fp8", f"needs FP8 tensor cores; {gpu.name} has no FP8 TFLOPS in the catalogue "
+                                       "(Hopper, Ada and Blackwell have)")
+    matmuls, attention = flops_parts(job, arch, recompute)
+    layers = matmuls * (1.0 - arch.vocab_size * arch.hidden_size / matmul_params(arch))
+    return (matmuls + attention) / (layers / (gpu.fp8_tflops * 1e12) + (matmuls - layers + attention) / dtype_peak)
 
 
-def communication(
-    job: Job, arch: Architecture, placement: Placement, gpu: GPUSpec,
-    inter_node_gbps: float = INTER_NODE_BANDWIDTH_GBPS, stack: Stack | None = None,
-) -> Communication:
-    """Collective seconds per optimizer step (per GPU), by strategy and by what the stack overlaps."""
-    stack = stack or stack_for(job.framework)
-    strategy, dp, gas = placement.effective_strategy, placement.dp, job.gradient_accumulation_steps
-    width = COMM_BYTES[job.dtype]
-    shard = arch.total_params / placement.tp / placement.pp * width  # this rank's replica, bytes
-    grads = trainable_params(job, arch) / placement.tp / placement.pp * width
-    bw = link_bandwidth(gpu, placement, inter_node_gbps)
-    gather, scatter = _ring_seconds(shard, dp, bw), _ring_seconds(grads, dp, bw)
-    if strategy in ("ddp", "zero0"):
-        hidden, exposed = 2 * scatter, 0.0  # all-reduce once per step (no_sync while accumulating)
-    elif strategy in ("zero1", "zero2"):
-        hidden, exposed = scatter * (gas if strategy == "zero2" else 1), gather
-        if stack.overlap_param_gather:  # the updated shards are gathered during the next forward
-            hidden, exposed = hidden + gather, 0.0
-    elif strategy == "fsdp-shard-grad-op":
-        hidden, exposed = gas * (gather + scatter), 0.0
-    elif strategy == "fsdp-hybrid":
-        local = min(dp, placement.gpus_per_worker or min(placement.number_gpus, 8))
-        intra = gpu.intra_node_bandwidth_gbps
-        inner = 2 * _ring_seconds(shard, local, intra) + _ring_seconds(grads, local, intra)
-        outer = 2 * _ring_seconds(grads / local, placement.workers, min(intra, inter_node_gbps))
-        hidden, exposed = gas * inner + outer, 0.0
-    else:  # fsdp full shard, zero3: gather for forward and again for backward, reduce-scatter grads
-        hidden, exposed = gas * (2 * gather + scatter), 0.0
-    if not stack.overlap_grad_reduce:
-        hidden, exposed = 0.0, hidden + exposed
-    tensor = gas * _tensor_parallel_seconds(job, arch, placement, gpu)
-    return Communication(hidden + tensor, exposed) if stack.tp_overlap else Communication(hidden, exposed + tensor)
+def matmul_peak(job: Job, gpu: GPUSpec, arch: Architecture, recompute: float | None = None) -> float:
+    """job_peak over the weight matmuls alone (attention runs at its own kernel's rate: attention_seconds)."""
+    dtype_peak = peak_flops(gpu, job.dtype)
+    if not job.fp8:
+        return dtype_peak
+    job_peak(job, gpu, arch, recompute)  # refuses FP8 without FP8 tensor cores
+    matmuls, _ = flops_parts(job, arch, recompute)
+    layers = matmuls * (1.0 - arch.vocab_size * arch.hidden_size / matmul_params(arch))
+    return matmuls / (layers / (float(gpu.fp8_tflops or 0) * 1e12) + (matmuls - layers) / dtype_peak)
 
 
-def _tensor_parallel_seconds(job: Job, arch: Architecture, placement: Placement, gpu: GPUSpec) -> float:
-    """Megatron TP: 2 all-reduces of b·s·h activations per layer forward, 2 backward (+2 recompute)."""
-    if placement.tp <= 1:
-        return 0.0
-    micro = job.batch_size / (placement.dp * job.gradient_accumulation_steps)
-    message = micro * job.tokens_per_sample * arch.hidden_size * COMM_BYTES[job.dtype]
-    per_layer = 6 if job.gradient_checkpointing else 4
-    layers = -(-arch.num_layers // placement.pp)
-    return per_layer * layers * 2 * _ring_seconds(message, placement.tp, intra_bandwidth(gpu, placement))
+def attention_efficiency(gpu: GPUSpec, stack: Stack) -> float:
+    """ATTENTION_EFFICIENCY of the stack's attention kernel on the GPU's generation (older GPUs: Ampere's)."""
+    return ATTENTION_EFFICIENCY.get((gpu.architecture, stack.attention_kernel), ATTENTION_EFFICIENCY[("Ampere", "fa2")])
+
+
+def attention_seconds(job: Job, gpu: GPUSpec, arch: Architecture, stack: Stack | None = None,
+                      recompute: float | None = None) -> float:
+    """Seconds per token of attention FLOPs on one whole GPU, at the kernel's published efficiency and the dtype peak
+    (FP8 recipes keep attention in BF16)."""
+    _, attention = flops_parts(job, arch, recompute)
+    return attention / (peak_flops(gpu, job.dtype) * attention_efficiency(gpu, stack or stack_for(job.framework)))
 
 
 def compute_seconds(
-    job: Job, arch: Architecture, placement: Placement, gpu: GPUSpec, eff: float, flops: float | None = None
+    job: Job, arch: Architecture, placement: Placement, gpu: GPUSpec, eff: float, recompute: float | None = None,
+    stack: Stack | None = None, matmuls_only: bool = False,
 ) -> float:
-    """Seconds of matmul work per optimizer step on one GPU, with the pipeline bubble.
+    """Seconds of compute per optimizer step on one GPU: the matmuls at efficiency ``eff`` of matmul_peak, attention
+    at attention_seconds, with the pipeline bubble.
 
     1F1B with m micro-batches and p stages idles (p - 1) micro-batch slots per step; interleaving v model
     chunks per GPU shrinks each slot v times (Narayanan et al. 2021, §2.2.2): bubble = (p - 1) / (v · m).
     """
     tokens = job.batch_size * job.tokens_per_sample
-    per_token = flops if flops is not None else flops_per_token(job, arch)
-    seconds = tokens * per_token / (placement.number_gpus * peak_flops(gpu, job.dtype) * eff)
+    matmuls, _ = flops_parts(job, arch, recompute)
+    per_token = matmuls / (matmul_peak(job, gpu, arch, recompute) * eff)
+    if not matmuls_only:
+        per_token += attention_seconds(job, gpu, arch, stack, recompute)
     micro_batches = job.gradient_accumulation_steps
-    return seconds * (1 + (placement.pp - 1) / (placement.virtual_pp * micro_batches))
+    return tokens * per_token / placement.number_gpus * (1 + (placement.pp - 1) / (placement.virtual_pp * micro_batches))
 
 
 def step_seconds(compute: float, comm: Communication) -> float:
@@ -307,21 +309,24 @@ def step_seconds(compute: float, comm: Communication) -> float:
 def estimate_throughput(
     job: Job, placement: Placement, *, efficiency_override: float | None = None,
     inter_node_gbps: float = INTER_NODE_BANDWIDTH_GBPS, fit: EfficiencyFit = FITTED, stack: str | None = None,
+    recompute: float | None = None, zero_group: int | None = None,
 ) -> ThroughputEstimate:
     """Tokens/s of the whole job and per GPU, the assumed efficiency, and the step's parts.
 
-    ``stack`` names a throughput profile (stacks.STACKS); default: the Job's framework.
+    ``stack`` names a throughput profile (stacks.STACKS); default: the Job's framework. ``recompute``: the share
+    of layers recomputed under selective checkpointing (recompute_fraction); default: all with checkpointing.
+    ``zero_group``: ZeRO-1/2 inside groups of that many data-parallel ranks (communication.communication).
     """
     arch, gpu = get_architecture(job.model), get_gpu(placement.gpu_model)
-    peak_flops(gpu, job.dtype)  # a GPU without a published peak is refused before anything else
+    job_peak(job, gpu, arch)  # a GPU without a published peak (or FP8 without FP8 tensor cores) is refused first
     profile = stack_for(stack or job.framework)
     eff = efficiency_override if efficiency_override is not None else efficiency(
-        job, placement, gpu, arch, fit, profile)
+        job, placement, gpu, arch, fit, profile, recompute)
     if not 0 < eff <= 1:
         raise InvalidInputError("efficiency", f"must be in (0, 1]; got {eff}")
-    flops = flops_per_token(job, arch)
-    compute = compute_seconds(job, arch, placement, gpu, eff, flops)
-    comm = communication(job, arch, placement, gpu, inter_node_gbps, profile)
+    flops = flops_per_token(job, arch, recompute)
+    compute = compute_seconds(job, arch, placement, gpu, eff, recompute, profile)
+    comm = communication(job, arch, placement, gpu, inter_node_gbps, profile, zero_group)
     step = step_seconds(compute, comm)
     tps = job.batch_size * job.tokens_per_sample / step
     return ThroughputEstimate(
@@ -332,7 +337,8 @@ def estimate_throughput(
 
 
 def throughput_or_none(job: Job, placement: Placement) -> ThroughputEstimate | None:
-    """estimate_throughput, or None when the GPU has no published peak for the dtype (A10G, V100 bf16)."""
-    if not get_gpu(placement.gpu_model).peak_tflops(job.dtype):
+    """estimate_throughput, or None when the GPU has no published peak for the dtype (A10G, V100 bf16) or for FP8."""
+    gpu = get_gpu(placement.gpu_model)
+    if not gpu.peak_tflops(job.dtype) or (job.fp8 and not gpu.fp8_tflops):
         return None
     return estimate_throughput(job, placement)

@@ -1,0 +1,51 @@
+"""The latency (α) of a NCCL collective call, by algorithm, rank count and node count.
+
+A collective of N bytes over n ranks costs α + β·N: the bandwidth part β·N is throughput._ring_seconds; this
+module is α, the fixed cost of one call, which grows with the number of ranks a ring passes through and does not
+shrink with the message. It follows NCCL's own cost model, the one NCCL uses to pick an algorithm
+(NVIDIA/nccl src/graph/tuning.cc, ``ncclTopoTuneModel`` and ``ncclTopoGetAlgoTime``, NCCL 2.8; commit 01afd20):
+
+- a ring all-gather or reduce-scatter takes n - 1 steps, of which nodes - 1 cross the network; an all-reduce
+  2(n - 1) steps, 2(nodes - 1) of them between nodes; latency = base + intra steps · intra hop + inter steps · net
+  hop, and a multi-node ring all-reduce of a large message is 1.9 × that ("plateau effect of ring");
+- a tree all-reduce (NCCL's other algorithm for all-reduce) costs 2 · ((ranks per node - 1) · intra hop
+  + floor(log2(nodes)) · net hop) with the tree hop latencies; NCCL takes whichever of ring and tree is faster;
+  their bandwidth terms are about equal for large messages (tree: half the bus bandwidth, ring: n / 2(n - 1)
+  of it), so the choice is the smaller latency: the ring inside a node and on a few nodes, the tree at scale;
+- a broadcast over a ring whose channels are the same on every rank costs base + one hop.
+
+Every constant is the Simple protocol's, the one NCCL picks for the megabyte buckets and layer shards of
+training (LL and LL128 carry small messages). Microseconds.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+Collective = Literal["all-gather", "reduce-scatter", "all-reduce", "broadcast"]
+
+RING_BASE_US = 8.4  # baseLat[Ring][Simple]
+RING_HOP_US = {"nvlink": 3.4, "pcie": 5.7, "net": 9.6}  # hwLat[NVLINK | PCI | NET][Ring][Simple]
+TREE_HOP_US = {"nvlink": 28.0, "pcie": 28.0, "net": 50.0}  # hwLat[...][Tree][Simple] (baseLat[Tree][Simple] = 0)
+RING_PLATEAU = 1.9  # multi-node ring all-reduce of a large message: latency × 1.9
+
+
+def latency_seconds(kind: Collective, ranks: int, nodes: int, link: str) -> float:
+    """α of one collective call over ``ranks`` GPUs spread on ``nodes`` nodes; ``link`` the in-node link
+    ("nvlink" or "pcie"). 0 for a single rank."""
+    if ranks <= 1:
+        return 0.0
+    nodes = max(1, min(nodes, ranks))
+    intra = RING_HOP_US["nvlink" if link == "nvlink" else "pcie"]
+    net = RING_HOP_US["net"]
+    if kind == "broadcast":
+        return (RING_BASE_US + (net if nodes > 1 else intra)) * 1e-6
+    if kind in ("all-gather", "reduce-scatter"):
+        steps, inter = ranks - 1, nodes - 1
+        return (RING_BASE_US + (steps - inter) * intra + inter * net) * 1e-6
+    steps, inter = 2 * (ranks - 1), 2 * (nodes - 1)
+    ring = (RING_BASE_US + (steps - inter) * intra + inter * net) * (RING_PLATEAU if nodes > 1 else 1.0)
+    tree_intra = TREE_HOP_US["nvlink" if link == "nvlink" else "pcie"]
+    tree = 2 * ((ranks / nodes - 1) * tree_intra + math.floor(math.log2(nodes)) * TREE_HOP_US["net"])
+    return min(ring, tree) * 1e-6

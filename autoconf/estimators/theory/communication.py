@@ -1,0 +1,157 @@
+"""Collective seconds per optimizer step: bandwidth (β) and latency (α) of each collective a strategy issues.
+
+Bandwidth: a ring all-gather or reduce-scatter sends (n - 1)/n of the buffer from every GPU at the link's bus
+bandwidth (an all-reduce is both). Latency: every collective *call* costs α (theory/collectives.py, NCCL's
+cost model), so what matters is how many calls a strategy makes per step:
+
+- FSDP wraps each decoder layer as one unit (accelerate's TRANSFORMER_BASED_WRAP, fms-fsdp's block wrap): per
+  micro-step one all-gather per unit for forward, one for backward and one reduce-scatter (SHARD_GRAD_OP keeps
+  the forward gather: one all-gather); HSDP adds one all-reduce per unit across the replicas.
+- DDP, ZeRO-1/2 and Megatron's distributed optimizer reduce gradients in buckets (stacks.bucket_params): one
+  all-reduce (DDP) or reduce-scatter (ZeRO) per bucket, and ZeRO gathers the updated parameters per bucket (or,
+  InternEvo, one broadcast per ZeRO rank: stacks.Stack.param_broadcast).
+- Megatron TP: two all-reduces of the activations per layer forward, two backward, two more with recompute.
+
+What overlaps is the stack's (stacks.py): overlappable collectives hide behind compute, the rest add to the step.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from autoconf.catalog import Architecture, GPUSpec
+from autoconf.estimators.theory.collectives import Collective, latency_seconds
+from autoconf.estimators.theory.stacks import Stack, bucket_params, stack_for
+from autoconf.estimators.theory.states import trainable_params
+from autoconf.schema import Job, Placement
+
+# Inter-node bandwidth per node, one direction, GB/s: two 100 Gb/s Ethernet NICs per node (IBM's Vela
+# cloud, where ado's measurements run: IBM Research blog "Why we built an AI supercomputer in the cloud",
+# 2023). An assumption: pass inter_node_gbps for InfiniBand clusters (DGX H100: 8 × 400 Gb/s = 400 GB/s).
+INTER_NODE_BANDWIDTH_GBPS = 25.0
+# NCCL ring collectives reach ~80 % of the nominal link rate as bus bandwidth (nccl-tests' busbw on
+# NVLink and PCIe systems); an assumption applied to both intra- and inter-node links.
+COLLECTIVE_EFFICIENCY = 0.8
+# Collectives move parameters/gradients in the compute dtype: 2 bytes for bf16/fp16 and amp (FSDP
+# MixedPrecision param_dtype / reduce_dtype bf16 as accelerate configures it), 4 for pure fp32.
+COMM_BYTES = {"bf16": 2, "fp16": 2, "amp-bf16": 2, "amp-fp16": 2, "fp32": 4}
+
+
+@dataclass(frozen=True)
+class Communication:
+    """Seconds of collectives per optimizer step on one GPU."""
+
+    overlappable: float  # can run concurrently with compute (bucketed reduce, prefetched all-gather)
+    exposed: float  # cannot (ZeRO-1/2 parameter all-gather after the step, tensor-parallel all-reduces)
+
+
+def _ring_seconds(num_bytes: float, ranks: int, bandwidth_gbps: float) -> float:
+    """Bandwidth part of one ring all-gather or reduce-scatter: each GPU sends (N-1)/N of the buffer."""
+    if ranks <= 1 or num_bytes <= 0:
+        return 0.0
+    return (ranks - 1) / ranks * num_bytes / (bandwidth_gbps * 1e9 * COLLECTIVE_EFFICIENCY)
+
+
+def intra_bandwidth(gpu: GPUSpec, placement: Placement) -> float:
+    """GB/s per GPU inside a node: the Placement's figure, else the GPU's NVLink / PCIe link."""
+    return placement.intra_node_gbps or gpu.intra_node_bandwidth_gbps
+
+
+def link_bandwidth(gpu: GPUSpec, placement: Placement, inter_node_gbps: float) -> float:
+    """Bottleneck bandwidth of a data-parallel ring: the NIC as soon as the ring leaves the node.
+
+    A ring that spans nodes enters and leaves each node once, so it runs at the node's network bandwidth
+    (NCCL spreads its channels over all of a node's NICs) unless the in-node link is slower.
+    """
+    intra = intra_bandwidth(gpu, placement)
+    return min(intra, placement.inter_node_gbps or inter_node_gbps) if _dp_spans_nodes(placement) else intra
+
+
+def _dp_spans_nodes(placement: Placement) -> bool:
+    # data-parallel ranks sit tp·pp GPUs apart: with tp·pp ≥ the node size, even dp = 2 leaves the node
+    return placement.workers > 1 and placement.dp > 1
+
+
+def dp_nodes(placement: Placement) -> int:
+    """Nodes a data-parallel group spans (its ranks are tp·pp GPUs apart, filling nodes in order)."""
+    if not _dp_spans_nodes(placement):
+        return 1
+    per_node = placement.gpus_per_worker or min(placement.number_gpus, 8)
+    return min(placement.dp, max(1, math.ceil(placement.dp * placement.tp * placement.pp / per_node)))
+
+
+def communication(
+    job: Job, arch: Architecture, placement: Placement, gpu: GPUSpec,
+    inter_node_gbps: float = INTER_NODE_BANDWIDTH_GBPS, stack: Stack | None = None, zero_group: int | None = None,
+) -> Communication:
+    """Collective seconds per optimizer step (per GPU), by strategy and by what the stack overlaps.
+
+    ``zero_group``: ZeRO-1/2 shards the optimizer inside groups of this many data-parallel ranks (InternEvo
+    ``zero1=k``: "for smaller models ... split the parameters within nodes"); the updated parameters are synced
+    inside the group and the gradients reduce-scattered inside it, then all-reduced across the dp / k replicas.
+    Default: one group of all data-parallel ranks.
+    """
+    stack = stack or stack_for(job.framework)
+    strategy, dp, gas = placement.effective_strategy, placement.dp, job.gradient_accumulation_steps
+    width = COMM_BYTES[job.dtype]
+    shard = arch.total_params / placement.tp / placement.pp * width  # this rank's replica, bytes
+    grads = trainable_params(job, arch) / placement.tp / placement.pp * width
+    bw = link_bandwidth(gpu, placement, inter_node_gbps)
+    nodes, link = dp_nodes(placement), gpu.intra_node_link
+
+    def alpha(kind: Collective, ranks: int = dp, over: int = nodes) -> float:
+        return latency_seconds(kind, ranks, over, link)
+
+    units = -(-arch.num_layers // placement.pp)  # FSDP units (decoder layers) on this pipeline stage
+    buckets = max(1, math.ceil(grads / width / bucket_params(stack, strategy, dp, width)))
+    gather, scatter = _ring_seconds(shard, dp, bw), _ring_seconds(grads, dp, bw)
+    if strategy in ("ddp", "zero0"):  # all-reduce once per step (no_sync while accumulating)
+        hidden, exposed = 2 * scatter + buckets * alpha("all-reduce"), 0.0
+    elif strategy in ("zero1", "zero2"):
+        group, inside = min(dp, zero_group or dp), nodes
+        reduce = scatter + buckets * alpha("reduce-scatter")
+        if group < dp:  # sharded inside groups of consecutive ranks; the gradient shards all-reduced across groups
+            per_node = placement.gpus_per_worker or min(placement.number_gpus, 8)
+            inside = max(1, math.ceil(group * placement.tp * placement.pp / per_node))
+            group_bw = intra_bandwidth(gpu, placement) if inside == 1 else bw
+            replicas = dp // group
+            gather = _ring_seconds(shard, group, group_bw)
+            reduce = (_ring_seconds(grads, group, group_bw) + 2 * _ring_seconds(grads / group, replicas, bw)
+                      + buckets * (alpha("reduce-scatter", group, inside) + alpha("all-reduce", replicas, nodes)))
+        hidden = reduce * (gas if strategy == "zero2" else 1)
+        sync = (group * alpha("broadcast", group, inside) if stack.param_broadcast
+                else buckets * alpha("all-gather", group, inside))
+        exposed = gather + sync
+        if stack.overlap_param_gather:  # the updated shards are gathered during the next forward
+            hidden, exposed = hidden + exposed, 0.0
+    elif strategy == "fsdp-shard-grad-op":
+        hidden, exposed = gas * (gather + scatter + units * (alpha("all-gather") + alpha("reduce-scatter"))), 0.0
+    elif strategy == "fsdp-hybrid":
+        local = min(dp, placement.gpus_per_worker or min(placement.number_gpus, 8))
+        intra = gpu.intra_node_bandwidth_gbps
+        inner = 2 * _ring_seconds(shard, local, intra) + _ring_seconds(grads, local, intra)
+        inner += units * (2 * alpha("all-gather", local, 1) + alpha("reduce-scatter", local, 1))
+        replicas = placement.workers
+        outer = 2 * _ring_seconds(grads / local, replicas, min(intra, inter_node_gbps))
+        outer += units * alpha("all-reduce", replicas, replicas)
+        hidden, exposed = gas * inner + outer, 0.0
+    else:  # fsdp full shard, zero3: gather for forward and again for backward, reduce-scatter grads
+        calls = units * (2 * alpha("all-gather") + alpha("reduce-scatter"))
+        hidden, exposed = gas * (2 * gather + scatter + calls), 0.0
+    if not stack.overlap_grad_reduce:
+        hidden, exposed = 0.0, hidden + exposed
+    tensor = gas * tensor_parallel_seconds(job, arch, placement, gpu)
+    return Communication(hidden + tensor, exposed) if stack.tp_overlap else Communication(hidden, exposed + tensor)
+
+
+def tensor_parallel_seconds(job: Job, arch: Architecture, placement: Placement, gpu: GPUSpec) -> float:
+    """Megatron TP: 2 all-reduces of b·s·h activations per layer forward, 2 backward (+2 recompute)."""
+    if placement.tp <= 1:
+        return 0.0
+    micro = job.batch_size / (placement.dp * job.gradient_accumulation_steps)
+    message = micro * job.tokens_per_sample * arch.hidden_size * COMM_BYTES[job.dtype]
+    per_layer = 6 if job.gradient_checkpointing else 4
+    layers = -(-arch.num_layers // placement.pp)
+    one = 2 * _ring_seconds(message, placement.tp, intra_bandwidth(gpu, placement))
+    return per_layer * layers * (one + latency_seconds("all-reduce", placement.tp, 1, gpu.intra_node_link))
