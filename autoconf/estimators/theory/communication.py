@@ -129,11 +129,11 @@ def communication(
         hidden, exposed = gas * (gather + scatter + units * (alpha("all-gather") + alpha("reduce-scatter"))), 0.0
     elif strategy == "fsdp-hybrid":
         local = min(dp, placement.gpus_per_worker or min(placement.number_gpus, 8))
-        intra = gpu.intra_node_bandwidth_gbps
+        intra = intra_bandwidth(gpu, placement)
         inner = 2 * _ring_seconds(shard, local, intra) + _ring_seconds(grads, local, intra)
         inner += units * (2 * alpha("all-gather", local, 1) + alpha("reduce-scatter", local, 1))
-        replicas = placement.workers
-        outer = 2 * _ring_seconds(grads / local, replicas, min(intra, inter_node_gbps))
+        replicas = placement.workers  # the replicas' all-reduce crosses the network: the Placement's, else the default
+        outer = 2 * _ring_seconds(grads / local, replicas, min(intra, placement.inter_node_gbps or inter_node_gbps))
         outer += units * alpha("all-reduce", replicas, replicas)
         hidden, exposed = gas * inner + outer, 0.0
     else:  # fsdp full shard, zero3: gather for forward and again for backward, reduce-scatter grads
