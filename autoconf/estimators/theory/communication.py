@@ -44,6 +44,9 @@ class Communication:
 
     overlappable: float  # can run concurrently with compute (bucketed reduce, prefetched all-gather)
     exposed: float  # cannot (ZeRO-1/2 parameter all-gather after the step, tensor-parallel all-reduces)
+    # the part of ``overlappable`` issued once per step, in the last micro-batch's backward: it hides behind that
+    # backward only (DDP no_sync / Megatron's grad sync on the last micro-batch; ZeRO-1's reduce; HSDP's replicas)
+    last_backward: float = 0.0
 
 
 def _ring_seconds(num_bytes: float, ranks: int, bandwidth_gbps: float) -> float:
@@ -96,7 +99,8 @@ def communication(
     strategy, dp, gas = placement.effective_strategy, placement.dp, job.gradient_accumulation_steps
     width = COMM_BYTES[job.dtype]
     shard = arch.total_params / placement.tp / placement.pp * width  # this rank's replica, bytes
-    grads = trainable_params(job, arch) / placement.tp / placement.pp * width
+    grad_width = stack.grad_reduce_bytes or width
+    grads = trainable_params(job, arch) / placement.tp / placement.pp * grad_width
     bw = link_bandwidth(gpu, placement, inter_node_gbps)
     nodes, link = dp_nodes(placement), gpu.intra_node_link
 
@@ -104,10 +108,11 @@ def communication(
         return latency_seconds(kind, ranks, over, link)
 
     units = -(-arch.num_layers // placement.pp)  # FSDP units (decoder layers) on this pipeline stage
-    buckets = max(1, math.ceil(grads / width / bucket_params(stack, strategy, dp, width)))
+    buckets = max(1, math.ceil(grads / grad_width / bucket_params(stack, strategy, dp, grad_width)))
     gather, scatter = _ring_seconds(shard, dp, bw), _ring_seconds(grads, dp, bw)
     if strategy in ("ddp", "zero0"):  # all-reduce once per step (no_sync while accumulating)
         hidden, exposed = 2 * scatter + buckets * alpha("all-reduce"), 0.0
+        last = hidden
     elif strategy in ("zero1", "zero2"):
         group, inside = min(dp, zero_group or dp), nodes
         reduce = scatter + buckets * alpha("reduce-scatter")
@@ -120,6 +125,7 @@ def communication(
             reduce = (_ring_seconds(grads, group, group_bw) + 2 * _ring_seconds(grads / group, replicas, bw)
                       + buckets * (alpha("reduce-scatter", group, inside) + alpha("all-reduce", replicas, nodes)))
         hidden = reduce * (gas if strategy == "zero2" else 1)
+        last = 0.0 if strategy == "zero2" else reduce  # ZeRO-2 reduces every micro-step, ZeRO-1 once
         sync = (group * alpha("broadcast", group, inside) if stack.param_broadcast
                 else buckets * alpha("all-gather", group, inside))
         exposed = gather + sync
@@ -127,6 +133,7 @@ def communication(
             hidden, exposed = hidden + exposed, 0.0
     elif strategy == "fsdp-shard-grad-op":
         hidden, exposed = gas * (gather + scatter + units * (alpha("all-gather") + alpha("reduce-scatter"))), 0.0
+        last = 0.0
     elif strategy == "fsdp-hybrid":
         local = min(dp, placement.gpus_per_worker or min(placement.number_gpus, 8))
         intra = intra_bandwidth(gpu, placement)
@@ -135,14 +142,15 @@ def communication(
         replicas = placement.workers  # the replicas' all-reduce crosses the network: the Placement's, else the default
         outer = 2 * _ring_seconds(grads / local, replicas, min(intra, placement.inter_node_gbps or inter_node_gbps))
         outer += units * alpha("all-reduce", replicas, replicas)
-        hidden, exposed = gas * inner + outer, 0.0
+        hidden, exposed, last = gas * inner + outer, 0.0, outer
     else:  # fsdp full shard, zero3: gather for forward and again for backward, reduce-scatter grads
         calls = units * (2 * alpha("all-gather") + alpha("reduce-scatter"))
-        hidden, exposed = gas * (2 * gather + scatter + calls), 0.0
+        hidden, exposed, last = gas * (2 * gather + scatter + calls), 0.0, 0.0
     if not stack.overlap_grad_reduce:
-        hidden, exposed = 0.0, hidden + exposed
+        hidden, exposed, last = 0.0, hidden + exposed, 0.0
     tensor = gas * tensor_parallel_seconds(job, arch, placement, gpu)
-    return Communication(hidden + tensor, exposed) if stack.tp_overlap else Communication(hidden, exposed + tensor)
+    overlapped = tensor * (1.0 - stack.tp_exposed_share) if stack.tp_overlap else 0.0
+    return Communication(hidden + overlapped, exposed + tensor - overlapped, last)
 
 
 def tensor_parallel_seconds(job: Job, arch: Architecture, placement: Placement, gpu: GPUSpec) -> float:

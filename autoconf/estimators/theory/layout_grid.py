@@ -75,15 +75,16 @@ def _ring(num_bytes: np.ndarray | float, ranks: np.ndarray, bandwidth: np.ndarra
 @lru_cache(maxsize=1024)
 def _job_constants(job: Job, gpu_model: str, stack: str) -> tuple[np.ndarray, ...]:
     """With checkpointing off and on (index 0, 1): throughput.flops_per_token, job_factor, the weight matmuls'
-    FLOPs per token, their peak (matmul_peak) and attention seconds per token (attention_seconds); none reads the
-    batch or the accumulation."""
+    FLOPs per token, their peak (matmul_peak), attention seconds per token (attention_seconds) and backward_share;
+    none reads the batch or the accumulation."""
     arch, gpu, profile = get_architecture(job.model), get_gpu(gpu_model), stack_for(stack)
     variants = [job.model_copy(update={"gradient_checkpointing": bool(c)}) for c in (0, 1)]
     return (np.array([tp.flops_per_token(v, arch) for v in variants]),
             np.array([tp.job_factor(v, gpu, arch, tp.FITTED, profile) for v in variants]),
             np.array([tp.flops_parts(v, arch)[0] for v in variants]),
             np.array([tp.matmul_peak(v, gpu, arch) for v in variants]),
-            np.array([tp.attention_seconds(v, gpu, arch, profile) for v in variants]))
+            np.array([tp.attention_seconds(v, gpu, arch, profile) for v in variants]),
+            np.array([tp.backward_share(v, arch) for v in variants]))
 
 
 def _alpha(kind: Collective, ranks: np.ndarray, nodes: np.ndarray, link: str) -> np.ndarray:
@@ -117,7 +118,7 @@ def layout_speeds(job: Job, gpu_model: str, rows: Layouts, *, stack: str | None 
     profile = stack_for(stack or job.framework)
     fit = tp.FITTED
     key = job.model_copy(update={"batch_size": 1, "gradient_accumulation_steps": 1, "gradient_checkpointing": False})
-    flops_by, factor_by, matmul_by, peak_by, attention_by = _job_constants(key, gpu_model, profile.name)
+    flops_by, factor_by, matmul_by, peak_by, attention_by, backward_by = _job_constants(key, gpu_model, profile.name)
     c = rows.checkpointing
     flops, factor, matmuls, peak, attention = flops_by[c], factor_by[c], matmul_by[c], peak_by[c], attention_by[c]
     x0 = fit.microbatch_tokens * (fit.fused_memory_share if profile.fused_kernels else 1.0)
@@ -132,7 +133,8 @@ def layout_speeds(job: Job, gpu_model: str, rows: Layouts, *, stack: str | None 
     # communication(): link_bandwidth() (the NIC once a data-parallel ring leaves the node), per strategy
     width = tp.COMM_BYTES[job.dtype]
     shard = arch.total_params / t / p * width
-    grads = trainable_params(job, arch) / t / p * width
+    grad_width = profile.grad_reduce_bytes or width
+    grads = trainable_params(job, arch) / t / p * grad_width
     intra = intra_node_gbps or gpu.intra_node_bandwidth_gbps
     network = inter_node_gbps or tp.INTER_NODE_BANDWIDTH_GBPS
     workers = -(-n // rows.gpus_per_worker)
@@ -142,10 +144,11 @@ def layout_speeds(job: Job, gpu_model: str, rows: Layouts, *, stack: str | None 
     link = gpu.intra_node_link
     gather, scatter = _ring(shard, d, bw), _ring(grads, d, bw)
     s = rows.strategy
-    buckets = _buckets(profile, s, d, grads, width)
+    buckets = _buckets(profile, s, d, grads, grad_width)
     units = -(-arch.num_layers // p)  # FSDP units on one pipeline stage
     zero = (s == ZERO1) | (s == ZERO2)
-    zero_hidden = (scatter + buckets * _alpha("reduce-scatter", d, nodes, link)) * np.where(s == ZERO2, g, 1)
+    zero_reduce = scatter + buckets * _alpha("reduce-scatter", d, nodes, link)
+    zero_hidden = zero_reduce * np.where(s == ZERO2, g, 1)
     sync = (d * _alpha("broadcast", d, nodes, link) if profile.param_broadcast
             else buckets * _alpha("all-gather", d, nodes, link))
     if profile.overlap_param_gather:
@@ -167,17 +170,19 @@ def layout_speeds(job: Job, gpu_model: str, rows: Layouts, *, stack: str | None 
                        [ddp, zero_hidden, grad_op, g * inner + outer],
                        full)  # ZeRO-3 and FSDP full shard: gather forward and backward
     exposed = np.where(zero, zero_exposed, 0.0)
+    # the once-per-step reductions (communication().last_backward): DDP's, ZeRO-1's, HSDP's replicas'
+    last = np.select([s == DDP, s == ZERO1, s == HYBRID], [ddp, zero_reduce, outer], 0.0)
     if not profile.overlap_grad_reduce:
-        hidden, exposed = np.zeros_like(hidden), hidden + exposed
+        hidden, exposed, last = np.zeros_like(hidden), hidden + exposed, np.zeros_like(hidden)
     # tensor_parallel_seconds(): 2 all-reduces (2 rings each + α) per layer forward, 2 backward (+2 recompute)
     message = rows.batch / (d * g) * job.tokens_per_sample * arch.hidden_size * width
     per_layer = np.where(rows.checkpointing == 1, 6, 4)
     layers = -(-arch.num_layers // p)
     one = 2 * _ring(message, t, intra) + _alpha("all-reduce", t, np.ones_like(t), link)
     tensor = g * per_layer * layers * np.where(t > 1, one, 0.0)
-    if profile.tp_overlap:
-        hidden = hidden + tensor
-    else:
-        exposed = exposed + tensor
-    step = compute + np.maximum(0.0, hidden - compute) + exposed  # step_seconds()
+    overlapped = tensor * (1.0 - profile.tp_exposed_share) if profile.tp_overlap else np.zeros_like(tensor)
+    hidden, exposed = hidden + overlapped, exposed + tensor - overlapped
+    # step_seconds(): the once-per-step reductions hide behind the last micro-batch's backward only
+    window = backward_by[c] / g * compute
+    step = compute + np.maximum(np.maximum(0.0, hidden - compute), last - window) + exposed
     return Speeds(tokens / step, eff, compute, hidden, exposed, step, flops)

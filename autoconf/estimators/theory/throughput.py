@@ -144,6 +144,17 @@ def flops_parts(job: Job, arch: Architecture | None = None, recompute: float | N
     return fwd + bwd + again * fwd, attn_fwd * passes
 
 
+def backward_share(job: Job, arch: Architecture | None = None, recompute: float | None = None) -> float:
+    """Share of a micro-batch's counted FLOPs that runs in its backward pass (the recomputed forward included):
+    the window in which a once-per-step gradient reduction can overlap compute."""
+    arch = arch or get_architecture(job.model)
+    n = matmul_params(arch)
+    adapters = 0.0 if job.method == "full" else float(trainable_params(job, arch))
+    causal = 1.0 if job.attention == "eager" else 0.5
+    forward = 2 * n + 2 * adapters + 4.0 * arch.num_layers * job.tokens_per_sample * arch.q_width * causal
+    return 1.0 - forward / flops_per_token(job, arch, recompute)
+
+
 def flops_per_token(job: Job, arch: Architecture | None = None, recompute: float | None = None) -> float:
     """Training FLOPs per token (forward + backward, + forward recompute with checkpointing)."""
     matmuls, attention = flops_parts(job, arch, recompute)
@@ -235,7 +246,16 @@ def implied_efficiency(
     attention = compute_seconds(job, arch, placement, gpu, 1.0, recompute, stack) - at_peak
     comm = communication(job, arch, placement, gpu, inter_node_gbps, stack, zero_group)
     busy = job.batch_size * job.tokens_per_sample / measured_tokens_per_second - comm.exposed
-    return at_peak / (busy - attention) if busy > max(comm.overlappable, attention) else None
+    # invert step_seconds: busy = compute when everything hides, else compute · (1 − w) + last-backward collectives
+    w = backward_share(job, arch, recompute) / job.gradient_accumulation_steps
+    compute = busy
+    if comm.last_backward > w * busy:
+        compute = (busy - comm.last_backward) / (1.0 - w)
+        if compute * (1.0 - w) <= comm.overlappable - comm.last_backward:
+            return None  # comm-bound: the overlappable collectives alone set the step
+    elif busy <= comm.overlappable:
+        return None
+    return at_peak / (compute - attention) if compute > attention else None
 
 
 def peak_flops(gpu: GPUSpec, dtype: str) -> float:
@@ -311,9 +331,17 @@ def compute_seconds(
     return tokens * per_token / placement.number_gpus * (1 + (placement.pp - 1) / (placement.virtual_pp * micro_batches))
 
 
-def step_seconds(compute: float, comm: Communication) -> float:
-    """Overlappable collectives hide behind compute; only their excess and the exposed part add."""
-    return compute + max(0.0, comm.overlappable - compute) + comm.exposed
+def step_seconds(compute: float, comm: Communication, backward_window: float = 1.0) -> float:
+    """Overlappable collectives hide behind compute; only their excess and the exposed part add. Those issued once
+    per step in the last micro-batch's backward (``comm.last_backward``) hide behind that backward only:
+    ``backward_window`` is its share of the step's compute (backward_share / accumulation steps).
+
+    PyTorch DDP ``no_sync`` ("gradients will be accumulated ... and synchronized in the first forward-backward
+    pass exiting the context") and Megatron-Core's grad sync on the last micro-batch: accumulation leaves the
+    reduction one micro-batch's backward to hide behind, not the whole step.
+    """
+    hidden_excess = max(0.0, comm.overlappable - compute, comm.last_backward - backward_window * compute)
+    return compute + hidden_excess + comm.exposed
 
 
 def estimate_throughput(
@@ -337,7 +365,7 @@ def estimate_throughput(
     flops = flops_per_token(job, arch, recompute)
     compute = compute_seconds(job, arch, placement, gpu, eff, recompute, profile)
     comm = communication(job, arch, placement, gpu, inter_node_gbps, profile, zero_group)
-    step = step_seconds(compute, comm)
+    step = step_seconds(compute, comm, backward_share(job, arch, recompute) / job.gradient_accumulation_steps)
     tps = job.batch_size * job.tokens_per_sample / step
     return ThroughputEstimate(
         tokens_per_second=tps, tokens_per_second_per_gpu=tps / placement.number_gpus,
