@@ -283,3 +283,14 @@ def test_nanotron_reduces_fp32_gradients_and_exposes_half_its_tp_collectives(no_
     tensor = Placement(gpu_model="H100", number_gpus=2, tp=2)
     assert (tp.communication(job, arch, tensor, gpu, stack=nanotron).exposed
             == pytest.approx(0.5 * tp.communication(job, arch, tensor, gpu, stack=hf).exposed))
+
+
+def test_a_tensor_parallel_group_wider_than_a_node_rings_over_the_network(no_latency: None) -> None:
+    """TP 8 on 4-GPU nodes: its all-reduce rings leave the node, so they run at the NIC (25 GB/s here) instead of
+    NVLink (450 GB/s): the same bytes over 8 ranks take 450 / 25 = 18 times as long as on one 8-GPU node."""
+    job, arch, gpu = _job(batch_size=4), get_architecture("llama3.1-8b"), get_gpu("H100")
+    wide = Placement(gpu_model="H100", number_gpus=8, gpus_per_worker=4, tp=8)
+    inside = Placement(gpu_model="H100", number_gpus=8, gpus_per_worker=8, tp=8)
+    ratio = (communication.tensor_parallel_seconds(job, arch, wide, gpu, 25.0)
+             / communication.tensor_parallel_seconds(job, arch, inside, gpu, 25.0))
+    assert ratio == pytest.approx(gpu.intra_node_bandwidth_gbps / 25.0)

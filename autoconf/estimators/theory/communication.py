@@ -148,18 +148,24 @@ def communication(
         hidden, exposed, last = gas * (2 * gather + scatter + calls), 0.0, 0.0
     if not stack.overlap_grad_reduce:
         hidden, exposed, last = 0.0, hidden + exposed, 0.0
-    tensor = gas * tensor_parallel_seconds(job, arch, placement, gpu)
+    tensor = gas * tensor_parallel_seconds(job, arch, placement, gpu, placement.inter_node_gbps or inter_node_gbps)
     overlapped = tensor * (1.0 - stack.tp_exposed_share) if stack.tp_overlap else 0.0
     return Communication(hidden + overlapped, exposed + tensor - overlapped, last)
 
 
-def tensor_parallel_seconds(job: Job, arch: Architecture, placement: Placement, gpu: GPUSpec) -> float:
-    """Megatron TP: 2 all-reduces of b·s·h activations per layer forward, 2 backward (+2 recompute)."""
+def tensor_parallel_seconds(job: Job, arch: Architecture, placement: Placement, gpu: GPUSpec,
+                            inter_node_gbps: float = INTER_NODE_BANDWIDTH_GBPS) -> float:
+    """Megatron TP: 2 all-reduces of b·s·h activations per layer forward, 2 backward (+2 recompute). A TP group
+    wider than a node (its ranks are consecutive) runs its rings at the node's network and pays its hops' latency."""
     if placement.tp <= 1:
         return 0.0
     micro = job.batch_size / (placement.dp * job.gradient_accumulation_steps)
     message = micro * job.tokens_per_sample * arch.hidden_size * COMM_BYTES[job.dtype]
     per_layer = 6 if job.gradient_checkpointing else 4
     layers = -(-arch.num_layers // placement.pp)
-    one = 2 * _ring_seconds(message, placement.tp, intra_bandwidth(gpu, placement))
-    return per_layer * layers * (one + latency_seconds("all-reduce", placement.tp, 1, gpu.intra_node_link))
+    per_node = placement.gpus_per_worker or min(placement.number_gpus, 8)
+    nodes = -(-placement.tp // per_node)
+    intra = intra_bandwidth(gpu, placement)
+    bandwidth = min(intra, inter_node_gbps) if nodes > 1 else intra
+    one = 2 * _ring_seconds(message, placement.tp, bandwidth)
+    return per_layer * layers * (one + latency_seconds("all-reduce", placement.tp, nodes, gpu.intra_node_link))

@@ -178,7 +178,9 @@ def layout_speeds(job: Job, gpu_model: str, rows: Layouts, *, stack: str | None 
     message = rows.batch / (d * g) * job.tokens_per_sample * arch.hidden_size * width
     per_layer = np.where(rows.checkpointing == 1, 6, 4)
     layers = -(-arch.num_layers // p)
-    one = 2 * _ring(message, t, intra) + _alpha("all-reduce", t, np.ones_like(t), link)
+    tp_nodes = -(-t // rows.gpus_per_worker)  # a TP group wider than a node rings over the network
+    one = (2 * _ring(message, t, np.where(tp_nodes > 1, min(intra, network), intra))
+           + _alpha("all-reduce", t, tp_nodes, link))
     tensor = g * per_layer * layers * np.where(t > 1, one, 0.0)
     overlapped = tensor * (1.0 - profile.tp_exposed_share) if profile.tp_overlap else np.zeros_like(tensor)
     hidden, exposed = hidden + overlapped, exposed + tensor - overlapped
