@@ -294,3 +294,14 @@ def test_a_tensor_parallel_group_wider_than_a_node_rings_over_the_network(no_lat
     ratio = (communication.tensor_parallel_seconds(job, arch, wide, gpu, 25.0)
              / communication.tensor_parallel_seconds(job, arch, inside, gpu, 25.0))
     assert ratio == pytest.approx(gpu.intra_node_bandwidth_gbps / 25.0)
+
+
+def test_pipeline_sends_one_micro_batch_of_activations_each_way() -> None:
+    """PP 2 on one H100 node, micro-batch 1 × 4,096 tokens × h 4,096 × 2 bytes = 32 MiB forward and the same
+    gradient back, each at 80 % of NVLink's 450 GB/s plus NCCL's 8.4 + 3.4 µs for a two-rank call."""
+    job, arch, gpu = _job(batch_size=1), get_architecture("llama3.1-8b"), get_gpu("H100")
+    place = Placement(gpu_model="H100", number_gpus=2, pp=2)
+    one = 4096 * 4096 * 2 / (450e9 * 0.8) + 11.8e-6
+    assert communication.pipeline_seconds(job, arch, place, gpu) == pytest.approx(2 * one)
+    nemo = Placement(gpu_model="H100", number_gpus=2, pp=2, virtual_pp=2)  # interleaved: NeMo overlaps the sends
+    assert tp.communication(job, arch, nemo, gpu, stack=stack_for("nemo")).exposed == 0

@@ -150,7 +150,31 @@ def communication(
         hidden, exposed, last = 0.0, hidden + exposed, 0.0
     tensor = gas * tensor_parallel_seconds(job, arch, placement, gpu, placement.inter_node_gbps or inter_node_gbps)
     overlapped = tensor * (1.0 - stack.tp_exposed_share) if stack.tp_overlap else 0.0
+    p2p = gas * pipeline_seconds(job, arch, placement, gpu, placement.inter_node_gbps or inter_node_gbps)
+    if stack.overlap_p2p and placement.virtual_pp > 1:  # NeMo: overlap_p2p_comm with the interleaved schedule
+        hidden += p2p
+    else:
+        exposed += p2p
     return Communication(hidden + overlapped, exposed + tensor - overlapped, last)
+
+
+def pipeline_seconds(job: Job, arch: Architecture, placement: Placement, gpu: GPUSpec,
+                     inter_node_gbps: float = INTER_NODE_BANDWIDTH_GBPS) -> float:
+    """Pipeline point-to-point per micro-batch on one stage: the b·s·h activations sent forward and their gradient
+    sent back, once per model chunk (virtual_pp), each 1/tp of it (Megatron's scatter-gather optimisation), on the
+    1F1B critical path (Narayanan et al. 2021, §4.1). Stages tp·pp GPUs wide or wider than a node talk over the
+    network; each send pays a two-rank call's latency."""
+    if placement.pp <= 1:
+        return 0.0
+    micro = job.batch_size / (placement.dp * job.gradient_accumulation_steps)
+    message = micro * job.tokens_per_sample * arch.hidden_size * COMM_BYTES[job.dtype] / placement.tp
+    per_node = placement.gpus_per_worker or min(placement.number_gpus, 8)
+    crosses = placement.tp * placement.pp > per_node
+    intra = intra_bandwidth(gpu, placement)
+    bandwidth = min(intra, inter_node_gbps) if crosses else intra
+    one = message / (bandwidth * 1e9 * COLLECTIVE_EFFICIENCY) + latency_seconds(
+        "broadcast", 2, 2 if crosses else 1, gpu.intra_node_link)
+    return 2 * placement.virtual_pp * one
 
 
 def tensor_parallel_seconds(job: Job, arch: Architecture, placement: Placement, gpu: GPUSpec,

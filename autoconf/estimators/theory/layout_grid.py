@@ -184,6 +184,13 @@ def layout_speeds(job: Job, gpu_model: str, rows: Layouts, *, stack: str | None 
     tensor = g * per_layer * layers * np.where(t > 1, one, 0.0)
     overlapped = tensor * (1.0 - profile.tp_exposed_share) if profile.tp_overlap else np.zeros_like(tensor)
     hidden, exposed = hidden + overlapped, exposed + tensor - overlapped
+    # pipeline_seconds(): activations forward and gradients back, 1/tp each, per micro-batch (virtual_pp = 1 here:
+    # on the critical path for every stack)
+    crosses = t * p > rows.gpus_per_worker
+    p2p_bytes = rows.batch / (d * g) * job.tokens_per_sample * arch.hidden_size * width / t
+    p2p_one = (p2p_bytes / (np.where(crosses, min(intra, network), intra) * 1e9 * tp.COLLECTIVE_EFFICIENCY)
+               + _alpha("broadcast", np.full_like(t, 2), np.where(crosses, 2, 1), link))
+    exposed = exposed + np.where(p > 1, g * 2 * p2p_one, 0.0)
     # step_seconds(): the once-per-step reductions hide behind the last micro-batch's backward only
     window = backward_by[c] / g * compute
     step = compute + np.maximum(np.maximum(0.0, hidden - compute), last - window) + exposed
