@@ -89,6 +89,7 @@ ARRAY_CASES = [
     (Job(model="qwen2.5-7b", tokens_per_sample=8192, batch_size=16, sequence_parallel=2), "H100", [8], None, None, False),
     (Job(model="llama3.1-405b", tokens_per_sample=4096, batch_size=2), "L4", [2], None, None, False),
     (Job(model="llama3.2-1b", tokens_per_sample=512, batch_size=8), "V100", [2], None, None, False),
+    (Job(model="llama3.2-1b", tokens_per_sample=4096, batch_size=64), "H100", [16], "nanotron", 400.0, False),
 ]
 
 

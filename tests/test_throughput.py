@@ -19,6 +19,7 @@ from autoconf.estimators.contract import get_estimator
 from autoconf.estimators.theory import communication
 from autoconf.estimators.theory import throughput as tp
 from autoconf.estimators.theory import throughput_grid as grid
+from autoconf.estimators.theory.stacks import stack_for
 from autoconf.evaluation import throughput_fit
 from autoconf.evaluation.data import load_measurements
 from autoconf.schema import Job, Placement
@@ -249,3 +250,58 @@ def test_grid_equals_scalar_with_latency_and_fp8(job: Job, gpu: str, gpus: int, 
                                     np.array([float(job.tokens_per_sample)]), np.array([batch]), np.array([gpus]),
                                     np.array([accumulation]), 8)
     assert vector[0] == pytest.approx(scalar.tokens_per_second, rel=1e-12)
+
+
+def test_reduction_under_accumulation_hides_behind_the_last_backward_only() -> None:
+    """DDP all-reduces once per step, in the last micro-batch's backward (no_sync before it): with a reduction far
+    longer than that backward (8B over 25 GB/s), accumulating 8 micro-batches instead of 1 adds exactly 7
+    micro-batches of compute to the step; nothing of the extra compute hides the reduction."""
+    place = Placement(gpu_model="NVIDIA-A100-SXM4-80GB", number_gpus=16, gpus_per_worker=8, strategy="ddp")
+    one, eight = (tp.estimate_throughput(_job(batch_size=16 * g, tokens_per_sample=512, gradient_accumulation_steps=g),
+                                         place, efficiency_override=0.4) for g in (1, 8))
+    assert eight.compute_seconds == pytest.approx(8 * one.compute_seconds)
+    assert eight.step_seconds > eight.compute_seconds  # the reduction outlasts even 8 micro-batches of compute
+    assert eight.step_seconds - one.step_seconds == pytest.approx(7 * one.compute_seconds, rel=1e-9)
+
+
+@pytest.mark.parametrize("accumulation", [1, 8])
+def test_implied_efficiency_inverts_the_step_with_a_last_backward_reduction(accumulation: int) -> None:
+    job = _job(batch_size=16 * accumulation, tokens_per_sample=2048, gradient_accumulation_steps=accumulation)
+    place = Placement(gpu_model="H100", number_gpus=16, gpus_per_worker=8, strategy="ddp", inter_node_gbps=50.0)
+    measured = tp.estimate_throughput(job, place, efficiency_override=0.4).tokens_per_second
+    assert tp.implied_efficiency(job, place, measured) == pytest.approx(0.4, rel=1e-9)
+
+
+def test_nanotron_reduces_fp32_gradients_and_exposes_half_its_tp_collectives(no_latency: None) -> None:
+    """nanotron: accumulate_grad_in_fp32 (4-byte gradients, twice the DDP volume of bf16) and async communication
+    on the column-parallel linears only (half of the TP collectives exposed, the HF profile exposes all)."""
+    job, arch, gpu = _job(), get_architecture("llama3.1-8b"), get_gpu("H100")
+    nanotron, hf = stack_for("nanotron"), stack_for("hf")
+    ddp = Placement(gpu_model="H100", number_gpus=8, strategy="ddp")
+    assert (tp.communication(job, arch, ddp, gpu, stack=nanotron).overlappable
+            == pytest.approx(2 * tp.communication(job, arch, ddp, gpu, stack=hf).overlappable))
+    tensor = Placement(gpu_model="H100", number_gpus=2, tp=2)
+    assert (tp.communication(job, arch, tensor, gpu, stack=nanotron).exposed
+            == pytest.approx(0.5 * tp.communication(job, arch, tensor, gpu, stack=hf).exposed))
+
+
+def test_a_tensor_parallel_group_wider_than_a_node_rings_over_the_network(no_latency: None) -> None:
+    """TP 8 on 4-GPU nodes: its all-reduce rings leave the node, so they run at the NIC (25 GB/s here) instead of
+    NVLink (450 GB/s): the same bytes over 8 ranks take 450 / 25 = 18 times as long as on one 8-GPU node."""
+    job, arch, gpu = _job(batch_size=4), get_architecture("llama3.1-8b"), get_gpu("H100")
+    wide = Placement(gpu_model="H100", number_gpus=8, gpus_per_worker=4, tp=8)
+    inside = Placement(gpu_model="H100", number_gpus=8, gpus_per_worker=8, tp=8)
+    ratio = (communication.tensor_parallel_seconds(job, arch, wide, gpu, 25.0)
+             / communication.tensor_parallel_seconds(job, arch, inside, gpu, 25.0))
+    assert ratio == pytest.approx(gpu.intra_node_bandwidth_gbps / 25.0)
+
+
+def test_pipeline_sends_one_micro_batch_of_activations_each_way() -> None:
+    """PP 2 on one H100 node, micro-batch 1 × 4,096 tokens × h 4,096 × 2 bytes = 32 MiB forward and the same
+    gradient back, each at 80 % of NVLink's 450 GB/s plus NCCL's 8.4 + 3.4 µs for a two-rank call."""
+    job, arch, gpu = _job(batch_size=1), get_architecture("llama3.1-8b"), get_gpu("H100")
+    place = Placement(gpu_model="H100", number_gpus=2, pp=2)
+    one = 4096 * 4096 * 2 / (450e9 * 0.8) + 11.8e-6
+    assert communication.pipeline_seconds(job, arch, place, gpu) == pytest.approx(2 * one)
+    nemo = Placement(gpu_model="H100", number_gpus=2, pp=2, virtual_pp=2)  # interleaved: NeMo overlaps the sends
+    assert tp.communication(job, arch, nemo, gpu, stack=stack_for("nemo")).exposed == 0

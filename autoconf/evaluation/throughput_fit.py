@@ -38,7 +38,7 @@ from autoconf.evaluation.data import row_to_inputs
 from autoconf.schema import Job, Placement
 
 X0_GRID = [0.0] + [float(v) for v in np.geomspace(50, 50_000, 61)]  # tokens per micro-batch
-K_GRID = [0.0] + [float(v) for v in np.geomspace(0.05, 50, 31)]  # memory-bound coefficient
+K_GRID = [0.0] + [float(v) for v in np.geomspace(0.05, 2000, 51)]  # memory-bound coefficient
 A_GRID = [0.0] + [float(v) for v in np.geomspace(0.02, 5, 25)]  # attention extra cost
 PHI_GRID = [float(v) for v in np.linspace(0.0, 1.0, 11)]  # fused-kernel stacks' share of the memory-bound term
 METHODS = ("full", "lora", "qlora")

@@ -44,6 +44,9 @@ class Communication:
 
     overlappable: float  # can run concurrently with compute (bucketed reduce, prefetched all-gather)
     exposed: float  # cannot (ZeRO-1/2 parameter all-gather after the step, tensor-parallel all-reduces)
+    # the part of ``overlappable`` issued once per step, in the last micro-batch's backward: it hides behind that
+    # backward only (DDP no_sync / Megatron's grad sync on the last micro-batch; ZeRO-1's reduce; HSDP's replicas)
+    last_backward: float = 0.0
 
 
 def _ring_seconds(num_bytes: float, ranks: int, bandwidth_gbps: float) -> float:
@@ -96,7 +99,8 @@ def communication(
     strategy, dp, gas = placement.effective_strategy, placement.dp, job.gradient_accumulation_steps
     width = COMM_BYTES[job.dtype]
     shard = arch.total_params / placement.tp / placement.pp * width  # this rank's replica, bytes
-    grads = trainable_params(job, arch) / placement.tp / placement.pp * width
+    grad_width = stack.grad_reduce_bytes or width
+    grads = trainable_params(job, arch) / placement.tp / placement.pp * grad_width
     bw = link_bandwidth(gpu, placement, inter_node_gbps)
     nodes, link = dp_nodes(placement), gpu.intra_node_link
 
@@ -104,10 +108,11 @@ def communication(
         return latency_seconds(kind, ranks, over, link)
 
     units = -(-arch.num_layers // placement.pp)  # FSDP units (decoder layers) on this pipeline stage
-    buckets = max(1, math.ceil(grads / width / bucket_params(stack, strategy, dp, width)))
+    buckets = max(1, math.ceil(grads / grad_width / bucket_params(stack, strategy, dp, grad_width)))
     gather, scatter = _ring_seconds(shard, dp, bw), _ring_seconds(grads, dp, bw)
     if strategy in ("ddp", "zero0"):  # all-reduce once per step (no_sync while accumulating)
         hidden, exposed = 2 * scatter + buckets * alpha("all-reduce"), 0.0
+        last = hidden
     elif strategy in ("zero1", "zero2"):
         group, inside = min(dp, zero_group or dp), nodes
         reduce = scatter + buckets * alpha("reduce-scatter")
@@ -120,6 +125,7 @@ def communication(
             reduce = (_ring_seconds(grads, group, group_bw) + 2 * _ring_seconds(grads / group, replicas, bw)
                       + buckets * (alpha("reduce-scatter", group, inside) + alpha("all-reduce", replicas, nodes)))
         hidden = reduce * (gas if strategy == "zero2" else 1)
+        last = 0.0 if strategy == "zero2" else reduce  # ZeRO-2 reduces every micro-step, ZeRO-1 once
         sync = (group * alpha("broadcast", group, inside) if stack.param_broadcast
                 else buckets * alpha("all-gather", group, inside))
         exposed = gather + sync
@@ -127,31 +133,63 @@ def communication(
             hidden, exposed = hidden + exposed, 0.0
     elif strategy == "fsdp-shard-grad-op":
         hidden, exposed = gas * (gather + scatter + units * (alpha("all-gather") + alpha("reduce-scatter"))), 0.0
+        last = 0.0
     elif strategy == "fsdp-hybrid":
         local = min(dp, placement.gpus_per_worker or min(placement.number_gpus, 8))
-        intra = gpu.intra_node_bandwidth_gbps
+        intra = intra_bandwidth(gpu, placement)
         inner = 2 * _ring_seconds(shard, local, intra) + _ring_seconds(grads, local, intra)
         inner += units * (2 * alpha("all-gather", local, 1) + alpha("reduce-scatter", local, 1))
-        replicas = placement.workers
-        outer = 2 * _ring_seconds(grads / local, replicas, min(intra, inter_node_gbps))
+        replicas = placement.workers  # the replicas' all-reduce crosses the network: the Placement's, else the default
+        outer = 2 * _ring_seconds(grads / local, replicas, min(intra, placement.inter_node_gbps or inter_node_gbps))
         outer += units * alpha("all-reduce", replicas, replicas)
-        hidden, exposed = gas * inner + outer, 0.0
+        hidden, exposed, last = gas * inner + outer, 0.0, outer
     else:  # fsdp full shard, zero3: gather for forward and again for backward, reduce-scatter grads
         calls = units * (2 * alpha("all-gather") + alpha("reduce-scatter"))
-        hidden, exposed = gas * (2 * gather + scatter + calls), 0.0
+        hidden, exposed, last = gas * (2 * gather + scatter + calls), 0.0, 0.0
     if not stack.overlap_grad_reduce:
-        hidden, exposed = 0.0, hidden + exposed
-    tensor = gas * tensor_parallel_seconds(job, arch, placement, gpu)
-    return Communication(hidden + tensor, exposed) if stack.tp_overlap else Communication(hidden, exposed + tensor)
+        hidden, exposed, last = 0.0, hidden + exposed, 0.0
+    tensor = gas * tensor_parallel_seconds(job, arch, placement, gpu, placement.inter_node_gbps or inter_node_gbps)
+    overlapped = tensor * (1.0 - stack.tp_exposed_share) if stack.tp_overlap else 0.0
+    p2p = gas * pipeline_seconds(job, arch, placement, gpu, placement.inter_node_gbps or inter_node_gbps)
+    if stack.overlap_p2p and placement.virtual_pp > 1:  # NeMo: overlap_p2p_comm with the interleaved schedule
+        hidden += p2p
+    else:
+        exposed += p2p
+    return Communication(hidden + overlapped, exposed + tensor - overlapped, last)
 
 
-def tensor_parallel_seconds(job: Job, arch: Architecture, placement: Placement, gpu: GPUSpec) -> float:
-    """Megatron TP: 2 all-reduces of b·s·h activations per layer forward, 2 backward (+2 recompute)."""
+def pipeline_seconds(job: Job, arch: Architecture, placement: Placement, gpu: GPUSpec,
+                     inter_node_gbps: float = INTER_NODE_BANDWIDTH_GBPS) -> float:
+    """Pipeline point-to-point per micro-batch on one stage: the b·s·h activations sent forward and their gradient
+    sent back, once per model chunk (virtual_pp), each 1/tp of it (Megatron's scatter-gather optimisation), on the
+    1F1B critical path (Narayanan et al. 2021, §4.1). Stages tp·pp GPUs wide or wider than a node talk over the
+    network; each send pays a two-rank call's latency."""
+    if placement.pp <= 1:
+        return 0.0
+    micro = job.batch_size / (placement.dp * job.gradient_accumulation_steps)
+    message = micro * job.tokens_per_sample * arch.hidden_size * COMM_BYTES[job.dtype] / placement.tp
+    per_node = placement.gpus_per_worker or min(placement.number_gpus, 8)
+    crosses = placement.tp * placement.pp > per_node
+    intra = intra_bandwidth(gpu, placement)
+    bandwidth = min(intra, inter_node_gbps) if crosses else intra
+    one = message / (bandwidth * 1e9 * COLLECTIVE_EFFICIENCY) + latency_seconds(
+        "broadcast", 2, 2 if crosses else 1, gpu.intra_node_link)
+    return 2 * placement.virtual_pp * one
+
+
+def tensor_parallel_seconds(job: Job, arch: Architecture, placement: Placement, gpu: GPUSpec,
+                            inter_node_gbps: float = INTER_NODE_BANDWIDTH_GBPS) -> float:
+    """Megatron TP: 2 all-reduces of b·s·h activations per layer forward, 2 backward (+2 recompute). A TP group
+    wider than a node (its ranks are consecutive) runs its rings at the node's network and pays its hops' latency."""
     if placement.tp <= 1:
         return 0.0
     micro = job.batch_size / (placement.dp * job.gradient_accumulation_steps)
     message = micro * job.tokens_per_sample * arch.hidden_size * COMM_BYTES[job.dtype]
     per_layer = 6 if job.gradient_checkpointing else 4
     layers = -(-arch.num_layers // placement.pp)
-    one = 2 * _ring_seconds(message, placement.tp, intra_bandwidth(gpu, placement))
-    return per_layer * layers * (one + latency_seconds("all-reduce", placement.tp, 1, gpu.intra_node_link))
+    per_node = placement.gpus_per_worker or min(placement.number_gpus, 8)
+    nodes = -(-placement.tp // per_node)
+    intra = intra_bandwidth(gpu, placement)
+    bandwidth = min(intra, inter_node_gbps) if nodes > 1 else intra
+    one = 2 * _ring_seconds(message, placement.tp, bandwidth)
+    return per_layer * layers * (one + latency_seconds("all-reduce", placement.tp, nodes, gpu.intra_node_link))

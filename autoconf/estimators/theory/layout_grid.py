@@ -11,6 +11,7 @@ throughput.py it follows; tests/test_layout.py checks every layout of several jo
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -18,7 +19,8 @@ import numpy as np
 
 from autoconf.catalog import get_architecture, get_gpu
 from autoconf.estimators.theory import throughput as tp
-from autoconf.estimators.theory.stacks import stack_for
+from autoconf.estimators.theory.collectives import Collective, latency_seconds
+from autoconf.estimators.theory.stacks import Stack, bucket_params, stack_for
 from autoconf.estimators.theory.weights import trainable_params
 from autoconf.schema import Job, Strategy
 
@@ -71,13 +73,38 @@ def _ring(num_bytes: np.ndarray | float, ranks: np.ndarray, bandwidth: np.ndarra
 
 
 @lru_cache(maxsize=1024)
-def _job_constants(job: Job, gpu_model: str, stack: str) -> tuple[np.ndarray, np.ndarray]:
-    """throughput.flops_per_token and job_factor of ``job`` with checkpointing off and on (index 0, 1); they read
-    neither the batch nor the accumulation."""
+def _job_constants(job: Job, gpu_model: str, stack: str) -> tuple[np.ndarray, ...]:
+    """With checkpointing off and on (index 0, 1): throughput.flops_per_token, job_factor, the weight matmuls'
+    FLOPs per token, their peak (matmul_peak), attention seconds per token (attention_seconds) and backward_share;
+    none reads the batch or the accumulation."""
     arch, gpu, profile = get_architecture(job.model), get_gpu(gpu_model), stack_for(stack)
     variants = [job.model_copy(update={"gradient_checkpointing": bool(c)}) for c in (0, 1)]
     return (np.array([tp.flops_per_token(v, arch) for v in variants]),
-            np.array([tp.job_factor(v, gpu, arch, tp.FITTED, profile) for v in variants]))
+            np.array([tp.job_factor(v, gpu, arch, tp.FITTED, profile) for v in variants]),
+            np.array([tp.flops_parts(v, arch)[0] for v in variants]),
+            np.array([tp.matmul_peak(v, gpu, arch) for v in variants]),
+            np.array([tp.attention_seconds(v, gpu, arch, profile) for v in variants]),
+            np.array([tp.backward_share(v, arch) for v in variants]))
+
+
+def _alpha(kind: Collective, ranks: np.ndarray, nodes: np.ndarray, link: str) -> np.ndarray:
+    """collectives.latency_seconds of each (ranks, nodes) pair, computed once per distinct pair."""
+    pairs = np.stack([np.asarray(ranks, dtype=np.int64), np.asarray(nodes, dtype=np.int64)], axis=-1).reshape(-1, 2)
+    unique, inverse = np.unique(pairs, axis=0, return_inverse=True)
+    values = np.array([latency_seconds(kind, int(r), int(n), link) for r, n in unique])
+    out: np.ndarray = values[inverse.reshape(-1)].reshape(np.shape(ranks))
+    return out
+
+
+def _buckets(profile: Stack, strategy: np.ndarray, dp: np.ndarray, grads: np.ndarray, width: int) -> np.ndarray:
+    """communication()'s gradient buckets per step: max(1, ⌈gradient elements / stacks.bucket_params⌉), once per
+    distinct (strategy, dp, gradient bytes of a rank)."""
+    keys = np.stack([strategy.astype(float), dp.astype(float), np.broadcast_to(grads, dp.shape)], axis=-1)
+    unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+    values = np.array([max(1, math.ceil(b / width / bucket_params(profile, STRATEGIES[int(k)], int(d), width)))
+                       for k, d, b in unique], dtype=float)
+    out: np.ndarray = values[inverse.reshape(-1)]
+    return out
 
 
 def layout_speeds(job: Job, gpu_model: str, rows: Layouts, *, stack: str | None = None,
@@ -90,53 +117,81 @@ def layout_speeds(job: Job, gpu_model: str, rows: Layouts, *, stack: str | None 
     arch, gpu = get_architecture(job.model), get_gpu(gpu_model)
     profile = stack_for(stack or job.framework)
     fit = tp.FITTED
-    peak = tp.peak_flops(gpu, job.dtype)
     key = job.model_copy(update={"batch_size": 1, "gradient_accumulation_steps": 1, "gradient_checkpointing": False})
-    flops_by, factor_by = _job_constants(key, gpu_model, profile.name)
-    flops, factor = flops_by[rows.checkpointing], factor_by[rows.checkpointing]
+    flops_by, factor_by, matmul_by, peak_by, attention_by, backward_by = _job_constants(key, gpu_model, profile.name)
+    c = rows.checkpointing
+    flops, factor, matmuls, peak, attention = flops_by[c], factor_by[c], matmul_by[c], peak_by[c], attention_by[c]
     x0 = fit.microbatch_tokens * (fit.fused_memory_share if profile.fused_kernels else 1.0)
     n, t, p, d, g = rows.gpus, rows.tp, rows.pp, rows.dp, rows.accumulation
     tokens = rows.batch.astype(float) * job.tokens_per_sample
     # efficiency(): micro_batch_tokens over dp · accumulation
     micro = tokens / (d * g)
     eff = np.minimum(factor * micro / (micro + x0), tp.MAX_EFFICIENCY)
-    # compute_seconds(): with the 1F1B bubble (p - 1) / (virtual_pp · micro-batches), virtual_pp = 1 here
-    compute = tokens * flops / (n * peak * eff) * (1 + (p - 1) / g)
+    # compute_seconds(): matmuls at eff of their peak, attention at its kernel's rate, the 1F1B bubble
+    # (p - 1) / (virtual_pp · micro-batches), virtual_pp = 1 here
+    compute = tokens * (matmuls / (peak * eff) + attention) / n * (1 + (p - 1) / g)
     # communication(): link_bandwidth() (the NIC once a data-parallel ring leaves the node), per strategy
     width = tp.COMM_BYTES[job.dtype]
     shard = arch.total_params / t / p * width
-    grads = trainable_params(job, arch) / t / p * width
+    grad_width = profile.grad_reduce_bytes or width
+    grads = trainable_params(job, arch) / t / p * grad_width
     intra = intra_node_gbps or gpu.intra_node_bandwidth_gbps
+    network = inter_node_gbps or tp.INTER_NODE_BANDWIDTH_GBPS
     workers = -(-n // rows.gpus_per_worker)
     spread = (workers > 1) & (d > 1)
-    bw = np.where(spread, min(intra, inter_node_gbps or tp.INTER_NODE_BANDWIDTH_GBPS), intra)
+    bw = np.where(spread, min(intra, network), intra)
+    nodes = np.where(spread, np.minimum(d, np.maximum(1, -(-(d * t * p) // rows.gpus_per_worker))), 1)  # dp_nodes()
+    link = gpu.intra_node_link
     gather, scatter = _ring(shard, d, bw), _ring(grads, d, bw)
     s = rows.strategy
+    buckets = _buckets(profile, s, d, grads, grad_width)
+    units = -(-arch.num_layers // p)  # FSDP units on one pipeline stage
     zero = (s == ZERO1) | (s == ZERO2)
-    zero_hidden = scatter * np.where(s == ZERO2, g, 1)
+    zero_reduce = scatter + buckets * _alpha("reduce-scatter", d, nodes, link)
+    zero_hidden = zero_reduce * np.where(s == ZERO2, g, 1)
+    sync = (d * _alpha("broadcast", d, nodes, link) if profile.param_broadcast
+            else buckets * _alpha("all-gather", d, nodes, link))
     if profile.overlap_param_gather:
-        zero_hidden, zero_exposed = zero_hidden + gather, np.zeros_like(gather)
+        zero_hidden, zero_exposed = zero_hidden + gather + sync, np.zeros_like(gather)
     else:
-        zero_exposed = gather
-    # fsdp-hybrid: throughput.communication's branch (in-node link of the catalogue; its default network)
+        zero_exposed = gather + sync
+    # fsdp-hybrid: throughput.communication's branch (shards inside the node, replicas all-reduce over the network)
     local = np.minimum(d, rows.gpus_per_worker)
-    intra_h = gpu.intra_node_bandwidth_gbps
-    inner = 2 * _ring(shard, local, intra_h) + _ring(grads, local, intra_h)
-    outer = 2 * _ring(grads / local, workers, min(intra_h, tp.INTER_NODE_BANDWIDTH_GBPS))
+    inner = 2 * _ring(shard, local, intra) + _ring(grads, local, intra)
+    inner = inner + units * (2 * _alpha("all-gather", local, np.ones_like(local), link)
+                             + _alpha("reduce-scatter", local, np.ones_like(local), link))
+    outer = 2 * _ring(grads / local, workers, min(intra, network)) + units * _alpha("all-reduce", workers, workers, link)
+    ddp = 2 * scatter + buckets * _alpha("all-reduce", d, nodes, link)
+    grad_op = g * (gather + scatter + units * (_alpha("all-gather", d, nodes, link)
+                                               + _alpha("reduce-scatter", d, nodes, link)))
+    full = g * (2 * gather + scatter + units * (2 * _alpha("all-gather", d, nodes, link)
+                                                + _alpha("reduce-scatter", d, nodes, link)))
     hidden = np.select([s == DDP, zero, s == SHARD_GRAD_OP, s == HYBRID],
-                       [2 * scatter, zero_hidden, g * (gather + scatter), g * inner + outer],
-                       g * (2 * gather + scatter))  # ZeRO-3 and FSDP full shard: gather forward and backward
+                       [ddp, zero_hidden, grad_op, g * inner + outer],
+                       full)  # ZeRO-3 and FSDP full shard: gather forward and backward
     exposed = np.where(zero, zero_exposed, 0.0)
+    # the once-per-step reductions (communication().last_backward): DDP's, ZeRO-1's, HSDP's replicas'
+    last = np.select([s == DDP, s == ZERO1, s == HYBRID], [ddp, zero_reduce, outer], 0.0)
     if not profile.overlap_grad_reduce:
-        hidden, exposed = np.zeros_like(hidden), hidden + exposed
-    # _tensor_parallel_seconds(): 2 all-reduces (2 rings each) per layer forward, 2 backward (+2 recompute)
+        hidden, exposed, last = np.zeros_like(hidden), hidden + exposed, np.zeros_like(hidden)
+    # tensor_parallel_seconds(): 2 all-reduces (2 rings each + α) per layer forward, 2 backward (+2 recompute)
     message = rows.batch / (d * g) * job.tokens_per_sample * arch.hidden_size * width
     per_layer = np.where(rows.checkpointing == 1, 6, 4)
     layers = -(-arch.num_layers // p)
-    tensor = g * per_layer * layers * 2 * _ring(message, t, intra)
-    if profile.tp_overlap:
-        hidden = hidden + tensor
-    else:
-        exposed = exposed + tensor
-    step = compute + np.maximum(0.0, hidden - compute) + exposed  # step_seconds()
+    tp_nodes = -(-t // rows.gpus_per_worker)  # a TP group wider than a node rings over the network
+    one = (2 * _ring(message, t, np.where(tp_nodes > 1, min(intra, network), intra))
+           + _alpha("all-reduce", t, tp_nodes, link))
+    tensor = g * per_layer * layers * np.where(t > 1, one, 0.0)
+    overlapped = tensor * (1.0 - profile.tp_exposed_share) if profile.tp_overlap else np.zeros_like(tensor)
+    hidden, exposed = hidden + overlapped, exposed + tensor - overlapped
+    # pipeline_seconds(): activations forward and gradients back, 1/tp each, per micro-batch (virtual_pp = 1 here:
+    # on the critical path for every stack)
+    crosses = t * p > rows.gpus_per_worker
+    p2p_bytes = rows.batch / (d * g) * job.tokens_per_sample * arch.hidden_size * width / t
+    p2p_one = (p2p_bytes / (np.where(crosses, min(intra, network), intra) * 1e9 * tp.COLLECTIVE_EFFICIENCY)
+               + _alpha("broadcast", np.full_like(t, 2), np.where(crosses, 2, 1), link))
+    exposed = exposed + np.where(p > 1, g * 2 * p2p_one, 0.0)
+    # step_seconds(): the once-per-step reductions hide behind the last micro-batch's backward only
+    window = backward_by[c] / g * compute
+    step = compute + np.maximum(np.maximum(0.0, hidden - compute), last - window) + exposed
     return Speeds(tokens / step, eff, compute, hidden, exposed, step, flops)

@@ -21,6 +21,13 @@ The profile says *what* a stack does, with a source per claim; *how much* each b
   ZeRO-1/2 ``reduce_bucket_size`` = ``allgather_bucket_size`` = 5e8 elements).
 - attention_kernel: "cudnn" for Transformer Engine's cuDNN fused attention (NeMo / Megatron-Core recipes), whose
   Hopper kernels are of FlashAttention-3's kind; "fa2" for FlashAttention-2 and PyTorch SDPA (everything else).
+- tp_exposed_share: the share of the TP collectives that tp_overlap does not hide (nanotron overlaps the column-
+  parallel linears' all-gather with the local shard's GEMM, not the row-parallel linears' reduce-scatter: 0.5).
+- grad_reduce_bytes: bytes per gradient element in the data-parallel reduction when it is not the training dtype
+  (nanotron ``accumulate_grad_in_fp32``: fp32 gradient buckets, 4).
+- overlap_p2p: the pipeline's point-to-point sends overlap compute when the schedule is interleaved (Megatron-Core
+  ``overlap_p2p_comm``, which NeMo's comm-overlap callback sets at virtual pipeline size > 1); otherwise they sit
+  on the 1F1B critical path (communication.pipeline_seconds).
 - param_broadcast: the sharded optimizer's updated parameters reach the other ranks as one broadcast per rank
   (InternEvo ``HybridZeroOptimizer.broadcast_params``) instead of bucketed all-gathers.
 """
@@ -42,6 +49,9 @@ class Stack:
     bucket_params_per_rank: float = 0.0
     param_broadcast: bool = False
     attention_kernel: str = "fa2"  # throughput.ATTENTION_EFFICIENCY: "fa2" (FlashAttention-2 / SDPA) or "cudnn"
+    tp_exposed_share: float = 0.0  # with tp_overlap: the share of the TP collectives that still runs exposed
+    grad_reduce_bytes: int = 0  # bytes per gradient element reduced across data-parallel ranks (0: the dtype's)
+    overlap_p2p: bool = False  # pipeline sends overlap compute under the interleaved schedule (virtual_pp > 1)
 
 
 DDP_BUCKET_BYTES = 25 * 2**20  # torch.nn.parallel.DistributedDataParallel(bucket_cap_mb=25)
@@ -62,12 +72,12 @@ _MEGATRON = Stack("megatron", fused_kernels=True, overlap_param_gather=True, tp_
                   source="NVIDIA/NeMo performance recipes and dgxc-benchmarking configs: Transformer Engine layers, "
                          "distributed optimizer with overlap_grad_reduce / overlap_param_gather, tp_comm_overlap; "
                          "Megatron-Core DistributedDataParallel bucket_size default max(4e7, 1e6 · dp) parameters",
-                  bucket_params=4e7, bucket_params_per_rank=1e6, attention_kernel="cudnn")
+                  bucket_params=4e7, bucket_params_per_rank=1e6, attention_kernel="cudnn", overlap_p2p=True)
 STACKS: dict[str, Stack] = {
     "hf": _HF,
     "megatron": _MEGATRON,
     "nemo": Stack("nemo", True, True, True, source=_MEGATRON.source, bucket_params=4e7, bucket_params_per_rank=1e6,
-                  attention_kernel="cudnn"),
+                  attention_kernel="cudnn", overlap_p2p=True),
     "internevo": Stack("internevo", fused_kernels=True, overlap_param_gather=False, tp_overlap=False,
                        source="InternLM/InternEvo configs/7B_sft.py and doc/en/train_performance.md: flash_attn "
                               "fused RMSNorm / rotary / MLP kernels (use_flash_attn=True); hybrid_zero_optimizer "
@@ -85,7 +95,9 @@ STACKS: dict[str, Stack] = {
                              "overlap the linears); src/nanotron/optim/zero.py: ZeRO-1 all-gathers the updated "
                              "parameters after the step (exposed); src/nanotron/helpers.py registers get_fp32_accum_hook "
                              "(optim/gradient_accumulator.py) on torch DDP: fp32 gradient buckets reduced during "
-                             "backward"),
+                             "backward; parallel/tensor_parallel/functional.py _ColumnLinearAsyncCommunication: "
+                             "the all-gather overlaps the local shard's matmul, row_linear's reduce-scatter does not",
+                      tp_exposed_share=0.5, grad_reduce_bytes=4),
     "fms-fsdp": Stack("fms-fsdp", fused_kernels=False, overlap_param_gather=False, tp_overlap=False,
                       source="foundation-model-stack/fms-fsdp README: PyTorch FSDP / HSDP with SDPA flash attention; "
                              "torch.compile in the newest table (Job.torch_compile)"),

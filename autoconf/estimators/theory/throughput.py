@@ -42,11 +42,12 @@ from autoconf.schema import Job, Placement, ThroughputEstimate
 #              φ = 1 for unfused stacks. It prices the weight matmuls (at matmul_peak: with FP8, the FP8 peak on the
 #              decoder layers' GEMMs); attention runs at its kernel's published efficiency (ATTENTION_EFFICIENCY).
 # x: tokens of one micro-batch on one GPU; X0 a per-micro-batch fixed cost (optimizer step, launches, data
-# loader) in tokens of compute. R / h: the GPU's ridge point (dense peak FLOP/s over memory bytes/s, FLOPs per
-# byte) over the layer's matmul width w (h; an MoE expert's intermediate size if smaller): per token and
-# layer the matmuls cost ∝ h² FLOPs while norms, activations, softmax and residual adds move ∝ h bytes, so
-# the memory-bound share of the step grows as R / w (small models, MoE with narrow experts, and fast-compute
-# GPUs such as H100 with R ≈ 295 against A100's 153). a: attention's share of the counted FLOPs; α an extra cost
+# loader) in tokens of compute. R / w: the GPU's ridge point (dense peak FLOP/s over memory bytes/s, FLOPs per
+# byte) over the layer's matmul width w (h; an MoE expert's intermediate size if smaller), times L·h² / N_layers:
+# per token and layer the matmuls cost ∝ the layer's weights while norms, activations, softmax and residual adds
+# move ∝ h bytes, so the memory-bound share of the step grows as R · L · h / N_layers (small models, MoE with narrow
+# experts, and fast-compute GPUs such as H100 with R ≈ 295 against A100's 153); K is per h² of layer weights
+# (a Llama layer holds ~12 h²). a: attention's share of the counted FLOPs; α an extra cost
 # on top of the attention kernel's own time (fitted 0 in the shipped shape: the kernel efficiency prices it). F: the fused-loss kernel
 # bundles (Job.loss_kernel fused-ce = fms-acceleration FOAK / flash_attn's fused CE in llm-foundry,
 # fused-linear-ce = Liger); M: HF's MoE blocks (per-expert loops, small GEMMs). Recompute FLOPs are counted,
@@ -79,10 +80,10 @@ class EfficiencyFit:
 
 FITTED = EfficiencyFit(
     by_group={},
-    by_method={'full': 1.0414, 'lora': 0.9163, 'qlora': 0.9181},
-    microbatch_tokens=2233.4, fused_loss_factor=1.1450, moe_factor=0.8847, rows=1492,
-    memory_bound=15.8114, attention_cost=0.0000,
-    stack_factor=0.5069, compile_factor=1.1116, fused_memory_share=0.00, fp8_factor=0.7562,
+    by_method={'full': 0.8874, 'lora': 0.7911, 'qlora': 0.8022},
+    microbatch_tokens=2233.4, fused_loss_factor=1.1264, moe_factor=0.7811, rows=1492,
+    memory_bound=127.2021, attention_cost=0.0000,
+    stack_factor=0.5980, compile_factor=1.1328, fused_memory_share=0.00, fp8_factor=0.7431,
     fitted_on='1492 ok non-duplicate tokens/s rows of data/measurements.csv (bench/throughput_accuracy.py --fit)',
 )
 # Those rows: fms-acceleration (A100-SXM4-80GB, L40; full, LoRA, QLoRA, dense and MoE), llm-foundry (MPT
@@ -94,8 +95,7 @@ FITTED = EfficiencyFit(
 # its E·S is what is left (0.51 of the HF E: the plain GEMM efficiency of those stacks). No per-GPU-architecture E:
 # fitted per architecture, the leave-one-source-out error was worse (docs/accuracy.md, throughput-theory);
 # the GPU enters through its peak, its ridge point R and its links. E > 1 is not an efficiency by itself:
-# the memory-bound term always divides it (K · R / w: a 7B model's matmuls at 0.66 on A100, 0.49 on H100 before the
-# micro-batch term).
+# the memory-bound term always divides it (ridge_over_hidden).
 # Attention (QKᵀ, softmax, AV) runs in its own kernel at a published fraction of the dense peak, not at the
 # fitted GEMM efficiency. FlashAttention-2 reaches "50-73 % of the theoretical maximum FLOPs/s on A100" (Dao 2023,
 # abstract) and "only 35 % utilization on the H100" (Shah et al. 2024, FlashAttention-3, abstract); FlashAttention-3
@@ -144,6 +144,17 @@ def flops_parts(job: Job, arch: Architecture | None = None, recompute: float | N
     return fwd + bwd + again * fwd, attn_fwd * passes
 
 
+def backward_share(job: Job, arch: Architecture | None = None, recompute: float | None = None) -> float:
+    """Share of a micro-batch's counted FLOPs that runs in its backward pass (the recomputed forward included):
+    the window in which a once-per-step gradient reduction can overlap compute."""
+    arch = arch or get_architecture(job.model)
+    n = matmul_params(arch)
+    adapters = 0.0 if job.method == "full" else float(trainable_params(job, arch))
+    causal = 1.0 if job.attention == "eager" else 0.5
+    forward = 2 * n + 2 * adapters + 4.0 * arch.num_layers * job.tokens_per_sample * arch.q_width * causal
+    return 1.0 - forward / flops_per_token(job, arch, recompute)
+
+
 def flops_per_token(job: Job, arch: Architecture | None = None, recompute: float | None = None) -> float:
     """Training FLOPs per token (forward + backward, + forward recompute with checkpointing)."""
     matmuls, attention = flops_parts(job, arch, recompute)
@@ -173,13 +184,23 @@ def matmul_width(arch: Architecture) -> int:
     return min(arch.hidden_size, arch.expert_intermediate_size) if arch.is_moe else arch.hidden_size
 
 
-def ridge_over_hidden(job: Job, gpu: GPUSpec, arch: Architecture, recompute: float | None = None) -> float:
-    """R / w: the GPU's dense peak FLOPs per byte of memory bandwidth, over the layer's matmul width.
+def layer_matmul_params(arch: Architecture) -> float:
+    """The decoder layers' matmul weights per token (matmul_params less the LM head's V · h)."""
+    return matmul_params(arch) - float(arch.vocab_size * arch.hidden_size)
 
-    Tensor parallelism leaves the ratio alone when it shards the norms and activations too (Megatron's
+
+def ridge_over_hidden(job: Job, gpu: GPUSpec, arch: Architecture, recompute: float | None = None) -> float:
+    """R / w · L·h² / N_layers: the GPU's dense peak FLOPs per byte of memory bandwidth, over the layer's matmul
+    width, times the decoder layers' element-wise bytes per matmul FLOP relative to a layer of h² weights.
+
+    Per token and layer the norms, activations, rotary and residual adds move ∝ h bytes while the layer's matmuls
+    cost ∝ its weights (2 FLOPs each forward): the memory-bound share is R · L · h / N_layers, not R / h for every
+    model; grouped-query attention and a wide MLP (more weights per h) are less memory-bound than 12 h² per layer
+    suggests. Tensor parallelism leaves the ratio alone when it shards the norms and activations too (Megatron's
     sequence parallelism): the matmul FLOPs and the element-wise bytes per GPU both shrink tp times.
     """
-    return job_peak(job, gpu, arch, recompute) / (gpu.memory_bandwidth_gbps * 1e9) / matmul_width(arch)
+    weights_per_h2 = arch.num_layers * arch.hidden_size**2 / layer_matmul_params(arch)
+    return job_peak(job, gpu, arch, recompute) / (gpu.memory_bandwidth_gbps * 1e9) / matmul_width(arch) * weights_per_h2
 
 
 def job_factor(
@@ -225,7 +246,16 @@ def implied_efficiency(
     attention = compute_seconds(job, arch, placement, gpu, 1.0, recompute, stack) - at_peak
     comm = communication(job, arch, placement, gpu, inter_node_gbps, stack, zero_group)
     busy = job.batch_size * job.tokens_per_sample / measured_tokens_per_second - comm.exposed
-    return at_peak / (busy - attention) if busy > max(comm.overlappable, attention) else None
+    # invert step_seconds: busy = compute when everything hides, else compute · (1 − w) + last-backward collectives
+    w = backward_share(job, arch, recompute) / job.gradient_accumulation_steps
+    compute = busy
+    if comm.last_backward > w * busy:
+        compute = (busy - comm.last_backward) / (1.0 - w)
+        if compute * (1.0 - w) <= comm.overlappable - comm.last_backward:
+            return None  # comm-bound: the overlappable collectives alone set the step
+    elif busy <= comm.overlappable:
+        return None
+    return at_peak / (compute - attention) if compute > attention else None
 
 
 def peak_flops(gpu: GPUSpec, dtype: str) -> float:
@@ -301,9 +331,17 @@ def compute_seconds(
     return tokens * per_token / placement.number_gpus * (1 + (placement.pp - 1) / (placement.virtual_pp * micro_batches))
 
 
-def step_seconds(compute: float, comm: Communication) -> float:
-    """Overlappable collectives hide behind compute; only their excess and the exposed part add."""
-    return compute + max(0.0, comm.overlappable - compute) + comm.exposed
+def step_seconds(compute: float, comm: Communication, backward_window: float = 1.0) -> float:
+    """Overlappable collectives hide behind compute; only their excess and the exposed part add. Those issued once
+    per step in the last micro-batch's backward (``comm.last_backward``) hide behind that backward only:
+    ``backward_window`` is its share of the step's compute (backward_share / accumulation steps).
+
+    PyTorch DDP ``no_sync`` ("gradients will be accumulated ... and synchronized in the first forward-backward
+    pass exiting the context") and Megatron-Core's grad sync on the last micro-batch: accumulation leaves the
+    reduction one micro-batch's backward to hide behind, not the whole step.
+    """
+    hidden_excess = max(0.0, comm.overlappable - compute, comm.last_backward - backward_window * compute)
+    return compute + hidden_excess + comm.exposed
 
 
 def estimate_throughput(
@@ -327,7 +365,7 @@ def estimate_throughput(
     flops = flops_per_token(job, arch, recompute)
     compute = compute_seconds(job, arch, placement, gpu, eff, recompute, profile)
     comm = communication(job, arch, placement, gpu, inter_node_gbps, profile, zero_group)
-    step = step_seconds(compute, comm)
+    step = step_seconds(compute, comm, backward_share(job, arch, recompute) / job.gradient_accumulation_steps)
     tps = job.batch_size * job.tokens_per_sample / step
     return ThroughputEstimate(
         tokens_per_second=tps, tokens_per_second_per_gpu=tps / placement.number_gpus,
