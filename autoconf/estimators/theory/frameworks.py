@@ -48,6 +48,9 @@ class Profile:
     # Jobs whose samples vary in length: bytes per token per vocabulary entry of cached loss-sized segments that
     # torch reserves beyond the allocated peak (loss.loss_segment_bytes_per_token); 0 = not modelled
     loss_segment_bytes_per_vocab: int = 0
+    # the stack trains its own model classes, not transformers' (the traced estimator then traces the transformers
+    # model of the same architecture and says so)
+    own_model_code: bool = False
     sources: dict[str, str] = field(default_factory=dict)
 
 
@@ -108,7 +111,7 @@ PROFILES: dict[str, Profile] = {
         "deepspeed", "DeepSpeed 0.14+ through HF Trainer / accelerate", efficient_loading=True,
         sources={"load": "ZeRO-3 zero.Init partitions parameters as the model is built"}),
     "unsloth": _hf_like(
-        "unsloth", "Unsloth 2024.10–2025.x", double_quant=True, activation_offloading=True,
+        "unsloth", "Unsloth 2024.10–2025.x", own_model_code=True, double_quant=True, activation_offloading=True,
         expandable_segments=True,
         sources={"double_quant": "Unsloth's pre-quantised *-bnb-4bit checkpoints use double quantisation",
                  "activation_offloading": "use_gradient_checkpointing='unsloth' offloads checkpointed layer "
@@ -116,12 +119,12 @@ PROFILES: dict[str, Profile] = {
                  "expandable_segments:True on import",
                  "loss": "Unsloth's Triton cross-entropy works on bf16 logits chunk-wise"}),
     "litgpt": _hf_like(
-        "litgpt", "LitGPT 0.4–0.5 (Lightning Fabric)", efficient_loading=True, adapter_bytes=2,
+        "litgpt", "LitGPT 0.4–0.5 (Lightning Fabric)", own_model_code=True, efficient_loading=True, adapter_bytes=2,
         sources={"load": "Fabric init_module(empty_init=True) builds on the meta device under FSDP",
                  "adapter": "LoRA weights follow the model precision (bf16-true)",
                  "loss": "chunked_cross_entropy over lm_head chunks of 128 tokens, bf16 logits"}),
     "torchtune": _hf_like(
-        "torchtune", "torchtune 0.3–0.6", efficient_loading=True, adapter_bytes=2, double_quant=True,
+        "torchtune", "torchtune 0.3–0.6", own_model_code=True, efficient_loading=True, adapter_bytes=2, double_quant=True,
         sources={"load": "recipes build the model on the meta device and load a sharded state dict",
                  "adapter": "LoRA parameters in the model dtype (bf16)",
                  "double_quant": "torchao NF4Tensor quantises its scalers again (8-bit, blocks of 256)",
@@ -130,7 +133,8 @@ PROFILES: dict[str, Profile] = {
         "fsdp-qlora", "Answer.AI fsdp_qlora train.py (2024)", efficient_loading=True,
         sources={"load": "low_memory=True (default): rank 0 loads, other ranks build on meta"}),
     "llm-foundry": _hf_like(
-        "llm-foundry", "llm-foundry 0.4–0.10 (Composer + PyTorch FSDP1), MPT and HF models", efficient_loading=True,
+        "llm-foundry", "llm-foundry 0.4–0.10 (Composer + PyTorch FSDP1), MPT and HF models",
+        own_model_code=True, efficient_loading=True,
         fused_ce_bytes_per_vocab=4,
         sources={"load": "MPT yamls set model.init_device: meta; Composer materialises each FSDP shard on its rank",
                  "loss": "ComposerMPTCausalLM loss_fn defaults to 'fused_crossentropy' = flash_attn "

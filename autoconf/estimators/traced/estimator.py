@@ -55,8 +55,6 @@ WEIGHTS, GRADIENTS, OPTIMIZER = range(3)
 # Loss kernels and optimizers the trace runs (autoconf/estimators/traced/kernels.py, model.py).
 TRACED_LOSS_KERNELS = ("hf", "chunked", "fused-linear-ce")
 TRACED_OPTIMIZERS = ("adamw", "sgd", "adamw-8bit")
-# Stacks that train their own model classes, not transformers': traced with the transformers model.
-OWN_MODEL_CODE = ("litgpt", "torchtune", "llm-foundry", "unsloth")
 
 
 def arch_experts(job: Job) -> bool:
@@ -217,7 +215,7 @@ class TracedEstimator(Estimator):
         ]
         if why is not None:
             notes.append(f"traced: one replica, sharded by theory; ranks are not traced for {why}")
-        if job.framework in OWN_MODEL_CODE:
+        if resolve(job).profile.own_model_code:
             notes.append(f"traced: the transformers model with {job.framework}'s loss ({job.effective_loss_kernel}); "
                          f"{job.framework}'s own model code is not traced")
         if job.method == "lora" and lora_targets(job, arch) != tuple(sorted(job.lora_target_modules)):
