@@ -57,12 +57,13 @@ def test_mlp_width_is_half_the_config_value() -> None:
     assert arch.intermediate_size == 27392 // 2 and arch.gated_mlp and not arch.tie_word_embeddings
 
 
-def test_traced_answers_remote_code_with_theory_and_says_why() -> None:
-    """No transformers class to build: the traced estimator does not start a trace worker, it answers
-    with the theory and a note naming the reason."""
+def test_traced_refuses_remote_code_and_says_why() -> None:
+    """No transformers class to build: the traced estimator does not start a trace worker, it refuses the
+    job with a one-line reason (theory answers it)."""
+    from autoconf.errors import InvalidInputError
     from autoconf.estimators.contract import get_estimator
     from autoconf.schema import Job, Placement
 
     job = Job(model="qwen-7b-chat", method="lora", tokens_per_sample=512, batch_size=1, lora_target_modules=("c_attn",))
-    estimate = get_estimator("traced").estimate(job, Placement(gpu_model="NVIDIA-RTX-A5000", number_gpus=1))
-    assert any("qwen is hub remote code" in note for note in estimate.memory.notes)
+    with pytest.raises(InvalidInputError, match="qwen is hub remote code"):
+        get_estimator("traced").estimate(job, Placement(gpu_model="NVIDIA-RTX-A5000", number_gpus=1))
