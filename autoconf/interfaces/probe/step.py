@@ -132,7 +132,8 @@ def make_optimizer(job: Job, model: torch.nn.Module) -> torch.optim.Optimizer:
     if job.optimizer == "adamw-8bit":
         import bitsandbytes as bnb
 
-        eight_bit: torch.optim.Optimizer = bnb.optim.AdamW8bit(params, lr=LEARNING_RATE)
+        eight_bit: torch.optim.Optimizer = bnb.optim.AdamW8bit(  # type: ignore[attr-defined,no-untyped-call]
+            params, lr=LEARNING_RATE)
         return eight_bit
     if job.optimizer == "sgd":
         return torch.optim.SGD(params, lr=LEARNING_RATE, momentum=0.9, foreach=foreach, fused=fused)
