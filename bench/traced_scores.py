@@ -42,7 +42,8 @@ from autoconf.evaluation.data import load_measurements  # noqa: E402
 from bench._report import ROOT, update_section  # noqa: E402
 
 ROWS = [ROOT / "data" / "measurements.csv", *sorted((ROOT / "data" / "probe").glob("*.csv"))]
-METRICS = {"torch_allocated": "allocated", "torch_reserved": "reserved", "nvidia_smi": "device"}
+METRICS = {"torch_allocated": "allocated", "torch_reserved": "reserved", "nvidia_smi": "device",
+           "stated": "stated peak", "percent_of_device": "share of device"}
 REPORT = ROOT / "docs" / "traced_vs_theory.md"
 
 
@@ -158,6 +159,10 @@ def render(errors: pd.DataFrame, gate: pd.DataFrame, rows: pd.DataFrame, seconds
     lines += [f"- {count} rows: {reason}" for reason, count in reasons.items()]
     if skipped:
         lines.append(f"- {skipped} traceable rows were not traced in this run's CPU budget (`--cached-only`)")
+    ranked = rows[rows["mode"] == "rank"]
+    if len(ranked):
+        lines.append(f"- {len(ranked)} rank-traced rows ({', '.join(sorted(set(ranked['model_name'])))}) state no memory "
+                     "figure (throughput rows): scored at the OOM gate only")
     lines += ["", f"### The OOM gate (oom_risk ≤ {MAX_OOM_RISK} = fits)", ""]
     for (estimator, mode), group in gate[gate["answered"]].groupby(["estimator", "mode"]):
         oom = group["oom"]

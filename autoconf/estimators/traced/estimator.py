@@ -55,6 +55,8 @@ WEIGHTS, GRADIENTS, OPTIMIZER = range(3)
 # Loss kernels and optimizers the trace runs (autoconf/estimators/traced/kernels.py, model.py).
 TRACED_LOSS_KERNELS = ("hf", "chunked", "fused-linear-ce")
 TRACED_OPTIMIZERS = ("adamw", "sgd", "adamw-8bit")
+# Stacks whose QLoRA is not transformers' bitsandbytes path (theory/frameworks.py profiles' sources).
+OWN_QUANT_KERNELS = {"fms-hf-tuning": "fms-acceleration's AutoGPTQ / fused 4-bit Triton kernels with their own autograd"}
 
 
 def arch_experts(job: Job) -> bool:
@@ -70,6 +72,9 @@ def untraceable_reason(job: Job, placement: Placement) -> str | None:
                 f"(traced: {', '.join(TRACED_LOSS_KERNELS)})")
     if kernel == "fused-linear-ce" and job.dtype.startswith("amp"):
         return "Liger's fused linear CE under amp (its autocast path) is not traced"
+    if job.method == "qlora" and job.framework in OWN_QUANT_KERNELS:
+        return (f"{job.framework}'s QLoRA runs its own quantised kernels ({OWN_QUANT_KERNELS[job.framework]}); "
+                "traced QLoRA is transformers' bitsandbytes path")
     if job.method == "qlora" and resolve(job).quantize_lm_head:
         return "QLoRA with a 4-bit lm_head: transformers' bitsandbytes loader keeps the head unquantised"
     if arch_experts(job) and job.dtype in ("fp16", "amp-fp16"):
