@@ -21,7 +21,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from autoconf import defaults
 from autoconf.errors import AutoconfError, describe
-from autoconf.estimators.theory.rows import JOB_BOOL, JOB_INT, JOB_TEXT, Codes, JobColumns
+from autoconf.estimators.theory.rows import JOB_BOOL, JOB_INT, JOB_TEXT, OVERRIDE_FIELDS, Codes, JobColumns
 from autoconf.schema import (
     ALIASES,
     FRAMEWORKS,
@@ -34,8 +34,8 @@ from autoconf.schema import (
 )
 
 ROW_ERRORS = (AutoconfError, ValidationError, TypeError, ValueError, OverflowError)
-_OPTIONAL = ("image_resolution", "loss_kernel", "fsdp_cpu_ram_efficient_loading", "double_quant", "quantize_lm_head",
-             "optimizer_in_backward", "activation_offloading", "expandable_segments")
+# optional fields: None is a value of its own (the model's resolution, the stack's kernel and settings)
+_OPTIONAL = ("image_resolution", "loss_kernel", *OVERRIDE_FIELDS.values())
 _JOB_READ = tuple(Job.model_fields)  # every field: a bad word in any of them refuses the row
 _PLACE_READ = tuple(Placement.model_fields)
 

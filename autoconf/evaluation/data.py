@@ -71,6 +71,9 @@ FRAMEWORKS = {"fms-hf-tuning": "fms-hf-tuning", "hf-trainer": "hf-trainer", "ms-
               # our own probe: a transformers model, HF's loss (or the loss_kernel cell), peft adapters in fp32,
               # torch AdamW foreach, no wrapper — the HF Trainer's single-GPU step (docs/probe.md)
               "autoconf-probe": "hf-trainer"}
+# Stacks whose QLoRA skips peft's prepare_model_for_kbit_training although their profile's stack calls it: the
+# probe builds its 4-bit model itself (interfaces/probe/step.py) and never calls it.
+NO_KBIT_PREPARE = ("autoconf-probe",)
 # Campaigns whose samples vary in length although the peak batch's length is known (``variable_length = 0``):
 # Job.samples_vary_in_length for their rows, with the evidence. Rows with ``variable_length = 1`` vary too.
 VARYING_LENGTH_CAMPAIGNS = {
@@ -205,6 +208,8 @@ def _stack_fields(row: Mapping[str, object]) -> dict[str, object]:
         if str(framework) not in FRAMEWORKS:
             raise InvalidInputError("framework", f"has no profile for {framework!r}; profiles: {', '.join(FRAMEWORKS)}")
         out["framework"] = FRAMEWORKS[str(framework)]
+        if str(framework) in NO_KBIT_PREPARE:
+            out["kbit_prepare"] = False
     optimizer = row.get("optimizer")
     if _present(optimizer):
         if str(optimizer) not in OPTIMIZERS:

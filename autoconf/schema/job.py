@@ -98,6 +98,9 @@ class Job(_Input):
     fsdp_cpu_ram_efficient_loading: bool | None = Field(
         None, description="FSDP: load weights on rank 0 / meta device (true) or a full copy per rank (false).")
     double_quant: bool | None = Field(None, description="QLoRA: quantise the NF4 absmax constants again (8-bit).")
+    kbit_prepare: bool | None = Field(
+        None, description="QLoRA on one GPU: the script calls peft's prepare_model_for_kbit_training, which casts every "
+        "parameter that is not 4-bit to fp32 (default: the stack's; TRL's SFTTrainer calls it, a plain Trainer does not).")
     quantize_lm_head: bool | None = Field(None, description="QLoRA: quantise the output head to 4 bits as well.")
     optimizer_in_backward: bool | None = Field(
         None, description="Step each parameter in backward and free its gradient (torchtune): no full gradient set.")

@@ -163,6 +163,7 @@ class Resolved:
     activation_offloading: bool
     expandable_segments: bool
     adapter_bytes: int
+    kbit_upcast: bool
 
 
 def _pick(value: bool | None, default: bool) -> bool:
@@ -180,4 +181,5 @@ def resolve(job: Job) -> Resolved:
         activation_offloading=_pick(job.activation_offloading, profile.activation_offloading),
         expandable_segments=_pick(job.expandable_segments, profile.expandable_segments),
         adapter_bytes=profile.adapter_bytes,
+        kbit_upcast=_pick(job.kbit_prepare, profile.kbit_upcast),
     )

@@ -129,6 +129,7 @@ class ResolvedColumns:
     optimizer_in_backward: np.ndarray
     activation_offloading: np.ndarray
     expandable_segments: np.ndarray
+    kbit_upcast: np.ndarray
 
     def __init__(self, frameworks: np.ndarray, explicit: dict[str, np.ndarray]) -> None:
         keys, inverse = np.unique(frameworks, return_inverse=True)
@@ -143,9 +144,10 @@ class ResolvedColumns:
 
 
 OVERRIDES = ("efficient_loading", "double_quant", "quantize_lm_head", "optimizer_in_backward",
-             "activation_offloading", "expandable_segments")
-_OVERRIDE_FIELDS = dict(zip(OVERRIDES, ("fsdp_cpu_ram_efficient_loading", "double_quant", "quantize_lm_head",
-                                        "optimizer_in_backward", "activation_offloading", "expandable_segments"),
+             "activation_offloading", "expandable_segments", "kbit_upcast")
+OVERRIDE_FIELDS = dict(zip(OVERRIDES, ("fsdp_cpu_ram_efficient_loading", "double_quant", "quantize_lm_head",
+                                        "optimizer_in_backward", "activation_offloading", "expandable_segments",
+                                        "kbit_prepare"),
                             strict=True))
 JOB_TEXT = ("method", "dtype", "framework", "optimizer", "optimizer_state_dtype", "optimizer_impl", "attention")
 JOB_INT = ("tokens_per_sample", "batch_size", "gradient_accumulation_steps", "lora_r", "images_per_sample",
@@ -164,7 +166,7 @@ class JobColumns:
             setattr(self, name, columns[name])
         fused = np.where(self.fused_loss, "fused-linear-ce", lookup_text(self.framework, FRAMEWORK_LOSS_KERNEL, "hf"))
         self.effective_loss_kernel = np.where(columns["loss_kernel"] != "", columns["loss_kernel"], fused)
-        self.settings = ResolvedColumns(self.framework, {k: columns[f] for k, f in _OVERRIDE_FIELDS.items()})
+        self.settings = ResolvedColumns(self.framework, {k: columns[f] for k, f in OVERRIDE_FIELDS.items()})
 
     @classmethod
     def of(cls, jobs: Sequence[Job]) -> JobColumns:
@@ -176,7 +178,7 @@ class JobColumns:
         cols["image_resolution"] = np.array([j.image_resolution or 0 for j in jobs], dtype=np.int64)
         cols["loss_kernel"] = np.array([j.loss_kernel or "" for j in jobs], dtype=str)
         cols["lora_target_modules"] = Codes.of([j.lora_target_modules for j in jobs])
-        for field in _OVERRIDE_FIELDS.values():
+        for field in OVERRIDE_FIELDS.values():
             cols[field] = np.array([np.nan if (v := getattr(j, field)) is None else float(v) for j in jobs])
         return cls(cols)
 

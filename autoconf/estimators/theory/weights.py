@@ -92,10 +92,10 @@ def stage_params(arch: Architecture, placement: AnyPlacement) -> Num:
 
 
 def kbit_upcast(job: AnyJob, fsdp: Flag) -> Flag:
-    """QLoRA whose stack runs peft's prepare_model_for_kbit_training (frameworks.Profile.kbit_upcast): the
+    """QLoRA whose stack runs peft's prepare_model_for_kbit_training (Job.kbit_prepare, else the profile's): the
     embeddings, norms and head (every parameter that is not 4-bit) become fp32, and so does the residual stream
     they feed. TRL skips the call for sharded QLoRA, so ``fsdp`` (sharded over > 1 GPU) turns it off."""
-    return (job.method == "qlora") & settings_of(job).profile.kbit_upcast & not_(fsdp)
+    return (job.method == "qlora") & settings_of(job).kbit_upcast & not_(fsdp)
 
 
 def _quantised_params(job: AnyJob, arch: Architecture) -> Num:

@@ -125,7 +125,7 @@ def trace_spec(job: Job, arch: Architecture) -> dict[str, Any]:
         spec.update(lora_r=job.lora_r, lora_alpha=job.lora_alpha, lora_dropout=job.lora_dropout,
                     lora_target_modules=list(lora_targets(job, arch)))
     if job.method == "qlora":
-        spec.update(double_quant=resolve(job).double_quant, kbit_upcast=resolve(job).profile.kbit_upcast)
+        spec.update(double_quant=resolve(job).double_quant, kbit_upcast=resolve(job).kbit_upcast)
     if job.effective_loss_kernel != "hf":  # absent for HF's loss: earlier cache keys stay valid
         spec["loss_kernel"] = job.effective_loss_kernel
     return spec
