@@ -20,27 +20,14 @@ import pytest
 
 from autoconf.errors import describe
 from autoconf.estimators.contract import get_estimator
-from autoconf.estimators.theory.memory import estimate_memory
-from autoconf.estimators.theory.throughput import throughput_or_none
 from autoconf.estimators.theory.vector import theory_batch
 from autoconf.evaluation.data import load_measurements, row_to_inputs
 from autoconf.recommend.frame import recommend_frame
 from autoconf.schema import job_and_placement
+from bench.theory_identity import _answer as answer_of  # what the full comparison records per row
 
 SAMPLE = json.loads((Path(__file__).parent / "fixtures" / "theory_identity_sample.json").read_text(encoding="utf-8"))
 ERRORS = (ValueError, TypeError, ArithmeticError)
-
-
-def _now(job: Any, place: Any) -> dict[str, Any] | str:  # noqa: ANN401
-    """What bench/theory_identity.py records for one row."""
-    try:
-        mem = estimate_memory(job, place)
-    except ERRORS as exc:
-        return "error: " + describe(exc, with_input=False)
-    out = mem.model_dump()
-    tput = throughput_or_none(job, place)
-    out["tokens_per_second"] = None if tput is None else tput.tokens_per_second
-    return out
 
 
 NOT_COMPARED = "tokens_per_second"  # changed since by the throughput model (see above)
@@ -63,7 +50,7 @@ def test_random_jobs_answer_as_before(item: dict[str, Any]) -> None:
     except ERRORS as exc:
         assert item["answer"] == "input: " + describe(exc, with_input=False)
         return
-    assert _same(item["answer"], _now(*pair))
+    assert _same(item["answer"], answer_of(*pair))
 
 
 def test_measured_rows_answer_as_before() -> None:
@@ -74,7 +61,7 @@ def test_measured_rows_answer_as_before() -> None:
         except ERRORS as exc:
             assert item["answer"] == "input: " + describe(exc, with_input=False)
             continue
-        assert _same(item["answer"], _now(*pair)), item["row"]
+        assert _same(item["answer"], answer_of(*pair)), item["row"]
 
 
 def test_one_batch_answers_as_before_row_by_row() -> None:

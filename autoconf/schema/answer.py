@@ -23,7 +23,14 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from autoconf import __version__
-from autoconf.schema.estimates import CostEstimate, Estimate, ThroughputEstimate, TimeEstimate
+from autoconf.schema.estimates import (
+    CostEstimate,
+    Estimate,
+    ThroughputEstimate,
+    TimeEstimate,
+    allocated_or,
+    reserved_or,
+)
 from autoconf.schema.job import Job
 from autoconf.schema.kinds import GIB, EstimatorName, Phase
 from autoconf.schema.placement import Placement
@@ -170,15 +177,11 @@ class Answer(_Strict):
 
     @property
     def allocated_bytes(self) -> float:
-        """Allocator peak; estimators that do not split it give peak - overhead."""
-        found = self.peak_allocated_bytes
-        return found if found is not None else self.peak_bytes - self.overhead_bytes
+        return allocated_or(self.peak_allocated_bytes, self.peak_bytes, self.overhead_bytes)
 
     @property
     def reserved_bytes(self) -> float:
-        """Reserved peak; between the allocated and the device peak."""
-        found = self.peak_reserved_bytes
-        return found if found is not None else self.allocated_bytes
+        return reserved_or(self.peak_reserved_bytes, self.allocated_bytes)
 
     def section(self, group: str) -> dict[str, Any] | None:
         """One section of the REST results (memory, throughput, time, cost), or None where it has no figures."""

@@ -27,6 +27,16 @@ class Calibration(_Strict):
     misc_overhead_gib: float | None = Field(None, ge=0, description="CUDA context + workspaces, GiB.")
 
 
+def allocated_or(allocated: float | None, peak: float, overhead: float) -> float:
+    """Allocator peak; estimators that do not split it give peak - overhead."""
+    return allocated if allocated is not None else peak - overhead
+
+
+def reserved_or(reserved: float | None, allocated: float) -> float:
+    """Reserved peak (between the allocated and the device peak); the allocated one where not given."""
+    return reserved if reserved is not None else allocated
+
+
 class MemoryEstimate(_Strict):
     """Per-GPU memory, by component, at the phase of the step where the peak occurs."""
 
@@ -66,15 +76,11 @@ class MemoryEstimate(_Strict):
 
     @property
     def allocated_bytes(self) -> float:
-        """Allocator peak; estimators that do not split it give peak - overhead."""
-        found = self.peak_allocated_bytes
-        return found if found is not None else self.peak_bytes - self.overhead_bytes
+        return allocated_or(self.peak_allocated_bytes, self.peak_bytes, self.overhead_bytes)
 
     @property
     def reserved_bytes(self) -> float:
-        """Reserved peak; between the allocated and the device peak."""
-        found = self.peak_reserved_bytes
-        return found if found is not None else self.allocated_bytes
+        return reserved_or(self.peak_reserved_bytes, self.allocated_bytes)
 
     @property
     def capacity_gib(self) -> float:

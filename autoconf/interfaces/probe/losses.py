@@ -16,26 +16,17 @@ the same tokens: on the same weights and batch the three return the same loss (t
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
-import torch.nn.functional as F
 
+from autoconf.estimators.traced.kernels import (  # the same code the traced estimator runs
+    IGNORE,
+    causal_lm,
+    chunked_cross_entropy,
+    shifted_labels,
+)
 from autoconf.schema import Job
 
-CHUNKS = 8  # torchtune's CEWithChunkedOutputLoss default num_output_chunks
-IGNORE = -100  # the ignore_index of HF's and torchtune's losses
-
-
-def causal_lm(model: torch.nn.Module) -> Any:
-    """The transformers *ForCausalLM under a peft wrapper (or the model itself)."""
-    base = getattr(model, "get_base_model", None)
-    return base() if callable(base) else model
-
-
-def shifted_labels(batch: torch.Tensor) -> torch.Tensor:
-    """Next-token labels as transformers builds them: pad the end with IGNORE, drop the first column."""
-    return F.pad(batch, (0, 1), value=IGNORE)[:, 1:]
+__all__ = ["IGNORE", "causal_lm", "chunked_cross_entropy", "liger_cross_entropy", "loss_of", "shifted_labels"]
 
 
 def loss_of(model: torch.nn.Module, batch: torch.Tensor, job: Job) -> torch.Tensor:
@@ -55,16 +46,6 @@ def loss_of(model: torch.nn.Module, batch: torch.Tensor, job: Job) -> torch.Tens
     if kernel == "fused-linear-ce":
         return liger_cross_entropy(hidden, head, labels)
     raise ValueError(f"the probe runs loss kernels hf, chunked and fused-linear-ce; got {kernel}")
-
-
-def chunked_cross_entropy(hidden: torch.Tensor, head: torch.nn.Module, labels: torch.Tensor) -> torch.Tensor:
-    """torchtune's chunked-output CE: per-chunk head, fp32 upcast per chunk, summed, / scored tokens."""
-    total = hidden.new_zeros((), dtype=torch.float32)
-    for h_chunk, y_chunk in zip(hidden.chunk(CHUNKS, dim=1), labels.chunk(CHUNKS, dim=1), strict=True):
-        logits = head(h_chunk)
-        total = total + F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y_chunk.reshape(-1),
-                                        reduction="sum", ignore_index=IGNORE)
-    return total / (labels != IGNORE).sum().clamp(min=1)
 
 
 def liger_cross_entropy(hidden: torch.Tensor, head: torch.nn.Module, labels: torch.Tensor) -> torch.Tensor:
