@@ -26,10 +26,9 @@ from autoconf import __version__
 from autoconf.schema.estimates import (
     CostEstimate,
     Estimate,
+    PeakViews,
     ThroughputEstimate,
     TimeEstimate,
-    allocated_or,
-    reserved_or,
 )
 from autoconf.schema.job import Job
 from autoconf.schema.kinds import GIB, EstimatorName, Phase
@@ -51,7 +50,7 @@ def figure(description: str, group: str | None, *, default: Any = None, cli: boo
     return Field(default, ge=ge, description=description, json_schema_extra={"views": views})
 
 
-class Answer(_Strict):
+class Answer(_Strict, PeakViews):
     """Everything autoconf says about one job at one placement: what the CLI, REST API, ado and sweep show."""
 
     job: Job | None = Field(None, description="The job answered.")
@@ -175,13 +174,6 @@ class Answer(_Strict):
             raise ValueError("this Answer was built without its job and placement")
         return self.job, self.placement
 
-    @property
-    def allocated_bytes(self) -> float:
-        return allocated_or(self.peak_allocated_bytes, self.peak_bytes, self.overhead_bytes)
-
-    @property
-    def reserved_bytes(self) -> float:
-        return reserved_or(self.peak_reserved_bytes, self.allocated_bytes)
 
     def section(self, group: str) -> dict[str, Any] | None:
         """One section of the REST results (memory, throughput, time, cost), or None where it has no figures."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pydantic import Field
 
 from autoconf.schema.job import Job
@@ -27,17 +29,30 @@ class Calibration(_Strict):
     misc_overhead_gib: float | None = Field(None, ge=0, description="CUDA context + workspaces, GiB.")
 
 
-def allocated_or(allocated: float | None, peak: float, overhead: float) -> float:
-    """Allocator peak; estimators that do not split it give peak - overhead."""
-    return allocated if allocated is not None else peak - overhead
+class PeakViews:
+    """The allocated and reserved peaks with their fallbacks, for every model that carries the three peaks
+    (MemoryEstimate, Answer): estimators that do not split the device peak leave those two None."""
+
+    if TYPE_CHECKING:  # the fields of the models this is mixed into
+        peak_bytes: float
+        overhead_bytes: float
+        peak_allocated_bytes: float | None
+        peak_reserved_bytes: float | None
+
+    @property
+    def allocated_bytes(self) -> float:
+        """Allocator peak; estimators that do not split it give peak - overhead."""
+        found = self.peak_allocated_bytes
+        return found if found is not None else self.peak_bytes - self.overhead_bytes
+
+    @property
+    def reserved_bytes(self) -> float:
+        """Reserved peak (between the allocated and the device peak); the allocated one where not given."""
+        found = self.peak_reserved_bytes
+        return found if found is not None else self.allocated_bytes
 
 
-def reserved_or(reserved: float | None, allocated: float) -> float:
-    """Reserved peak (between the allocated and the device peak); the allocated one where not given."""
-    return reserved if reserved is not None else allocated
-
-
-class MemoryEstimate(_Strict):
+class MemoryEstimate(_Strict, PeakViews):
     """Per-GPU memory, by component, at the phase of the step where the peak occurs."""
 
     weights_bytes: float = Field(ge=0, description="Parameters resident on the GPU.")
@@ -74,13 +89,6 @@ class MemoryEstimate(_Strict):
     def peak_gib(self) -> float:
         return self.peak_bytes / GIB
 
-    @property
-    def allocated_bytes(self) -> float:
-        return allocated_or(self.peak_allocated_bytes, self.peak_bytes, self.overhead_bytes)
-
-    @property
-    def reserved_bytes(self) -> float:
-        return reserved_or(self.peak_reserved_bytes, self.allocated_bytes)
 
     @property
     def capacity_gib(self) -> float:
