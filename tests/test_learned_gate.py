@@ -154,3 +154,36 @@ def test_a_forest_without_a_split_predicts_its_constant_for_many_rows() -> None:
                     roots=one([0, 1], dtype=np.int32), depth=0, link="identity")
     got = forest.predict(np.zeros((DEDUPE_MIN_ROWS + 5, 1)))
     assert got.shape == (DEDUPE_MIN_ROWS + 5,) and np.all(got == 1.0)  # 0.75 + 0.25 on every row
+
+
+def _two_stacks(table: T.Table, theory_pct: np.ndarray) -> T.Table:
+    """``table`` as one source whose first half is stack peft, the second fms-hf-tuning; every run measured
+    1000 tokens/s and theory off by ``theory_pct`` %."""
+    from dataclasses import replace
+
+    half = len(table) // 2
+    jobs = [j.model_copy(update={"framework": "peft" if i < half else "fms-hf-tuning"}) for i, j in enumerate(table.jobs)]
+    rows = table.rows.assign(source="fms-acceleration", tokens_per_second=1000.0)
+    x = table.x.assign(theory_tokens_per_second_per_gpu=1000.0 * (1 + theory_pct / 100) / table.x["number_gpus"])
+    return replace(table, rows=rows, jobs=jobs, x=x, y=table.y.assign(throughput=1.0))
+
+
+def test_gate_revokes_a_stack_when_its_source_gets_worse(two_sources: T.Table) -> None:
+    """Each stack's correction wins on its own rows, the source's median does not: medians do not add up.
+    Hand-derived (|error %| of 60 rows, median = mean of the 30th and 31st):
+    peft, theory 15 rows at 0 and 15 at 10 (median 5) -> corrected 30 at 4.5 (wins by 0.5);
+    fms-hf-tuning, theory 30 at 3 -> corrected 30 at 2 (wins by 1). Source: theory 15×0, 30×3, 15×10 -> 3;
+    both corrected 30×2, 30×4.5 -> 3.25, worse. Revoking the smaller gain (peft) leaves 15×0, 30×2, 15×10 -> 2."""
+    assert len(two_sources) == 60
+    theory_pct = np.r_[np.zeros(15), np.full(15, 10.0), np.full(30, 3.0)]
+    hybrid_pct = np.r_[np.full(30, 4.5), np.full(30, 2.0)]
+    table = _two_stacks(two_sources, theory_pct)
+    ratio = (1 + hybrid_pct / 100) / (1 + theory_pct / 100)  # theory × ratio = measured × (1 + hybrid %)
+    held = _held_out(table, {"throughput": ratio})
+    corrections, w_lomo, _ = decide(table, held, held)
+    stacks = corrections["throughput"]["frameworks"]
+    assert stacks["peft"]["corrected_median_abs_error_pct"] == pytest.approx(4.5)
+    assert not stacks["peft"]["applied"] and stacks["peft"]["why"].startswith("revoked")
+    assert stacks["fms-hf-tuning"]["applied"] and stacks["fms-hf-tuning"]["weight"] == 1.0
+    tokens = predictions(table, held, w_lomo)["hybrid"]["tokens"]
+    assert np.median(np.abs(tokens / 1000.0 - 1) * 100) == pytest.approx(2.0)

@@ -10,7 +10,11 @@ For every (target, framework profile) the build records one decision in card.jso
   leave-one-source-out rows, it beats theory on every held-out source (at least two sources with
   predictions: one source gives no held-out evidence about a stack it never saw).
 
-So on held-out data the hybrid is never worse than theory on any source, or theory is what it answers there.
+A source may hold several stacks (fms-acceleration: fms-hf-tuning and peft), and medians do not add up: each
+stack's correction can win on its own rows while the source's median gets worse. So after the stacks of a target
+are decided, while the leave-one-model-out median of a source is above theory's, the applied correction of that
+source's stack that gained least is revoked (``why`` says so). So on held-out data the hybrid is never worse than
+theory on any source, or theory is what it answers there.
 w and the decisions are chosen on the same held-out rows that are reported (five values of w, one bit per
 (target, framework)); docs/accuracy.md says so.
 """
@@ -86,6 +90,46 @@ def _choose(table: T.Table, gp: E.GroupedPredictions, weight: dict[str, np.ndarr
     return best
 
 
+def _assign(table: T.Table, splits: tuple[E.GroupedPredictions, E.GroupedPredictions],
+            weights: tuple[dict[str, np.ndarray], dict[str, np.ndarray]], target: str, name: str, d: dict[str, Any],
+            unseen: dict[str, Any]) -> None:
+    """Set the per-row weights of stack ``name`` for ``target`` under both splits from its decision ``d``."""
+    (lomo, loso), (w_lomo, w_loso) = splits, weights
+    frameworks, sources = table.frameworks, table.sources
+    has_rows = np.isfinite(table.y[target].to_numpy())
+    rows = frameworks == name
+    w_lomo[target][rows & lomo.inside] = d["weight"] if d["applied"] else 0.0
+    # held out by source, a stack is unseen unless another source measured it
+    other = np.array([bool((has_rows & rows & (sources != s)).any()) for s in sources])
+    seen_w = np.where(other, d["weight"] if d["applied"] else 0.0, unseen["weight"] if unseen["applied"] else 0.0)
+    w_loso[target] = np.where(rows & loso.inside, seen_w, w_loso[target])
+
+
+def _revoke_for_worse_source(table: T.Table, lomo: E.GroupedPredictions, weight: dict[str, np.ndarray], target: str,
+                             by: dict[str, Any]) -> str | None:
+    """Revoke (in ``by``) the least-gaining applied correction of the first source whose leave-one-model-out
+    median the hybrid makes worse than theory's; the stack revoked, or None when no source is worse."""
+    column, key = GATED[target]
+    meas = E.measured(table, column)
+    theory = E.predictions(table, lomo, {})["theory"][key]
+    hybrid = E.estimate(table, lomo, weight)[key]
+    has = np.isfinite(meas)
+    for source in sorted(set(table.sources[has].tolist())):
+        rows = has & (table.sources == source)
+        if not _median(meas, hybrid, rows) > _median(meas, theory, rows):
+            continue
+        stacks = set(table.frameworks[rows].tolist())
+        gains = sorted((by[n]["theory_median_abs_error_pct"] - by[n]["corrected_median_abs_error_pct"], n)
+                       for n in stacks if by[n]["applied"] and "corrected_median_abs_error_pct" in by[n])
+        if not gains:
+            return None
+        name: str = gains[0][1]
+        by[name].update(applied=False, weight=0.0, why=f"revoked: it won on its own rows, but with it the hybrid's "
+                        f"median on held-out source {source} (several stacks) was above theory's")
+        return name
+    return None
+
+
 def decide(table: T.Table, lomo: E.GroupedPredictions,
            loso: E.GroupedPredictions) -> tuple[dict[str, Any], dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Card decisions per (target, framework) and the hybrid's per-row weights under each split.
@@ -95,7 +139,6 @@ def decide(table: T.Table, lomo: E.GroupedPredictions,
     """
     n = len(table)
     frameworks = table.frameworks
-    sources = table.sources
     names = sorted(set(PROFILES) | set(frameworks.tolist()))
     corrections: dict[str, Any] = {}
     w_lomo: dict[str, np.ndarray] = {}
@@ -114,12 +157,9 @@ def decide(table: T.Table, lomo: E.GroupedPredictions,
             else:
                 d = {"applied": unseen["applied"], "weight": unseen["weight"], "rule": "unseen (as `unseen`)"}
             by[name] = d
-            w_lomo[target][rows & lomo.inside] = d["weight"] if d["applied"] else 0.0
-            # held out by source, a stack is unseen unless another source measured it
-            other = np.array([bool((has_rows & (frameworks == name) & (sources != s)).any()) for s in sources])
-            seen_w = np.where(other, d["weight"] if d["applied"] else 0.0,
-                              unseen["weight"] if unseen["applied"] else 0.0)
-            w_loso[target] = np.where(rows & loso.inside, seen_w, w_loso[target])
+            _assign(table, (lomo, loso), (w_lomo, w_loso), target, name, d, unseen)
+        while (revoked := _revoke_for_worse_source(table, lomo, w_lomo, target, by)) is not None:
+            _assign(table, (lomo, loso), (w_lomo, w_loso), target, revoked, by[revoked], unseen)
         corrections[target] = {"applied": any(d["applied"] for d in by.values()), "frameworks": by, "unseen": unseen}
     corrections["oom"] = {"applied": False, "why": "the hybrid states a conformal risk; the classifier is the "
                           "learned estimator's"}

@@ -35,6 +35,7 @@ TRUST_ENV = "AUTOCONF_TRUSTED_MANIFESTS"  # comma-separated SHA-256s of manifest
 PINNED_MANIFESTS: dict[str, str] = {
     "1.0.0": "8b9ea533c1b5321c48ca73541aac1d36c5e7ff5129db5e902ac3a78cef9f9b1f",
     "2.0.0": "054178f1643c8992d4bccc484027a7516c4c17bfb7b26c1b6b5466fef0322a3f",
+    "2.1.0": "a93f2c8dfd5b56ad67aae613a172eee471463891392dbf5b070ab51524fe9f59",
 }
 
 
