@@ -1,0 +1,102 @@
+"""torchtune's own training code on fake tensors (autoconf/estimators/traced/stacks/).
+
+The per-rank static bytes of a tiny llama are derived by hand from its dimensions (bf16 parameters, gradients and
+the two AdamW moments of the trainable ones, sharded by the world; fused AdamW's fp32 ``step`` scalar per trainable
+tensor; torchtune's rotary cache of (max_seq_len, head_dim / 2, 2) fp32 plus its theta); the whole trace on fake
+tensors equals, phase by phase, the same code on real CPU tensors.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torchtune")
+pytest.importorskip("torchao")
+
+from autoconf.estimators.traced.dist import summarise  # noqa: E402  # needs torch: after the skips
+from autoconf.estimators.traced.stacks.torchtune_step import trace  # noqa: E402
+
+V, L, D, H, KV, FF = 256, 2, 64, 4, 2, 128  # vocab, layers, hidden, heads, kv heads, MLP width
+HD = D // H
+SEQ_MAX = 128
+ARCH = {"model_type": "llama", "vocab_size": V, "num_layers": L, "num_heads": H, "num_kv_heads": KV, "hidden_size": D,
+        "intermediate_size": FF, "head_dim": HD, "tie_word_embeddings": False, "name": "tiny"}
+R = 8  # LoRA rank, on q_proj and v_proj
+
+
+def spec(method: str, world: int, **extra: Any) -> dict[str, Any]:
+    return {"stack": "torchtune", "arch": ARCH, "max_seq_len": SEQ_MAX, "method": method, "dtype": "bf16",
+            "gradient_checkpointing": True, "loss": "chunked", "optimizer_impl": "fused", "world": world,
+            "strategy": "fsdp" if world > 1 else "single", "shape": [2, 32], "lora_r": R, "lora_alpha": 16.0,
+            "lora_dropout": 0.0, "lora_target_modules": ["q_proj", "v_proj"], **extra}
+
+
+def hand_static(method: str, world: int) -> tuple[int, int, int]:
+    """(weights, gradients, optimizer) bytes one rank keeps between backward and the next forward."""
+    layer = D * D + 2 * D * KV * HD + HD * H * D + 3 * D * FF + 2 * D  # q, k, v, o, gate/up/down, two norms
+    base = 2 * V * D + L * layer + D  # embedding, untied output, layers, final norm
+    lora = L * (R * D + D * R + R * D + KV * HD * R)  # A and B of q_proj and v_proj per layer
+    trainable, tensors = (lora, 4 * L) if method == "lora" else (base, 2 + 9 * L + 1)
+    total = base + (lora if method == "lora" else 0)
+    rope = SEQ_MAX * (HD // 2) * 2 * 4 + (HD // 2) * 4  # rotary cache and theta, fp32, not sharded (buffers)
+    weights = 2 * total // world + rope
+    return weights, 2 * trainable // world, 2 * 2 * trainable // world + 4 * tensors
+
+
+def phase(summary: dict[str, Any], step: int, name: str) -> dict[str, Any]:
+    return next(p for p in summary["phases"] if p["step"] == step and p["phase"] == name)
+
+
+@pytest.fixture(scope="module")
+def traces() -> dict[tuple[str, int, bool], dict[str, Any]]:
+    runs = [("full", 1, False), ("full", 4, False), ("lora", 4, False), ("lora", 4, True)]
+    return {run: summarise(trace(spec(run[0], run[1], real=run[2])), False) for run in runs}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("method", "world"), [("full", 1), ("full", 4), ("lora", 4)])
+def test_static_bytes_per_rank_are_the_hand_derived_ones(traces: dict[Any, Any], method: str, world: int) -> None:
+    weights, grads, states = hand_static(method, world)
+    # after step 2's optimizer step, before zero_grad: parameters, reduced gradients, AdamW states
+    assert phase(traces[(method, world, False)], 2, "optimizer")["parts"][:3] == [weights, grads, states]
+    assert phase(traces[(method, world, False)], 0, "load")["parts"][1:] == [0, 0, 0, 0]
+
+
+@pytest.mark.slow
+def test_fake_trace_equals_the_real_cpu_step(traces: dict[Any, Any]) -> None:
+    fake, real = traces[("lora", 4, False)], traces[("lora", 4, True)]
+    assert fake["phases"] == real["phases"]
+    assert fake["reserved_peak"] == real["reserved_peak"]
+
+
+@pytest.mark.slow
+def test_sharding_divides_the_full_models_states(traces: dict[Any, Any]) -> None:
+    one, four = traces[("full", 1, False)], traces[("full", 4, False)]
+    assert phase(four, 2, "optimizer")["parts"][2] < phase(one, 2, "optimizer")["parts"][2] / 3
+    assert four["allocated_peak"] < one["allocated_peak"]
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "autoconf.interfaces.cli", "estimate", "--estimator", "traced",
+                           "--framework", "torchtune", *args], capture_output=True, text=True, env=dict(os.environ),
+                          timeout=300, check=False)
+
+
+@pytest.mark.slow
+def test_cli_answers_from_torchtunes_code(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AUTOCONF_CACHE", str(tmp_path))
+    done = _cli("--model", "llama3.2-1b", "--seq-len", "256", "--per-device-batch", "1", "--lora")
+    assert done.returncode == 0, done.stderr
+    assert "torchtune 0.6.1" in done.stdout and "own code" in done.stdout
+
+
+def test_untraceable_combination_says_why(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AUTOCONF_CACHE", str(tmp_path))
+    done = _cli("--model", "llama3.2-1b", "--seq-len", "256", "--per-device-batch", "1", "--qlora")
+    assert done.returncode == 0, done.stderr
+    assert "traced: torchtune: QLoRA: torchao's NF4 quantisation" in done.stdout
