@@ -1,6 +1,6 @@
-"""One GPU of a job trained by a stack's own code (torchtune), from a trace of its rank, cached on disk.
+"""One GPU of a job trained by a stack's own code (torchtune, torchtitan), from a trace of its rank, cached on disk.
 
-No torch here: the driver (``python -m autoconf.estimators.traced.stacks.torchtune_step``) runs in a
+No torch here: the driver (``python -m autoconf.estimators.traced.stacks.<stack>_step``) runs in a
 subprocess and returns dist.py's summary (peak per step and phase) with its allocation events; both are cached
 next to the HF traces, keyed by the spec and the library versions. Reserved and device memory come from the
 events replayed through the caching-allocator model on the job's GPU, as for the HF rank traces (ranks.py).
@@ -26,8 +26,18 @@ from autoconf.estimators.traced.fit import TRACE_TIMEOUT_S, TraceFailed
 from autoconf.estimators.traced.ranks import PHASE, PHASE_TEXT, reserved_peak, uneven
 from autoconf.schema import Job, MemoryEstimate, Placement
 
-STACK_VERSION = 1  # part of the cache key: bump when a driver changes meaning
-DRIVERS = {"torchtune": "autoconf.estimators.traced.stacks.torchtune_step"}
+STACK_VERSION = 2  # part of the cache key: bump when a driver changes meaning
+DRIVERS = {"torchtune": "autoconf.estimators.traced.stacks.torchtune_step",
+           "torchtitan": "autoconf.estimators.traced.stacks.torchtitan_step"}
+# what each driver runs of its stack, for the answer's note
+RUNS = {"torchtune": "builders, LoRA modules, chunked loss, activation checkpointing, training.shard_model",
+        "torchtitan": "Llama3Model, parallelize_llama (TP plan, FullAC, FSDP2 mixed precision), flex attention, "
+                      "cross_entropy_loss, clip_grad_norm_"}
+# torchtitan 0.3.0 depends on datasets<4.8 (which pins huggingface_hub below transformers' 2.x here) and imports
+# triton for its expert-parallel kernels: installed by hand, without dependencies (docs/traced.md)
+INSTALL = {"torchtune": "pip install 'autoconf-gpu[stacks]'",
+           "torchtitan": "pip install --no-deps torchtitan==0.3.0 spmd_types==0.2.3 einops tyro typeguard "
+                         "docstring_parser torch_checkpointing triton"}
 # torchtune builders we map catalogue architectures onto (torchtune.models.<family>._component_builders)
 TORCHTUNE_TYPES = {"llama": "llama3_2", "qwen2": "qwen2", "mistral": "mistral"}
 LORA_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "all-linear")
@@ -60,13 +70,38 @@ def torchtune_unsupported(job: Job, placement: Placement, arch: Architecture) ->
     return None
 
 
+def torchtitan_unsupported(job: Job, placement: Placement, arch: Architecture) -> str | None:
+    """Why torchtitan's own code cannot be traced for this job (None: it can)."""
+    if arch.model_type != "llama" or arch.attention_bias or arch.mlp_bias:
+        return f"torchtitan's Llama3Model is traced for bias-free llama models, not {arch.model_type}"
+    if job.method != "full":
+        return "torchtitan trains full models; its LoRA converter (components/lora.py) is not traced"
+    if job.dtype not in ("bf16", "amp-bf16", "fp32"):
+        return f"torchtitan trains in training.dtype float32 or bfloat16 with bf16 or fp32 compute, not {job.dtype}"
+    if job.optimizer != "adamw":
+        return f"torchtitan's default optimizer is AdamW; {job.optimizer} is not traced"
+    if job.effective_loss_kernel != "hf":
+        return f"torchtitan's loss is cross_entropy_loss over fp32 logits; the {job.effective_loss_kernel} kernel is not its"
+    if placement.pp > 1 or placement.offload != "none" or job.sequence_parallel > 1:
+        return "pipeline and context parallelism and CPU offload are not traced for torchtitan"
+    if placement.dp > 1 and placement.effective_strategy not in ("fsdp", "fsdp-shard-grad-op"):
+        return f"torchtitan shards with FSDP2; strategy {placement.effective_strategy} is not its"
+    return None
+
+
 def stack_unsupported(job: Job, placement: Placement, arch: Architecture) -> str | None:
     """Why ``job.framework``'s own code cannot be traced (None: it can); only stacks in DRIVERS are asked."""
+    try:
+        metadata.version(job.framework)
+    except metadata.PackageNotFoundError:
+        return f"{job.framework} is not installed ({INSTALL[job.framework]})"
+    if job.framework == "torchtitan":
+        return torchtitan_unsupported(job, placement, arch)
     return torchtune_unsupported(job, placement, arch)
 
 
 def stack_spec(job: Job, placement: Placement, arch: Architecture, batch: int) -> dict[str, Any]:
-    """Everything a torchtune trace depends on (also its cache key)."""
+    """Everything a stack's trace depends on (also its cache key)."""
     mlp = ("gate_proj", "up_proj", "down_proj")
     targets = list(job.lora_target_modules)
     if job.method == "lora" and "all-linear" not in targets and any(t in targets for t in mlp):
@@ -83,7 +118,8 @@ def stack_spec(job: Job, placement: Placement, arch: Architecture, batch: int) -
         "loss": job.effective_loss_kernel, "optimizer_impl": job.optimizer_impl,
         "lora_r": job.lora_r, "lora_alpha": job.lora_alpha, "lora_dropout": job.lora_dropout,
         "lora_target_modules": targets if job.method == "lora" else [],
-        "world": placement.dp, "strategy": placement.effective_strategy if placement.dp > 1 else "single",
+        "world": placement.dp * placement.tp, "tp": placement.tp,
+        "strategy": placement.effective_strategy if placement.dp > 1 else "single",
         "shape": [batch, job.tokens_per_sample], "expandable_segments": resolve(job).expandable_segments,
     }
 
@@ -131,7 +167,8 @@ def stack_memory(job: Job, placement: Placement, arch: Architecture, batch: int)
     """Per-GPU memory of ``job`` from its stack's traced rank(s): rank 0 and, when shards are uneven, the last."""
     spec = stack_spec(job, placement, arch, batch)
     world = placement.dp
-    ranks = [0, world - 1] if world > 1 and uneven(spec, world) else [0]
+    # uneven shards: the last rank too (global rank world - 1 is the last data-parallel shard)
+    ranks = [0, spec["world"] - 1] if world > 1 and uneven(spec, world) else [0]
     summaries = [trace_stack({**spec, "rank": r} if r else spec) for r in ranks]
     gpu = get_gpu(placement.gpu_model)
     context = cuda.CONTEXT_BYTES.get(gpu.architecture, cuda.DEFAULT_CONTEXT_BYTES)
@@ -149,12 +186,12 @@ def stack_memory(job: Job, placement: Placement, arch: Architecture, batch: int)
     w, g, o, a, lg = (float(v) for v in top["parts"])
     phase = PHASE_TEXT.get(top["phase"], top["phase"])
     by_rank = ", ".join(f"rank {r}: {s['allocated_peak'] / 2**30:.3f} GiB" for r, s in zip(ranks, summaries, strict=True))
+    stack = job.framework
+    group = f"a fake process group of {spec['world']}" + (f" (TP {placement.tp})" if placement.tp > 1 else "")
     notes = [
-        f"traced: torchtune {summary['versions'].get('torchtune', '?')}'s own code (builders, "
-        f"{'LoRA modules, ' if job.method == 'lora' else ''}{'chunked loss, ' if spec['loss'] == 'chunked' else ''}"
-        f"{'activation checkpointing, ' if job.gradient_checkpointing else ''}"
-        f"{'training.shard_model on a fake process group of ' + str(world) if world > 1 else 'single device'}) "
-        f"on fake tensors; allocated peak {by_rank}; peak in step {top['step']} {phase}",
+        f"traced: {stack} {summary['versions'].get(stack, '?')}'s own code ({RUNS[stack]}) on fake tensors, "
+        f"{group if spec['world'] > 1 else 'single device'}; allocated peak {by_rank}; "
+        f"peak in step {top['step']} {phase}",
         "reserved: the traced allocations replayed through a model of the CUDA caching allocator; device adds "
         "the CUDA context, cuBLAS workspaces and NCCL buffers",
     ]

@@ -39,13 +39,12 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from autoconf.estimators.traced.dist import CLIP, LOAD, SAVE, HostCopies, summarise
+from autoconf.estimators.traced.stacks.hooks import Phases
 from autoconf.estimators.traced.step import (
     ACTIVATIONS,
     BACKWARD,
     FORWARD,
-    GRADIENTS,
     LOGITS,
-    LOSS,
     OPT_STEP,
     OPTIMIZER,
     WEIGHTS,
@@ -133,32 +132,6 @@ class GatherToHost(TorchFunctionMode):
             finally:
                 self.tracker.skip = False
         return func(*args, **(kwargs or {}))
-
-
-class Phases:
-    """Hooks that move the tracker between forward, loss (final norm to the chunked output) and backward, and
-    charge accumulated gradients."""
-
-    def __init__(self, model: torch.nn.Module, tracker: RankBytes) -> None:
-        self.tracker = tracker
-        model.norm.register_forward_hook(self._enter_loss)  # type: ignore[union-attr]  # TransformerDecoder.norm
-        for param in model.parameters():
-            if param.requires_grad:
-                param.register_post_accumulate_grad_hook(self._grad_ready)  # type: ignore[no-untyped-call]
-        self.head_grad_shapes = {tuple(p.shape) for p in model.output.parameters() if p.requires_grad} \
-            if isinstance(model.output, torch.nn.Module) else set()
-
-    def _enter_loss(self, _module: torch.nn.Module, _args: Any, out: torch.Tensor) -> None:
-        self.tracker.set_phase(LOSS, LOGITS)
-        if out.requires_grad:
-            out.register_hook(self._leave_loss_backward)  # type: ignore[no-untyped-call]  # torch: unannotated
-
-    def _leave_loss_backward(self, _grad: torch.Tensor) -> None:
-        self.tracker.set_phase(BACKWARD, ACTIVATIONS)
-
-    def _grad_ready(self, param: torch.Tensor) -> None:
-        if param.grad is not None:
-            self.tracker.reclassify(param.grad, GRADIENTS)
 
 
 def fake_checkpoint(model: torch.nn.Module, spec: dict[str, Any]) -> dict[str, torch.Tensor]:
@@ -285,7 +258,8 @@ def trace(spec: dict[str, Any]) -> dict[str, Any]:
         model = build(spec, tracker, mesh)
         tracker.sample()
         clock["load"] = time.perf_counter() - start
-        phases = Phases(model, tracker)
+        head = model.output if isinstance(model.output, torch.nn.Module) else None
+        phases = Phases(model, model.norm, head, tracker)  # type: ignore[arg-type]  # TransformerDecoder.norm
         tracker.head_grad_shapes = phases.head_grad_shapes
         if spec["loss"] == "chunked":
             loss_fn: Any = CEWithChunkedOutputLoss(num_output_chunks=NUM_OUTPUT_CHUNKS)
