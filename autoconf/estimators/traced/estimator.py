@@ -35,7 +35,7 @@ from autoconf.estimators.theory.throughput import estimate_throughput
 from autoconf.estimators.traced.cache import get_fit
 from autoconf.estimators.traced.fit import PHASE_NAMES, Fit, TraceFailed, regime_of
 from autoconf.estimators.traced.ranks import PHASE_TEXT, rank_memory, rank_unsupported
-from autoconf.estimators.traced.stacks.memory import DRIVERS, stack_memory, stack_unsupported
+from autoconf.estimators.traced.stacks.memory import routes, stack_memory, stack_unsupported
 from autoconf.schema import DEFAULT_LORA_TARGETS, Estimate, EstimatorName, Job, MemoryEstimate, Placement
 
 logger = logging.getLogger(__name__)
@@ -139,7 +139,7 @@ class TracedEstimator(Estimator):
 
     def estimate(self, job: Job, placement: Placement) -> Estimate:
         arch = get_architecture(job.model)
-        if job.framework in DRIVERS:  # the stack's own training code (autoconf/estimators/traced/stacks/)
+        if routes(job, placement):  # the stack's own training code (autoconf/estimators/traced/stacks/)
             return self._stack_estimate(job, placement, arch)
         reason = untraceable_reason(job, placement)
         if reason is None and arch.family in REMOTE_CODE:

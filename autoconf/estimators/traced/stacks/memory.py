@@ -1,4 +1,4 @@
-"""One GPU of a job trained by a stack's own code (torchtune, torchtitan), from a trace of its rank, cached on disk.
+"""One GPU of a job trained by a stack's own code (torchtune, torchtitan, DeepSpeed), from a trace of its rank, cached on disk.
 
 No torch here: the driver (``python -m autoconf.estimators.traced.stacks.<stack>_step``) runs in a
 subprocess and returns dist.py's summary (peak per step and phase) with its allocation events; both are cached
@@ -8,6 +8,7 @@ events replayed through the caching-allocator model on the job's GPU, as for the
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from autoconf.catalog import Architecture, get_gpu
+from autoconf.catalog.families import REMOTE_CODE
 from autoconf.estimators.theory import cuda
 from autoconf.estimators.theory.frameworks import resolve
 from autoconf.estimators.traced.cache import cache_dir
@@ -28,16 +30,28 @@ from autoconf.schema import Job, MemoryEstimate, Placement
 
 STACK_VERSION = 2  # part of the cache key: bump when a driver changes meaning
 DRIVERS = {"torchtune": "autoconf.estimators.traced.stacks.torchtune_step",
-           "torchtitan": "autoconf.estimators.traced.stacks.torchtitan_step"}
+           "torchtitan": "autoconf.estimators.traced.stacks.torchtitan_step",
+           "deepspeed": "autoconf.estimators.traced.stacks.deepspeed_step"}
+ZERO = {"zero0": 0, "zero1": 1, "zero2": 2, "zero3": 3}  # Strategy -> ZeRO stage
 # what each driver runs of its stack, for the answer's note
 RUNS = {"torchtune": "builders, LoRA modules, chunked loss, activation checkpointing, training.shard_model",
         "torchtitan": "Llama3Model, parallelize_llama (TP plan, FullAC, FSDP2 mixed precision), flex attention, "
-                      "cross_entropy_loss, clip_grad_norm_"}
+                      "cross_entropy_loss, clip_grad_norm_",
+        "deepspeed": "deepspeed.initialize with the HF Trainer's auto ZeRO config, engine forward, backward and step"}
 # torchtitan 0.3.0 depends on datasets<4.8 (which pins huggingface_hub below transformers' 2.x here) and imports
 # triton for its expert-parallel kernels: installed by hand, without dependencies (docs/traced.md)
 INSTALL = {"torchtune": "pip install 'autoconf-gpu[stacks]'",
            "torchtitan": "pip install --no-deps torchtitan==0.3.0 spmd_types==0.2.3 einops tyro typeguard "
-                         "docstring_parser torch_checkpointing triton"}
+                         "docstring_parser torch_checkpointing triton",
+           "deepspeed": "pip install 'autoconf-gpu[stacks]'"}
+
+
+def routes(job: Job, placement: Placement) -> bool:
+    """Whether the job goes to a stack driver: torchtune and torchtitan always (a refusal is then answered by the
+    theory); DeepSpeed for its ZeRO strategies on several GPUs (otherwise the HF step, sharded by theory)."""
+    if job.framework == "deepspeed":
+        return placement.effective_strategy in ZERO and placement.dp > 1
+    return job.framework in DRIVERS
 # torchtune builders we map catalogue architectures onto (torchtune.models.<family>._component_builders)
 TORCHTUNE_TYPES = {"llama": "llama3_2", "qwen2": "qwen2", "mistral": "mistral"}
 LORA_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "all-linear")
@@ -97,11 +111,42 @@ def stack_unsupported(job: Job, placement: Placement, arch: Architecture) -> str
         return f"{job.framework} is not installed ({INSTALL[job.framework]})"
     if job.framework == "torchtitan":
         return torchtitan_unsupported(job, placement, arch)
+    if job.framework == "deepspeed":
+        return deepspeed_unsupported(job, placement, arch)
     return torchtune_unsupported(job, placement, arch)
+
+
+def deepspeed_unsupported(job: Job, placement: Placement, arch: Architecture) -> str | None:
+    """Why DeepSpeed's ZeRO engine cannot be traced for this job (None: it can)."""
+    if job.method == "qlora" or job.optimizer != "adamw":
+        return "QLoRA and bitsandbytes optimizers cannot run on fake CPU tensors"
+    if job.effective_loss_kernel != "hf":
+        return f"the {job.effective_loss_kernel} loss kernel (Triton) has no fake CPU implementation"
+    if placement.tp > 1 or placement.pp > 1 or placement.offload != "none" or job.sequence_parallel > 1:
+        return "ZeRO with tensor/pipeline/sequence parallelism or offload is not traced"
+    if arch.family in REMOTE_CODE:
+        return f"{arch.family} is hub remote code (no transformers class to trace)"
+    return None
+
+
+def hf_spec(job: Job, placement: Placement, arch: Architecture, batch: int) -> dict[str, Any]:
+    """A DeepSpeed trace's spec: the transformers model's (traced/model.py) plus the ZeRO stage and the world."""
+    fields = {k: v for k, v in dataclasses.asdict(arch).items() if k not in ("source", "verification", "aliases")}
+    return {
+        "stack": job.framework, "arch": fields, "method": job.method, "dtype": job.dtype,
+        "attention": "eager" if job.attention == "eager" else "sdpa", "optimizer": job.optimizer,
+        "optimizer_impl": job.optimizer_impl, "gradient_checkpointing": job.gradient_checkpointing,
+        "lora_r": job.lora_r, "lora_alpha": job.lora_alpha, "lora_dropout": job.lora_dropout,
+        "lora_target_modules": sorted(job.lora_target_modules) if job.method == "lora" else [],
+        "world": placement.dp, "stage": ZERO[placement.effective_strategy], "shape": [batch, job.tokens_per_sample],
+        "expandable_segments": resolve(job).expandable_segments,
+    }
 
 
 def stack_spec(job: Job, placement: Placement, arch: Architecture, batch: int) -> dict[str, Any]:
     """Everything a stack's trace depends on (also its cache key)."""
+    if job.framework == "deepspeed":
+        return hf_spec(job, placement, arch, batch)
     mlp = ("gate_proj", "up_proj", "down_proj")
     targets = list(job.lora_target_modules)
     if job.method == "lora" and "all-linear" not in targets and any(t in targets for t in mlp):
