@@ -10,15 +10,15 @@ keeps its own complex64 cache of (seq_len, head_dim / 2).
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-pytest.importorskip("torchtitan")
+from autoconf.estimators.traced.stacks.memory import STACK_PATH, stack_version
+from tests.test_traced_stacks import drive
+
+pytestmark = pytest.mark.skipif(stack_version("torchtitan") is None, reason=f"torchtitan not installed here or in ${STACK_PATH}")
 
 V, L, D, H, KV, FF = 256, 2, 64, 4, 2, 128
 HD, SEQ = D // H, 32
@@ -27,16 +27,10 @@ ARCH = {"model_type": "llama", "vocab_size": V, "num_layers": L, "num_heads": H,
 
 
 def run(tmp_path: Path, world: int, tp: int) -> dict[str, Any]:
-    spec = {"stack": "torchtitan", "arch": ARCH, "max_seq_len": SEQ, "method": "full", "dtype": "amp-bf16",
-            "gradient_checkpointing": True, "optimizer_impl": "fused", "world": world, "tp": tp, "shape": [2, SEQ],
-            "strategy": "fsdp"}
-    path = tmp_path / f"spec-{world}-{tp}.json"
-    path.write_text(json.dumps(spec), encoding="utf-8")
-    done = subprocess.run([sys.executable, "-m", "autoconf.estimators.traced.stacks.torchtitan_step", str(path),
-                           str(tmp_path / "out.npz")], capture_output=True, text=True, timeout=300, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    summary: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return summary
+    return drive("torchtitan", {
+        "stack": "torchtitan", "arch": ARCH, "max_seq_len": SEQ, "method": "full", "dtype": "amp-bf16",
+        "gradient_checkpointing": True, "optimizer_impl": "fused", "world": world, "tp": tp, "shape": [2, SEQ],
+        "strategy": "fsdp"}, tmp_path)
 
 
 @pytest.mark.slow

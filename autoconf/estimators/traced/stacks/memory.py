@@ -38,12 +38,27 @@ RUNS = {"torchtune": "builders, LoRA modules, chunked loss, activation checkpoin
         "torchtitan": "Llama3Model, parallelize_llama (TP plan, FullAC, FSDP2 mixed precision), flex attention, "
                       "cross_entropy_loss, clip_grad_norm_",
         "deepspeed": "deepspeed.initialize with the HF Trainer's auto ZeRO config, engine forward, backward and step"}
-# torchtitan 0.3.0 depends on datasets<4.8 (which pins huggingface_hub below transformers' 2.x here) and imports
-# triton for its expert-parallel kernels: installed by hand, without dependencies (docs/traced.md)
-INSTALL = {"torchtune": "pip install 'autoconf-gpu[stacks]'",
-           "torchtitan": "pip install --no-deps torchtitan==0.3.0 spmd_types==0.2.3 einops tyro typeguard "
-                         "docstring_parser torch_checkpointing triton",
+# Stacks that cannot share the environment are installed into a directory of their own, named by STACK_PATH
+# (os.pathsep-separated), which only the driver subprocesses see: torchtune 0.6.1 imports what torchao 0.16+ removed,
+# and peft 0.21 refuses torchao < 0.16 once it is importable; torchtitan 0.3.0 depends on datasets<4.8 (which pins
+# huggingface_hub below transformers 5's) and imports triton for its expert-parallel kernels (docs/traced.md).
+STACK_PATH = "AUTOCONF_STACK_PATH"
+INSTALL = {"torchtune": f"pip install --no-deps --target $DIR torchtune==0.6.1 torchao==0.15.0; {STACK_PATH}=$DIR",
+           "torchtitan": "pip install --no-deps --target $DIR torchtitan==0.3.0 spmd_types==0.2.3 einops tyro typeguard "
+                         f"docstring_parser torch_checkpointing triton; {STACK_PATH}=$DIR",
            "deepspeed": "pip install 'autoconf-gpu[stacks]'"}
+# what a driver imports besides its stack (torchtune refuses to import without torchao)
+NEEDS = {"torchtune": ("torchtune", "torchao"), "torchtitan": ("torchtitan",), "deepspeed": ("deepspeed",)}
+
+
+def _stack_dirs() -> list[str]:
+    return [d for d in os.environ.get(STACK_PATH, "").split(os.pathsep) if d]
+
+
+def stack_version(name: str) -> str | None:
+    """The installed version of ``name`` in this environment or the STACK_PATH directories (None: absent)."""
+    found = next(iter(metadata.distributions(name=name, path=[*_stack_dirs(), *sys.path])), None)
+    return None if found is None else found.version
 
 
 def routes(job: Job, placement: Placement) -> bool:
@@ -105,10 +120,9 @@ def torchtitan_unsupported(job: Job, placement: Placement, arch: Architecture) -
 
 def stack_unsupported(job: Job, placement: Placement, arch: Architecture) -> str | None:
     """Why ``job.framework``'s own code cannot be traced (None: it can); only stacks in DRIVERS are asked."""
-    try:
-        metadata.version(job.framework)
-    except metadata.PackageNotFoundError:
-        return f"{job.framework} is not installed ({INSTALL[job.framework]})"
+    missing = [name for name in NEEDS[job.framework] if stack_version(name) is None]
+    if missing:
+        return f"{', '.join(missing)} not installed ({INSTALL[job.framework]})"
     if job.framework == "torchtitan":
         return torchtitan_unsupported(job, placement, arch)
     if job.framework == "deepspeed":
@@ -171,7 +185,7 @@ def stack_spec(job: Job, placement: Placement, arch: Architecture, batch: int) -
 
 def _key(spec: dict[str, Any]) -> str:
     structure = {**spec, "arch": {k: v for k, v in spec["arch"].items() if k != "name"}}
-    versions = {pkg: metadata.version(pkg) for pkg in ("torch", spec["stack"])}
+    versions = {pkg: stack_version(pkg) for pkg in ("torch", *NEEDS[spec["stack"]])}
     payload = {"spec": structure, "version": STACK_VERSION, "versions": versions}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
 
@@ -187,6 +201,8 @@ def trace_stack(spec: dict[str, Any], timeout_s: float = TRACE_TIMEOUT_S) -> dic
             pass
     path.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    if _stack_dirs():  # after the caller's own path (this autoconf), before the environment's packages
+        env["PYTHONPATH"] = os.pathsep.join([*filter(None, [os.environ.get("PYTHONPATH")]), *_stack_dirs()])
     with tempfile.TemporaryDirectory(prefix="autoconf-stack-") as tmp:
         spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "out.npz"
         spec_path.write_text(json.dumps(spec), encoding="utf-8")
