@@ -128,26 +128,39 @@ def test_untraceable_combination_says_why(tmp_path: Any, monkeypatch: pytest.Mon
     assert "traced: torchtune: " in done.stdout and reason in done.stdout
 
 
-def _deepspeed(tmp_path: Path, stage: int) -> dict[str, Any]:
+def _deepspeed(tmp_path: Path, stage: int, real: bool) -> dict[str, Any]:
     arch = {**ARCH, "max_position_embeddings": 0, "attention_bias": False, "mlp_bias": False, "num_experts": 0,
             "experts_per_token": 0}
     return drive("deepspeed", {
         "stack": "deepspeed", "arch": arch, "method": "full", "dtype": "bf16", "attention": "sdpa", "optimizer": "adamw",
         "optimizer_impl": "fused", "gradient_checkpointing": True, "world": 4, "stage": stage, "shape": [2, 32],
-        "lora_r": R, "lora_alpha": 16.0, "lora_dropout": 0.0, "lora_target_modules": []}, tmp_path)
+        "lora_r": R, "lora_alpha": 16.0, "lora_dropout": 0.0, "lora_target_modules": [], "real": real}, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def zero(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[int, bool], dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("deepspeed")
+    return {run: _deepspeed(tmp, *run) for run in [(1, False), (3, False), (3, True)]}
 
 
 @pytest.mark.slow
 @needs_deepspeed
 @pytest.mark.parametrize("stage", [1, 3])
-def test_deepspeed_zero_keeps_adam_states_of_its_fp32_partition(tmp_path: Path, stage: int) -> None:
+def test_deepspeed_zero_keeps_adam_states_of_its_fp32_partition(zero: dict[Any, Any], stage: int) -> None:
     layer = D * D + 2 * D * KV * HD + HD * H * D + 3 * D * FF + 2 * D
     params = 2 * V * D + L * layer + D
-    summary = _deepspeed(tmp_path, stage)
-    forward = phase(summary, 2, "forward")["parts"]
+    forward = phase(zero[(stage, False)], 2, "forward")["parts"]
     # AdamW's two fp32 moments over the rank's quarter of the fp32 master copy; on top, ZeRO-1 keeps 8 B (step
     # counters) and ZeRO-3 652 B, not attributed here: within 0.5 %
     expected = 2 * 4 * params // 4
     assert expected <= forward[2] <= expected * 1.005
     if stage == 3:  # bf16 parameters partitioned too: far below one replica's bf16 weights + fp32 master quarter
         assert forward[0] < 2 * params + 4 * params // 4
+
+
+@pytest.mark.slow
+@needs_deepspeed
+def test_deepspeed_fake_trace_equals_the_real_cpu_step(zero: dict[Any, Any]) -> None:
+    fake, real = zero[(3, False)], zero[(3, True)]
+    assert fake["phases"] == real["phases"]
+    assert fake["reserved_peak"] == real["reserved_peak"]

@@ -24,6 +24,7 @@ them (the fp32 master partitions and gradient buckets at initialisation to weigh
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -113,7 +114,9 @@ def trace(spec: dict[str, Any]) -> dict[str, Any]:
     model = meta_model(model_spec)
     tracker = RankBytes()
     batch, seq = spec["shape"]
-    with FakeTensorMode(allow_non_fake_inputs=True), tracker:
+    # ``real``: the same code on real CPU tensors (the tests' reference for the fake trace)
+    fake = contextlib.nullcontext() if spec.get("real") else FakeTensorMode(allow_non_fake_inputs=True)
+    with fake, tracker:
         tracker.enter(0, LOAD, WEIGHTS)
         model.to_empty(device="cpu")
         base: Any = model.get_base_model() if hasattr(model, "get_base_model") else model  # type: ignore[operator]
