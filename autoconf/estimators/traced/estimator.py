@@ -35,7 +35,7 @@ from autoconf.estimators.theory.throughput import estimate_throughput
 from autoconf.estimators.traced.cache import get_fit
 from autoconf.estimators.traced.fit import PHASE_NAMES, Fit, TraceFailed, regime_of
 from autoconf.estimators.traced.ranks import PHASE_TEXT, rank_memory, rank_unsupported
-from autoconf.estimators.traced.stacks.memory import routes, stack_memory, stack_unsupported
+from autoconf.estimators.traced.stacks.memory import missing, routes, stack_memory, stack_unsupported
 from autoconf.schema import DEFAULT_LORA_TARGETS, Estimate, EstimatorName, Job, MemoryEstimate, Placement
 
 logger = logging.getLogger(__name__)
@@ -154,6 +154,9 @@ class TracedEstimator(Estimator):
         if memory is None:
             theory = estimate_memory(job, placement, arch=arch)
             memory = theory.model_copy(update={"notes": (*theory.notes, f"traced: {reason}; theory estimate")})
+        absent = missing(job, placement)  # a stack driver that would apply is not installed
+        if absent is not None:
+            memory = memory.model_copy(update={"notes": (*memory.notes, absent)})
         return Estimate(job=job, placement=placement, memory=memory, throughput=self._throughput(job, placement),
                         estimator="traced", model_version=self.model_version)
 

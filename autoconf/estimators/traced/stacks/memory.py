@@ -61,12 +61,26 @@ def stack_version(name: str) -> str | None:
     return None if found is None else found.version
 
 
-def routes(job: Job, placement: Placement) -> bool:
-    """Whether the job goes to a stack driver: torchtune and torchtitan always (a refusal is then answered by the
-    theory); DeepSpeed for its ZeRO strategies on several GPUs (otherwise the HF step, sharded by theory)."""
+def _applies(job: Job, placement: Placement) -> bool:
     if job.framework == "deepspeed":
         return placement.effective_strategy in ZERO and placement.dp > 1
     return job.framework in DRIVERS
+
+
+def missing(job: Job, placement: Placement) -> str | None:
+    """A note when the job's stack has a driver that applies but is not installed (its HF step answers instead)."""
+    if not _applies(job, placement):
+        return None
+    absent = [name for name in NEEDS[job.framework] if stack_version(name) is None]
+    if not absent:
+        return None
+    return f"traced: {job.framework}'s own code not run: {', '.join(absent)} not installed ({INSTALL[job.framework]})"
+
+
+def routes(job: Job, placement: Placement) -> bool:
+    """Whether the job goes to its stack's driver: torchtune and torchtitan always, DeepSpeed for its ZeRO strategies
+    on several GPUs, when installed (a refusal is then answered by the theory with its reason)."""
+    return _applies(job, placement) and missing(job, placement) is None
 # torchtune builders we map catalogue architectures onto (torchtune.models.<family>._component_builders)
 TORCHTUNE_TYPES = {"llama": "llama3_2", "qwen2": "qwen2", "mistral": "mistral"}
 LORA_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "all-linear")
@@ -120,9 +134,6 @@ def torchtitan_unsupported(job: Job, placement: Placement, arch: Architecture) -
 
 def stack_unsupported(job: Job, placement: Placement, arch: Architecture) -> str | None:
     """Why ``job.framework``'s own code cannot be traced (None: it can); only stacks in DRIVERS are asked."""
-    missing = [name for name in NEEDS[job.framework] if stack_version(name) is None]
-    if missing:
-        return f"{', '.join(missing)} not installed ({INSTALL[job.framework]})"
     if job.framework == "torchtitan":
         return torchtitan_unsupported(job, placement, arch)
     if job.framework == "deepspeed":
