@@ -98,6 +98,16 @@ def test_fake_trace_equals_the_real_cpu_step(traces: dict[Any, Any]) -> None:
 
 @pytest.mark.slow
 @needs_torchtune
+def test_qlora_fake_trace_equals_the_real_cpu_step(tmp_path: Path) -> None:
+    # NF4 quantises blocks of 64 values and double-quantises blocks of 256 scalers: every weight needs 64·256 | numel
+    arch = {**ARCH, "hidden_size": 256, "intermediate_size": 512}
+    fake, real = (drive("torchtune", {**spec("qlora", 1, real=r), "arch": arch}, tmp_path) for r in (False, True))
+    assert fake["phases"] == real["phases"]
+    assert fake["reserved_peak"] == real["reserved_peak"]
+
+
+@pytest.mark.slow
+@needs_torchtune
 def test_sharding_divides_the_full_models_states(traces: dict[Any, Any]) -> None:
     one, four = traces[("full", 1, False)], traces[("full", 4, False)]
     assert phase(four, 2, "optimizer")["parts"][2] < phase(one, 2, "optimizer")["parts"][2] / 3
@@ -121,10 +131,10 @@ def test_cli_answers_from_torchtunes_code(tmp_path: Any, monkeypatch: pytest.Mon
 
 def test_untraceable_combination_says_why(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AUTOCONF_CACHE", str(tmp_path))
-    done = _cli("--model", "llama3.2-1b", "--seq-len", "256", "--per-device-batch", "1", "--qlora")
+    done = _cli("--model", "llama3.2-1b", "--seq-len", "256", "--per-device-batch", "2", "--dp", "2", "--qlora")
     assert done.returncode == 0, done.stderr
     installed = stack_version("torchtune") is not None and stack_version("torchao") is not None
-    reason = "QLoRA: torchao's NF4 quantisation" if installed else "not installed (pip install --no-deps --target"
+    reason = "QLoRA on several GPUs" if installed else "not installed (pip install --no-deps --target"
     assert "traced: torchtune" in done.stdout and reason in done.stdout
 
 

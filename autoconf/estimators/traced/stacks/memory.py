@@ -28,7 +28,7 @@ from autoconf.estimators.traced.fit import TRACE_TIMEOUT_S, TraceFailed
 from autoconf.estimators.traced.ranks import PHASE, PHASE_TEXT, reserved_peak, uneven
 from autoconf.schema import Job, MemoryEstimate, Placement
 
-STACK_VERSION = 2  # part of the cache key: bump when a driver changes meaning
+STACK_VERSION = 4  # part of the cache key: bump when a driver changes meaning
 DRIVERS = {"torchtune": "autoconf.estimators.traced.stacks.torchtune_step",
            "torchtitan": "autoconf.estimators.traced.stacks.torchtitan_step",
            "deepspeed": "autoconf.estimators.traced.stacks.deepspeed_step"}
@@ -94,15 +94,15 @@ def torchtune_unsupported(job: Job, placement: Placement, arch: Architecture) ->
         return "torchtune's llama/qwen2/mistral builders derive head_dim = hidden / heads; this model's differs"
     if arch.mlp_bias or (arch.attention_bias and arch.model_type != "qwen2") or arch.num_experts > 1:
         return "torchtune's builder for this family has no biases or experts where this model has them"
-    if job.method == "qlora":
-        return "QLoRA: torchao's NF4 quantisation (to_nf4) reads weight values, which fake tensors do not have"
+    if job.method == "qlora" and placement.dp > 1:
+        return "QLoRA on several GPUs: sharding torchao's NF4Tensor weights with FSDP2 was not traced"
     if job.dtype not in ("bf16", "fp32"):
         return f"torchtune recipes train in bf16 or fp32 (training.get_dtype), not {job.dtype}"
     if job.optimizer != "adamw":
         return f"torchtune configs use torch.optim.AdamW; {job.optimizer} is not traced"
     if job.effective_loss_kernel not in ("chunked", "hf"):
         return f"the {job.effective_loss_kernel} loss kernel (Triton) has no fake CPU implementation"
-    if job.method == "lora" and not set(job.lora_target_modules) <= set(LORA_NAMES):
+    if job.method != "full" and not set(job.lora_target_modules) <= set(LORA_NAMES):
         return f"torchtune's LoRA builders adapt {', '.join(LORA_NAMES[:-1])}; got {', '.join(job.lora_target_modules)}"
     if placement.tp > 1 or placement.pp > 1 or placement.offload != "none":
         return "tensor/pipeline parallelism and offload are not traced for torchtune"
@@ -174,7 +174,7 @@ def stack_spec(job: Job, placement: Placement, arch: Architecture, batch: int) -
         return hf_spec(job, placement, arch, batch)
     mlp = ("gate_proj", "up_proj", "down_proj")
     targets = list(job.lora_target_modules)
-    if job.method == "lora" and "all-linear" not in targets and any(t in targets for t in mlp):
+    if job.method != "full" and "all-linear" not in targets and any(t in targets for t in mlp):
         targets = sorted(set(targets) | set(mlp))  # torchtune adapts the whole MLP or none of it
     return {
         "stack": job.framework,
@@ -187,7 +187,7 @@ def stack_spec(job: Job, placement: Placement, arch: Architecture, batch: int) -
         "method": job.method, "dtype": job.dtype, "gradient_checkpointing": job.gradient_checkpointing,
         "loss": job.effective_loss_kernel, "optimizer_impl": job.optimizer_impl,
         "lora_r": job.lora_r, "lora_alpha": job.lora_alpha, "lora_dropout": job.lora_dropout,
-        "lora_target_modules": targets if job.method == "lora" else [],
+        "lora_target_modules": targets if job.method != "full" else [],
         "world": placement.dp * placement.tp, "tp": placement.tp,
         "strategy": placement.effective_strategy if placement.dp > 1 else "single",
         "shape": [batch, job.tokens_per_sample], "expandable_segments": resolve(job).expandable_segments,

@@ -7,7 +7,8 @@ allocation events. What runs is torchtune's, what we add is the tracker (step.py
 a fake checkpoint (fake host tensors of the model's state dict):
 
 * **Build and load** as ``recipes/full_finetune_single_device.py`` / ``lora_finetune_single_device.py``
-  ``_setup_model``: the component builder (``llama3_2``, ``qwen2``, ``mistral`` or their ``lora_*``) under
+  ``_setup_model``: the component builder (``llama3_2``, ``qwen2``, ``mistral`` or their ``lora_*``; QLoRA:
+  ``quantize_base=True``, base weights as torchao ``NF4Tensor``, see ``_nf4_without_swap``) under
   ``training.set_default_dtype`` on the device, ``set_trainable_params(get_adapter_params)`` for LoRA,
   ``training.set_activation_checkpointing`` on ``TransformerSelfAttentionLayer``, then ``load_state_dict`` of the
   checkpoint (an in-place copy). Distributed (``full_finetune_distributed.py`` / ``lora_finetune_distributed.py``):
@@ -74,7 +75,7 @@ def builder_args(spec: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         "num_kv_heads": arch["num_kv_heads"], "embed_dim": arch["hidden_size"],
         "intermediate_dim": arch["intermediate_size"], "max_seq_len": spec["max_seq_len"],
     }
-    lora = spec["method"] == "lora"
+    lora = spec["method"] in ("lora", "qlora")
     family = {"llama": llama, "qwen2": qwen2, "mistral": mistral}[arch["model_type"]]
     name = {"llama": "llama3_2", "qwen2": "qwen2", "mistral": "mistral"}[arch["model_type"]]
     if arch["model_type"] != "mistral":
@@ -86,6 +87,7 @@ def builder_args(spec: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
             lora_attn_modules=[ATTN[t] for t in ATTN if every or t in targets],
             apply_lora_to_mlp=every or any(t in targets for t in MLP),
             lora_rank=spec["lora_r"], lora_alpha=spec["lora_alpha"], lora_dropout=spec["lora_dropout"],
+            quantize_base=spec["method"] == "qlora",  # the base weights as torchao NF4Tensor (QLoRA recipes)
         )
         name = f"lora_{name}"
     return getattr(family, name), kwargs
@@ -134,11 +136,43 @@ class GatherToHost(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
+class StackBytes(RankBytes):  # type: ignore[no-untyped-call]  # torch's __init_subclass__ is unannotated
+    """RankBytes that counts torchao's NF4Tensor (a wrapper tensor subclass) by the tensors it wraps: the wrapper's
+    own storage reports the logical bf16 size, which the quantised weight does not occupy."""
+
+    def track(self, tensor: torch.Tensor, category: int) -> None:
+        from torchao.dtypes.nf4tensor import NF4Tensor
+
+        if isinstance(tensor, NF4Tensor):
+            names, _ = tensor.__tensor_flatten__()
+            for name in names:
+                super().track(getattr(tensor, name), category)
+            return
+        super().track(tensor, category)
+
+
+def _nf4_without_swap() -> None:
+    """``FrozenNF4Linear.__init__`` swaps its bf16 weight for the NF4 one with ``torch.utils.swap_tensors``, which
+    refuses fake tensors (FakeTensorMode keeps weak references to them): register the NF4 weight instead. The same
+    tensors live and die at the same points (the bf16 weight is dropped right after quantisation either way)."""
+    from torchao.dtypes.nf4tensor import to_nf4
+    from torchtune.modules.low_precision.nf4_linear import FrozenNF4Linear
+
+    def init(self: Any, in_dim: int, out_dim: int, bias: bool = False, device: Any = None, dtype: Any = None,
+             **quantization: Any) -> None:
+        torch.nn.Linear.__init__(self, in_dim, out_dim, bias=bias, device=device, dtype=dtype)
+        if self.bias is not None:
+            self.bias.requires_grad_(False)
+        self.weight = torch.nn.Parameter(to_nf4(self.weight, **quantization), requires_grad=False)
+
+    FrozenNF4Linear.__init__ = init
+
+
 def fake_checkpoint(model: torch.nn.Module, spec: dict[str, Any]) -> dict[str, torch.Tensor]:
     """The state dict a checkpointer would read (full tensors on the host, base weights only for LoRA)."""
     state = {}
     for key, value in model.state_dict().items():
-        if spec["method"] == "lora" and ("lora_" in key or "magnitude" in key):
+        if spec["method"] != "full" and ("lora_" in key or "magnitude" in key):
             continue
         shape = value.shape if not hasattr(value, "full_tensor") else value.size()
         state[key] = torch.empty(shape, dtype=value.dtype)
@@ -158,7 +192,7 @@ def build(spec: dict[str, Any], tracker: RankBytes, mesh: Any) -> torch.nn.Modul
     else:
         with training.set_default_dtype(dtype), torch.device("meta"):
             model = builder(**kwargs)
-    if spec["method"] == "lora":
+    if spec["method"] != "full":
         set_trainable_params(model, get_adapter_params(model))
     if spec["gradient_checkpointing"]:
         training.set_activation_checkpointing(model, auto_wrap_policy={modules.TransformerSelfAttentionLayer})
@@ -169,7 +203,7 @@ def build(spec: dict[str, Any], tracker: RankBytes, mesh: Any) -> torch.nn.Modul
         if mesh is None:
             for tensor in list(model.parameters()) + list(model.buffers()):
                 tracker.track(tensor, WEIGHTS)
-            model.load_state_dict(checkpoint, strict=spec["method"] != "lora")
+            model.load_state_dict(checkpoint, strict=spec["method"] == "full")
         else:
             patch_fsdp()
             training.shard_model(model=model, shard_conditions=[partial(training.get_shard_conditions, names_to_match=None)],
@@ -230,7 +264,7 @@ def save(model: torch.nn.Module, opt: torch.optim.Optimizer, spec: dict[str, Any
     rank0 = spec.get("rank", 0) == 0
     with GatherToHost(tracker):
         state = [training.gather_cpu_state_dict(model, rank0, device=torch.device("cpu"),
-                                                adapter_weights_only=spec["method"] == "lora")]
+                                                adapter_weights_only=spec["method"] != "full")]
     with HostCopies(tracker):  # torch's get_optimizer_state_dict(cpu_offload=True) moves with .to("cpu")
         state.append(training.get_full_optimizer_state_dict(model, opt, rank0, device=torch.device("cpu")))
     tracker.sample()
@@ -248,11 +282,13 @@ def trace(spec: dict[str, Any]) -> dict[str, Any]:
     start = time.perf_counter()
     world = int(spec["world"])
     mesh = join_world(world, int(spec.get("rank", 0))) if world > 1 else None
-    tracker = RankBytes()
+    tracker = StackBytes()
     ACTIVE[:] = [tracker]
     clock: dict[str, float] = {}
     # ``real``: the same code on real CPU tensors (the tests' reference for the fake trace)
     fake = contextlib.nullcontext() if spec.get("real") else FakeTensorMode(allow_non_fake_inputs=True)
+    if not spec.get("real"):
+        _nf4_without_swap()
     with fake, tracker:
         tracker.enter(0, LOAD, WEIGHTS)
         model = build(spec, tracker, mesh)
