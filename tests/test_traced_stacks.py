@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -23,7 +24,9 @@ from autoconf.estimators.traced.stacks.memory import STACK_PATH, stack_version
 # cannot share one environment
 needs_torchtune = pytest.mark.skipif(stack_version("torchtune") is None or stack_version("torchao") is None,
                                      reason=f"torchtune and torchao not installed here or in ${STACK_PATH}")
-needs_deepspeed = pytest.mark.skipif(stack_version("deepspeed") is None, reason="deepspeed not installed")
+# DeepSpeed's CPU accelerator compiles its shared-memory communication op (ninja + a C++ compiler) on first use
+needs_deepspeed = pytest.mark.skipif(stack_version("deepspeed") is None or shutil.which("c++") is None,
+                                     reason="deepspeed or a C++ compiler (for its CPU communication op) not installed")
 
 
 def drive(stack: str, spec_: dict[str, Any], tmp: Path) -> dict[str, Any]:
