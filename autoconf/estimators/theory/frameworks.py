@@ -129,6 +129,14 @@ PROFILES: dict[str, Profile] = {
                  "adapter": "LoRA parameters in the model dtype (bf16)",
                  "double_quant": "torchao NF4Tensor quantises its scalers again (8-bit, blocks of 256)",
                  "loss": "CEWithChunkedOutputLoss: 8 chunks, each upcast to fp32 separately"}),
+    "torchtitan": _hf_like(
+        "torchtitan", "torchtitan 0.3 (pre-training / full fine-tuning, FSDP2 + TP)", efficient_loading=True,
+        sources={"load": "trainer.py builds the model on the meta device, parallelize_llama shards it, to_empty + "
+                 "init_weights materialise each rank's shards",
+                 "adapter": "components/lora.py builds lora_a / lora_b as Linear under the trainer's default dtype "
+                 "(training.dtype, float32 by default; FSDP2 mixed precision computes in bf16)",
+                 "loss": "components/loss.py cross_entropy_loss upcasts the logits to fp32 (loss-parallel under TP)",
+                 "versions": "pytorch/torchtitan 0.3.0 (PyPI)"}),
     "fsdp-qlora": _hf_like(
         "fsdp-qlora", "Answer.AI fsdp_qlora train.py (2024)", efficient_loading=True,
         sources={"load": "low_memory=True (default): rank 0 loads, other ranks build on meta"}),

@@ -40,6 +40,7 @@ from autoconf.estimators.theory.throughput import estimate_throughput
 from autoconf.estimators.traced.cache import get_fit
 from autoconf.estimators.traced.fit import PHASE_NAMES, Fit, TraceFailed, regime_of
 from autoconf.estimators.traced.ranks import PHASE_TEXT, rank_memory, rank_unsupported
+from autoconf.estimators.traced.stacks.memory import missing, routes, stack_memory, stack_unsupported
 from autoconf.schema import DEFAULT_LORA_TARGETS, Estimate, EstimatorName, Job, MemoryEstimate, Placement
 
 logger = logging.getLogger(__name__)
@@ -173,6 +174,8 @@ class TracedEstimator(Estimator):
 
     def estimate(self, job: Job, placement: Placement) -> Estimate:
         arch = get_architecture(job.model)
+        if routes(job, placement):  # the stack's own training code (autoconf/estimators/traced/stacks/)
+            return self._stack_estimate(job, placement, arch)
         reason = untraceable_reason(job, placement)
         if reason is None and arch.family in REMOTE_CODE:
             reason = f"{arch.family} is hub remote code (no transformers class to trace)"
@@ -188,6 +191,27 @@ class TracedEstimator(Estimator):
         if memory is None:
             theory = estimate_memory(job, placement, arch=arch)
             memory = theory.model_copy(update={"notes": (*theory.notes, f"traced: {reason}; theory estimate")})
+        absent = missing(job, placement)  # a stack driver that would apply is not installed
+        if absent is not None:
+            memory = memory.model_copy(update={"notes": (*memory.notes, absent)})
+        return Estimate(job=job, placement=placement, memory=memory, throughput=self._throughput(job, placement),
+                        estimator="traced", model_version=self.model_version)
+
+    def _stack_estimate(self, job: Job, placement: Placement, arch: Architecture) -> Estimate:
+        reason = stack_unsupported(job, placement, arch)
+        memory = None
+        if reason is None:
+            try:
+                memory = stack_memory(job, placement, arch, micro_batch(job, placement))
+                memory = memory.model_copy(update={
+                    "oom_risk": oom_probability(memory.peak_bytes, memory.capacity_bytes, TRACED_REL_SIGMA)})
+            except TraceFailed as exc:
+                logger.warning("%s trace failed for %s: %s", job.framework, job.model, exc)
+                reason = f"trace failed: {exc}"
+        if memory is None:
+            theory = estimate_memory(job, placement, arch=arch)
+            note = f"traced: {job.framework}: {reason}; theory estimate"
+            memory = theory.model_copy(update={"notes": (*theory.notes, note)})
         return Estimate(job=job, placement=placement, memory=memory, throughput=self._throughput(job, placement),
                         estimator="traced", model_version=self.model_version)
 

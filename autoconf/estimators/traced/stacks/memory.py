@@ -1,0 +1,276 @@
+"""One GPU of a job trained by a stack's own code (torchtune, torchtitan, DeepSpeed), from a trace of its rank, cached on disk.
+
+No torch here: the driver (``python -m autoconf.estimators.traced.stacks.<stack>_step``) runs in a
+subprocess and returns dist.py's summary (peak per step and phase) with its allocation events; both are cached
+next to the HF traces, keyed by the spec and the library versions. Reserved and device memory come from the
+events replayed through the caching-allocator model on the job's GPU, as for the HF rank traces (ranks.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from autoconf.catalog import Architecture, get_gpu
+from autoconf.catalog.families import REMOTE_CODE
+from autoconf.estimators.theory import cuda
+from autoconf.estimators.theory.frameworks import resolve
+from autoconf.estimators.traced.cache import cache_dir
+from autoconf.estimators.traced.fit import TRACE_TIMEOUT_S, TraceFailed
+from autoconf.estimators.traced.ranks import PHASE, PHASE_TEXT, reserved_peak, uneven
+from autoconf.schema import Job, MemoryEstimate, Placement
+
+STACK_VERSION = 4  # part of the cache key: bump when a driver changes meaning
+DRIVERS = {"torchtune": "autoconf.estimators.traced.stacks.torchtune_step",
+           "torchtitan": "autoconf.estimators.traced.stacks.torchtitan_step",
+           "deepspeed": "autoconf.estimators.traced.stacks.deepspeed_step"}
+ZERO = {"zero0": 0, "zero1": 1, "zero2": 2, "zero3": 3}  # Strategy -> ZeRO stage
+# what each driver runs of its stack, for the answer's note
+RUNS = {"torchtune": "builders, LoRA modules, chunked loss, activation checkpointing, training.shard_model",
+        "torchtitan": "Llama3Model, parallelize_llama (TP plan, FullAC, FSDP2 mixed precision), flex attention, "
+                      "cross_entropy_loss, clip_grad_norm_",
+        "deepspeed": "deepspeed.initialize with the HF Trainer's auto ZeRO config, engine forward, backward and step"}
+# Stacks that cannot share the environment are installed into a directory of their own, named by STACK_PATH
+# (os.pathsep-separated), which only the driver subprocesses see: torchtune 0.6.1 imports what torchao 0.16+ removed,
+# and peft 0.21 refuses torchao < 0.16 once it is importable; torchtitan 0.3.0 depends on datasets<4.8 (which pins
+# huggingface_hub below transformers 5's) and imports triton for its expert-parallel kernels (docs/traced.md).
+STACK_PATH = "AUTOCONF_STACK_PATH"
+INSTALL = {"torchtune": f"pip install --no-deps --target $DIR torchtune==0.6.1 torchao==0.15.0; {STACK_PATH}=$DIR",
+           "torchtitan": "pip install --no-deps --target $DIR torchtitan==0.3.0 spmd_types==0.2.3 einops tyro typeguard "
+                         f"docstring_parser torch_checkpointing triton; {STACK_PATH}=$DIR",
+           "deepspeed": "pip install 'autoconf-gpu[stacks]'"}
+# what a driver imports besides its stack (torchtune refuses to import without torchao)
+NEEDS = {"torchtune": ("torchtune", "torchao"), "torchtitan": ("torchtitan",), "deepspeed": ("deepspeed",)}
+
+
+def _stack_dirs() -> list[str]:
+    return [d for d in os.environ.get(STACK_PATH, "").split(os.pathsep) if d]
+
+
+def stack_version(name: str) -> str | None:
+    """The installed version of ``name`` in this environment or the STACK_PATH directories (None: absent)."""
+    found = next(iter(metadata.distributions(name=name, path=[*_stack_dirs(), *sys.path])), None)
+    return None if found is None else found.version
+
+
+def _applies(job: Job, placement: Placement) -> bool:
+    if job.framework == "deepspeed":
+        return placement.effective_strategy in ZERO and placement.dp > 1
+    return job.framework in DRIVERS
+
+
+def missing(job: Job, placement: Placement) -> str | None:
+    """A note when the job's stack has a driver that applies but is not installed (its HF step answers instead)."""
+    if not _applies(job, placement):
+        return None
+    absent = [name for name in NEEDS[job.framework] if stack_version(name) is None]
+    if not absent:
+        return None
+    return f"traced: {job.framework}'s own code not run: {', '.join(absent)} not installed ({INSTALL[job.framework]})"
+
+
+def routes(job: Job, placement: Placement) -> bool:
+    """Whether the job goes to its stack's driver: torchtune and torchtitan always, DeepSpeed for its ZeRO strategies
+    on several GPUs, when installed (a refusal is then answered by the theory with its reason)."""
+    return _applies(job, placement) and missing(job, placement) is None
+# torchtune builders we map catalogue architectures onto (torchtune.models.<family>._component_builders)
+TORCHTUNE_TYPES = {"llama": "llama3_2", "qwen2": "qwen2", "mistral": "mistral"}
+LORA_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "all-linear")
+
+
+def torchtune_unsupported(job: Job, placement: Placement, arch: Architecture) -> str | None:
+    """Why torchtune's own code cannot be traced for this job (None: it can)."""
+    if arch.model_type not in TORCHTUNE_TYPES:
+        return f"no torchtune builder is mapped for {arch.model_type} (traced: {', '.join(TORCHTUNE_TYPES)})"
+    if arch.head_dim * arch.num_heads != arch.hidden_size:
+        return "torchtune's llama/qwen2/mistral builders derive head_dim = hidden / heads; this model's differs"
+    if arch.mlp_bias or (arch.attention_bias and arch.model_type != "qwen2") or arch.num_experts > 1:
+        return "torchtune's builder for this family has no biases or experts where this model has them"
+    if job.method == "qlora" and placement.dp > 1:
+        return "QLoRA on several GPUs: sharding torchao's NF4Tensor weights with FSDP2 was not traced"
+    if job.dtype not in ("bf16", "fp32"):
+        return f"torchtune recipes train in bf16 or fp32 (training.get_dtype), not {job.dtype}"
+    if job.optimizer != "adamw":
+        return f"torchtune configs use torch.optim.AdamW; {job.optimizer} is not traced"
+    if job.effective_loss_kernel not in ("chunked", "hf"):
+        return f"the {job.effective_loss_kernel} loss kernel (Triton) has no fake CPU implementation"
+    if job.method != "full" and not set(job.lora_target_modules) <= set(LORA_NAMES):
+        return f"torchtune's LoRA builders adapt {', '.join(LORA_NAMES[:-1])}; got {', '.join(job.lora_target_modules)}"
+    if placement.tp > 1 or placement.pp > 1 or placement.offload != "none":
+        return "tensor/pipeline parallelism and offload are not traced for torchtune"
+    if placement.dp > 1 and placement.effective_strategy not in ("fsdp", "fsdp-shard-grad-op"):
+        return f"torchtune shards with FSDP2 (training.shard_model); strategy {placement.effective_strategy} is not its"
+    if job.sequence_parallel > 1:
+        return "sequence parallelism is not traced for torchtune"
+    return None
+
+
+def torchtitan_unsupported(job: Job, placement: Placement, arch: Architecture) -> str | None:
+    """Why torchtitan's own code cannot be traced for this job (None: it can)."""
+    if arch.model_type != "llama" or arch.attention_bias or arch.mlp_bias:
+        return f"torchtitan's Llama3Model is traced for bias-free llama models, not {arch.model_type}"
+    if job.method != "full":
+        return "torchtitan trains full models; its LoRA converter (components/lora.py) is not traced"
+    if job.dtype not in ("bf16", "amp-bf16", "fp32"):
+        return f"torchtitan trains in training.dtype float32 or bfloat16 with bf16 or fp32 compute, not {job.dtype}"
+    if job.optimizer != "adamw":
+        return f"torchtitan's default optimizer is AdamW; {job.optimizer} is not traced"
+    if job.effective_loss_kernel != "hf":
+        return f"torchtitan's loss is cross_entropy_loss over fp32 logits; the {job.effective_loss_kernel} kernel is not its"
+    if placement.pp > 1 or placement.offload != "none" or job.sequence_parallel > 1:
+        return "pipeline and context parallelism and CPU offload are not traced for torchtitan"
+    if placement.dp > 1 and placement.effective_strategy not in ("fsdp", "fsdp-shard-grad-op"):
+        return f"torchtitan shards with FSDP2; strategy {placement.effective_strategy} is not its"
+    return None
+
+
+def stack_unsupported(job: Job, placement: Placement, arch: Architecture) -> str | None:
+    """Why ``job.framework``'s own code cannot be traced (None: it can); only stacks in DRIVERS are asked."""
+    if job.framework == "torchtitan":
+        return torchtitan_unsupported(job, placement, arch)
+    if job.framework == "deepspeed":
+        return deepspeed_unsupported(job, placement, arch)
+    return torchtune_unsupported(job, placement, arch)
+
+
+def deepspeed_unsupported(job: Job, placement: Placement, arch: Architecture) -> str | None:
+    """Why DeepSpeed's ZeRO engine cannot be traced for this job (None: it can)."""
+    if job.method == "qlora" or job.optimizer != "adamw":
+        return "QLoRA and bitsandbytes optimizers cannot run on fake CPU tensors"
+    if job.effective_loss_kernel != "hf":
+        return f"the {job.effective_loss_kernel} loss kernel (Triton) has no fake CPU implementation"
+    if placement.tp > 1 or placement.pp > 1 or placement.offload != "none" or job.sequence_parallel > 1:
+        return "ZeRO with tensor/pipeline/sequence parallelism or offload is not traced"
+    if arch.family in REMOTE_CODE:
+        return f"{arch.family} is hub remote code (no transformers class to trace)"
+    return None
+
+
+def hf_spec(job: Job, placement: Placement, arch: Architecture, batch: int) -> dict[str, Any]:
+    """A DeepSpeed trace's spec: the transformers model's (traced/model.py) plus the ZeRO stage and the world."""
+    fields = {k: v for k, v in dataclasses.asdict(arch).items() if k not in ("source", "verification", "aliases")}
+    return {
+        "stack": job.framework, "arch": fields, "method": job.method, "dtype": job.dtype,
+        "attention": "eager" if job.attention == "eager" else "sdpa", "optimizer": job.optimizer,
+        "optimizer_impl": job.optimizer_impl, "gradient_checkpointing": job.gradient_checkpointing,
+        "lora_r": job.lora_r, "lora_alpha": job.lora_alpha, "lora_dropout": job.lora_dropout,
+        "lora_target_modules": sorted(job.lora_target_modules) if job.method == "lora" else [],
+        "world": placement.dp, "stage": ZERO[placement.effective_strategy], "shape": [batch, job.tokens_per_sample],
+        "expandable_segments": resolve(job).expandable_segments,
+    }
+
+
+def stack_spec(job: Job, placement: Placement, arch: Architecture, batch: int) -> dict[str, Any]:
+    """Everything a stack's trace depends on (also its cache key)."""
+    if job.framework == "deepspeed":
+        return hf_spec(job, placement, arch, batch)
+    mlp = ("gate_proj", "up_proj", "down_proj")
+    targets = list(job.lora_target_modules)
+    if job.method != "full" and "all-linear" not in targets and any(t in targets for t in mlp):
+        targets = sorted(set(targets) | set(mlp))  # torchtune adapts the whole MLP or none of it
+    return {
+        "stack": job.framework,
+        "arch": {"name": arch.name, "model_type": arch.model_type, "vocab_size": arch.vocab_size,
+                 "num_layers": arch.num_layers, "num_heads": arch.num_heads, "num_kv_heads": arch.num_kv_heads,
+                 "hidden_size": arch.hidden_size, "intermediate_size": arch.intermediate_size,
+                 "head_dim": arch.head_dim, "tie_word_embeddings": arch.tie_word_embeddings},
+        # the rotary cache is (max_seq_len, head_dim / 2, 2) fp32: torchtune's builders use the model's context
+        "max_seq_len": arch.max_position_embeddings or job.tokens_per_sample,
+        "method": job.method, "dtype": job.dtype, "gradient_checkpointing": job.gradient_checkpointing,
+        "loss": job.effective_loss_kernel, "optimizer_impl": job.optimizer_impl,
+        "lora_r": job.lora_r, "lora_alpha": job.lora_alpha, "lora_dropout": job.lora_dropout,
+        "lora_target_modules": targets if job.method != "full" else [],
+        "world": placement.dp * placement.tp, "tp": placement.tp,
+        "strategy": placement.effective_strategy if placement.dp > 1 else "single",
+        "shape": [batch, job.tokens_per_sample], "expandable_segments": resolve(job).expandable_segments,
+    }
+
+
+def _key(spec: dict[str, Any]) -> str:
+    structure = {**spec, "arch": {k: v for k, v in spec["arch"].items() if k != "name"}}
+    versions = {pkg: stack_version(pkg) for pkg in ("torch", *NEEDS[spec["stack"]])}
+    payload = {"spec": structure, "version": STACK_VERSION, "versions": versions}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def trace_stack(spec: dict[str, Any], timeout_s: float = TRACE_TIMEOUT_S) -> dict[str, Any]:
+    """The summary of ``spec``'s trace (from the cache or a driver subprocess), with ``events_path``."""
+    path = cache_dir() / f"stack-{_key(spec)}.json"
+    events = path.with_suffix(".npz")
+    if path.is_file() and events.is_file():
+        try:
+            return {**json.loads(path.read_text(encoding="utf-8")), "events_path": str(events)}
+        except (OSError, ValueError):
+            pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    if _stack_dirs():  # after the caller's own path (this autoconf), before the environment's packages
+        env["PYTHONPATH"] = os.pathsep.join([*filter(None, [os.environ.get("PYTHONPATH")]), *_stack_dirs()])
+    with tempfile.TemporaryDirectory(prefix="autoconf-stack-") as tmp:
+        spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "out.npz"
+        spec_path.write_text(json.dumps(spec), encoding="utf-8")
+        try:
+            done = subprocess.run([sys.executable, "-m", DRIVERS[spec["stack"]], str(spec_path), str(out_path)],
+                                  capture_output=True, text=True, timeout=timeout_s, env=env, check=False)
+        except subprocess.TimeoutExpired as exc:
+            raise TraceFailed(f"{spec['stack']} trace took more than {timeout_s:.0f} s") from exc
+        if done.returncode != 0 or not done.stdout.strip():
+            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            raise TraceFailed(f"{spec['stack']} trace failed: {last}")
+        summary: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+        tmp_events = events.with_suffix(f".{os.getpid()}.tmp.npz")
+        os.replace(out_path, tmp_events)
+    os.replace(tmp_events, events)
+    tmp_path = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp_path.write_text(json.dumps(summary), encoding="utf-8")
+    os.replace(tmp_path, path)
+    return {**summary, "events_path": str(events)}
+
+
+def stack_memory(job: Job, placement: Placement, arch: Architecture, batch: int) -> MemoryEstimate:
+    """Per-GPU memory of ``job`` from its stack's traced rank(s): rank 0 and, when shards are uneven, the last."""
+    spec = stack_spec(job, placement, arch, batch)
+    world = placement.dp
+    # uneven shards: the last rank too (global rank world - 1 is the last data-parallel shard)
+    ranks = [0, spec["world"] - 1] if world > 1 and uneven(spec, world) else [0]
+    summaries = [trace_stack({**spec, "rank": r} if r else spec) for r in ranks]
+    gpu = get_gpu(placement.gpu_model)
+    context = cuda.CONTEXT_BYTES.get(gpu.architecture, cuda.DEFAULT_CONTEXT_BYTES)
+    outside = context + cuda.communicators(placement, job) * cuda.NCCL_COMMUNICATOR_BYTES
+    workspace = cuda.workspace_bytes(gpu)
+    room = int(max(0.0, gpu.memory_bytes - outside - workspace))
+    sims = [reserved_peak(s["events_path"], room, spec["expandable_segments"]) for s in summaries]
+    worst = max(range(len(ranks)), key=lambda i: (sims[i].max_reserved, summaries[i]["allocated_peak"]))
+    summary, sim = summaries[worst], sims[worst]
+    top = max(summary["phases"], key=lambda p: p["peak"])
+    allocated = float(max(s["allocated_peak"] for s in summaries))
+    needed = max(sim.max_reserved, summary["reserved_peak"]) if sim.out_of_memory else sim.max_reserved
+    reserved = float(needed) + workspace
+    device = reserved + outside
+    w, g, o, a, lg = (float(v) for v in top["parts"])
+    phase = PHASE_TEXT.get(top["phase"], top["phase"])
+    by_rank = ", ".join(f"rank {r}: {s['allocated_peak'] / 2**30:.3f} GiB" for r, s in zip(ranks, summaries, strict=True))
+    stack = job.framework
+    group = f"a fake process group of {spec['world']}" + (f" (TP {placement.tp})" if placement.tp > 1 else "")
+    notes = [
+        f"traced: {stack} {summary['versions'].get(stack, '?')}'s own code ({RUNS[stack]}) on fake tensors, "
+        f"{group if spec['world'] > 1 else 'single device'}; allocated peak {by_rank}; "
+        f"peak in step {top['step']} {phase}",
+        "reserved: the traced allocations replayed through a model of the CUDA caching allocator; device adds "
+        "the CUDA context, cuBLAS workspaces and NCCL buffers",
+    ]
+    if sim.out_of_memory:
+        notes.append("traced: the allocator replay runs out of memory on this GPU even after releasing its cache")
+    return MemoryEstimate(
+        weights_bytes=w, gradients_bytes=g, optimizer_bytes=o, activations_bytes=a, logits_bytes=lg,
+        overhead_bytes=device - allocated, peak_bytes=device, peak_allocated_bytes=allocated,
+        peak_reserved_bytes=reserved, peak_phase=PHASE[top["phase"]], capacity_bytes=gpu.memory_bytes,
+        fits=device <= gpu.memory_bytes, oom_risk=0.0, estimator="traced", notes=tuple(notes))
