@@ -81,12 +81,11 @@ def report(runs: list[dict[str, float]], load: tuple[float, float]) -> str:
         f"{'met' if med['total_s'] <= GOAL_S else 'not met'} in wall time, "
         f"{'met' if med['cpu_s'] <= GOAL_S else 'not met'} in CPU time; aim ≥ 1,000,000 placements/s: "
         f"{'met' if cpu_rate >= 1e6 else 'not met'}).",
-        "- Where the time goes: theory memory is computed once per distinct (job at its micro-batch, GPU count) "
-        "row, the GPU model left out (candidates that differ only in global batch, accumulation or GPU share it; "
-        "capacity and oom_risk are per row), each through the scalar phase formulas (theory/vector.py, tens of "
-        "µs a row cold); the throughput itself is one numpy pass "
-        "(theory/throughput_grid.py, < 10 ms for all candidates). A closed-form memory over micro-batch arrays "
-        "would be needed for the 1,000,000/s aim.",
+        "- Where the time goes: this search (objectives.throughput_batch, GPU count × accumulation; no interface "
+        "answers with it since the throughput objective became the layout search, docs/layouts.md) builds a Job and "
+        "a Placement per candidate and turns them into columns for the array theory (theory/vector.py "
+        "theory_batch); the formulas themselves are numpy over all candidates, and so is the throughput "
+        "(theory/throughput_grid.py). The layout search skips the per-candidate objects: section layout-speed.",
         f"- Machine load average (1 min) at start / end: {load[0]:.1f} / {load[1]:.1f} (2 shared cores).",
     ])
 
