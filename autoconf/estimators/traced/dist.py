@@ -37,6 +37,7 @@ import gc
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -243,10 +244,12 @@ def summarise(out: dict[str, Any], expandable: bool) -> dict[str, Any]:
             "versions": out["versions"]}
 
 
-def run_one(spec_path: str, out_path: str) -> dict[str, Any]:
-    """Trace SPEC.json's spec; the samples and events go to OUT.npz; the summary is returned."""
+def run_one(spec_path: str, out_path: str, tracer: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+            ) -> dict[str, Any]:
+    """Trace SPEC.json's spec with ``tracer`` (default: the HF rank trace; the stack drivers pass their own);
+    the samples and events go to OUT.npz; the summary is returned."""
     spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
-    out = trace_rank(spec)
+    out = (tracer or trace_rank)(spec)
     np.savez_compressed(out_path, samples=out["samples"], events=out["events"])
     return summarise(out, bool(spec.get("expandable_segments")))
 

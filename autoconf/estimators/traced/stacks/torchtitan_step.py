@@ -28,14 +28,13 @@ import contextlib
 import json
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
-from autoconf.estimators.traced.dist import CLIP, LOAD, summarise
+from autoconf.estimators.traced.dist import CLIP, LOAD, run_one
 from autoconf.estimators.traced.stacks.hooks import Phases
 from autoconf.estimators.traced.step import ACTIVATIONS, BACKWARD, FORWARD, LOGITS, OPT_STEP, OPTIMIZER, WEIGHTS
 from autoconf.estimators.traced.wrap import ACTIVE, RankBytes, patch_fsdp
@@ -196,10 +195,7 @@ def trace(spec: dict[str, Any]) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     """``SPEC.json OUT.npz``: one JSON summary line on stdout; samples and events to OUT.npz."""
-    spec = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
-    out = trace(spec)
-    np.savez_compressed(argv[1], samples=out["samples"], events=out["events"])
-    print(json.dumps(summarise(out, bool(spec.get("expandable_segments")))))
+    print(json.dumps(run_one(argv[0], argv[1], trace)))
     return 0
 
 

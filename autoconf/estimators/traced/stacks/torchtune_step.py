@@ -32,14 +32,13 @@ import json
 import sys
 import time
 from functools import partial
-from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
 
-from autoconf.estimators.traced.dist import CLIP, LOAD, SAVE, HostCopies, summarise
+from autoconf.estimators.traced.dist import CLIP, LOAD, SAVE, HostCopies, run_one
 from autoconf.estimators.traced.stacks.hooks import Phases
 from autoconf.estimators.traced.step import (
     ACTIVATIONS,
@@ -324,10 +323,7 @@ def trace(spec: dict[str, Any]) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     """``SPEC.json OUT.npz``: one JSON summary line on stdout; samples and events to OUT.npz."""
-    spec = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
-    out = trace(spec)
-    np.savez_compressed(argv[1], samples=out["samples"], events=out["events"])
-    print(json.dumps(summarise(out, bool(spec.get("expandable_segments")))))
+    print(json.dumps(run_one(argv[0], argv[1], trace)))
     return 0
 
 
