@@ -215,15 +215,26 @@ def trace_rank(spec: dict[str, Any]) -> dict[str, Any]:
         save_checkpoint(inner, opt, strategy, tracker)
         clock["save"] = time.perf_counter() - start - sum(clock.values())
     ACTIVE.clear()
-    params = {id(p): p for p in inner.parameters()}.values()
+    out = trace_out(tracker, start, params_of(inner), clock, {"transformers": transformers.__version__})
+    return {**out, "event_ops": np.asarray(tracker.event_ops, dtype=np.int64)}
+
+
+def params_of(model: torch.nn.Module) -> int:
+    """Elements of the model's distinct parameters (tied weights once)."""
+    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+
+
+def trace_out(tracker: RankBytes, start: float, total_params: int, clock: dict[str, float],
+              versions: dict[str, str]) -> dict[str, Any]:
+    """What every rank trace hands to ``summarise``: the tracker's samples and events, the parameter count, the
+    seconds by stage since ``start`` and the versions traced (torch's added)."""
     return {
         "samples": np.asarray(tracker.samples, dtype=np.int64),
         "events": np.asarray(tracker.events, dtype=np.int64).reshape(-1, 3),
-        "event_ops": np.asarray(tracker.event_ops, dtype=np.int64),
-        "total_params": sum(p.numel() for p in params),
+        "total_params": total_params,
         "seconds": time.perf_counter() - start, "num_ops": tracker.num_ops,
         "stage_seconds": {k: round(v, 3) for k, v in clock.items()},
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+        "versions": {"torch": torch.__version__, **versions},
     }
 
 

@@ -188,6 +188,13 @@ def rank_memory(job: Job, placement: Placement, arch: Architecture, spec: dict[s
         shards = world // placement.workers
     ranks = [0, shards - 1] if strategy not in ("ddp", "tp") and uneven(spec, shards) else [0]
     summaries = [trace_ranks({**rank_spec, "rank": r} if r else rank_spec) for r in ranks]
+    return largest_rank(job, placement, ranks, summaries, expandable)
+
+
+def largest_rank(job: Job, placement: Placement, ranks: list[int], summaries: list[dict[str, Any]],
+                 expandable: bool) -> tuple[MemoryEstimate, dict[str, Any]]:
+    """The memory of the traced rank whose allocator replay reserves most (``summaries``: one per rank of
+    ``ranks``, each with its events file), on ``placement``'s GPU; its summary with the peak phase and replay."""
     gpu = get_gpu(placement.gpu_model)
     context = cuda.CONTEXT_BYTES.get(gpu.architecture, cuda.DEFAULT_CONTEXT_BYTES)
     outside = context + cuda.communicators(placement, job) * cuda.NCCL_COMMUNICATOR_BYTES

@@ -31,11 +31,10 @@ import sys
 import time
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
-from autoconf.estimators.traced.dist import LOAD, run_one
+from autoconf.estimators.traced.dist import LOAD, run_one, trace_out
 from autoconf.estimators.traced.stacks.hooks import Phases
 from autoconf.estimators.traced.step import ACTIVATIONS, BACKWARD, FORWARD, LOGITS, OPT_STEP, OPTIMIZER, WEIGHTS
 from autoconf.estimators.traced.wrap import RankBytes
@@ -140,15 +139,9 @@ def trace(spec: dict[str, Any]) -> dict[str, Any]:
             engine.step()
             tracker.sample()
     params = {id(p): p for p in model.parameters()}.values()
-    return {
-        "samples": np.asarray(tracker.samples, dtype=np.int64),
-        "events": np.asarray(tracker.events, dtype=np.int64).reshape(-1, 3),
-        "total_params": sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in params),
-        "seconds": time.perf_counter() - start, "num_ops": tracker.num_ops,
-        "stage_seconds": {"load": round(loaded - start, 3), "steps": round(time.perf_counter() - loaded, 3)},
-        "versions": {"torch": torch.__version__, "deepspeed": deepspeed.__version__,
-                     "transformers": transformers.__version__},
-    }
+    return trace_out(tracker, start, sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in params),
+                     {"load": loaded - start, "steps": time.perf_counter() - loaded},
+                     {"deepspeed": deepspeed.__version__, "transformers": transformers.__version__})
 
 
 def main(argv: list[str]) -> int:

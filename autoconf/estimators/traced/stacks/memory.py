@@ -19,13 +19,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from autoconf.catalog import Architecture, get_gpu
+from autoconf.catalog import Architecture
 from autoconf.catalog.families import REMOTE_CODE
-from autoconf.estimators.theory import cuda
 from autoconf.estimators.theory.frameworks import resolve
 from autoconf.estimators.traced.cache import cache_dir
 from autoconf.estimators.traced.fit import TRACE_TIMEOUT_S, TraceFailed
-from autoconf.estimators.traced.ranks import PHASE, PHASE_TEXT, reserved_peak, uneven
+from autoconf.estimators.traced.ranks import PHASE_TEXT, largest_rank, uneven
 from autoconf.schema import Job, MemoryEstimate, Placement
 
 STACK_VERSION = 4  # part of the cache key: bump when a driver changes meaning
@@ -242,20 +241,8 @@ def stack_memory(job: Job, placement: Placement, arch: Architecture, batch: int)
     # uneven shards: the last rank too (global rank world - 1 is the last data-parallel shard)
     ranks = [0, spec["world"] - 1] if world > 1 and uneven(spec, world) else [0]
     summaries = [trace_stack({**spec, "rank": r} if r else spec) for r in ranks]
-    gpu = get_gpu(placement.gpu_model)
-    context = cuda.CONTEXT_BYTES.get(gpu.architecture, cuda.DEFAULT_CONTEXT_BYTES)
-    outside = context + cuda.communicators(placement, job) * cuda.NCCL_COMMUNICATOR_BYTES
-    workspace = cuda.workspace_bytes(gpu)
-    room = int(max(0.0, gpu.memory_bytes - outside - workspace))
-    sims = [reserved_peak(s["events_path"], room, spec["expandable_segments"]) for s in summaries]
-    worst = max(range(len(ranks)), key=lambda i: (sims[i].max_reserved, summaries[i]["allocated_peak"]))
-    summary, sim = summaries[worst], sims[worst]
-    top = max(summary["phases"], key=lambda p: p["peak"])
-    allocated = float(max(s["allocated_peak"] for s in summaries))
-    needed = max(sim.max_reserved, summary["reserved_peak"]) if sim.out_of_memory else sim.max_reserved
-    reserved = float(needed) + workspace
-    device = reserved + outside
-    w, g, o, a, lg = (float(v) for v in top["parts"])
+    memory, summary = largest_rank(job, placement, ranks, summaries, spec["expandable_segments"])
+    top, sim = summary["peak"], summary["replay"]
     phase = PHASE_TEXT.get(top["phase"], top["phase"])
     by_rank = ", ".join(f"rank {r}: {s['allocated_peak'] / 2**30:.3f} GiB" for r, s in zip(ranks, summaries, strict=True))
     stack = job.framework
@@ -269,8 +256,4 @@ def stack_memory(job: Job, placement: Placement, arch: Architecture, batch: int)
     ]
     if sim.out_of_memory:
         notes.append("traced: the allocator replay runs out of memory on this GPU even after releasing its cache")
-    return MemoryEstimate(
-        weights_bytes=w, gradients_bytes=g, optimizer_bytes=o, activations_bytes=a, logits_bytes=lg,
-        overhead_bytes=device - allocated, peak_bytes=device, peak_allocated_bytes=allocated,
-        peak_reserved_bytes=reserved, peak_phase=PHASE[top["phase"]], capacity_bytes=gpu.memory_bytes,
-        fits=device <= gpu.memory_bytes, oom_risk=0.0, estimator="traced", notes=tuple(notes))
+    return memory.model_copy(update={"notes": tuple(notes)})

@@ -30,11 +30,10 @@ import sys
 import time
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
-from autoconf.estimators.traced.dist import CLIP, LOAD, run_one
+from autoconf.estimators.traced.dist import CLIP, LOAD, params_of, run_one, trace_out
 from autoconf.estimators.traced.stacks.hooks import Phases
 from autoconf.estimators.traced.step import ACTIVATIONS, BACKWARD, FORWARD, LOGITS, OPT_STEP, OPTIMIZER, WEIGHTS
 from autoconf.estimators.traced.wrap import ACTIVE, RankBytes, patch_fsdp
@@ -182,15 +181,8 @@ def trace(spec: dict[str, Any]) -> dict[str, Any]:
             step(model, opt, spec, tracker, number, dims)
             clock[f"step{number}"] = time.perf_counter() - start - sum(clock.values())
     ACTIVE.clear()
-    params = {id(p): p for p in model.parameters()}.values()
-    return {
-        "samples": np.asarray(tracker.samples, dtype=np.int64),
-        "events": np.asarray(tracker.events, dtype=np.int64).reshape(-1, 3),
-        "total_params": sum(p.numel() for p in params),
-        "seconds": time.perf_counter() - start, "num_ops": tracker.num_ops,
-        "stage_seconds": {k: round(v, 3) for k, v in clock.items()},
-        "versions": {"torch": torch.__version__, "torchtitan": getattr(torchtitan, "__version__", "0.3.0")},
-    }
+    return trace_out(tracker, start, params_of(model), clock,
+                     {"torchtitan": getattr(torchtitan, "__version__", "0.3.0")})
 
 
 def main(argv: list[str]) -> int:

@@ -34,11 +34,10 @@ import time
 from functools import partial
 from typing import Any, cast
 
-import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
 
-from autoconf.estimators.traced.dist import CLIP, LOAD, SAVE, HostCopies, run_one
+from autoconf.estimators.traced.dist import CLIP, LOAD, SAVE, HostCopies, params_of, run_one, trace_out
 from autoconf.estimators.traced.stacks.hooks import Phases
 from autoconf.estimators.traced.step import (
     ACTIVATIONS,
@@ -310,15 +309,7 @@ def trace(spec: dict[str, Any]) -> dict[str, Any]:
         save(model, opt, spec, tracker)
         clock["save"] = time.perf_counter() - start - sum(clock.values())
     ACTIVE.clear()
-    params_all = {id(p): p for p in model.parameters()}.values()
-    return {
-        "samples": np.asarray(tracker.samples, dtype=np.int64),
-        "events": np.asarray(tracker.events, dtype=np.int64).reshape(-1, 3),
-        "total_params": sum(p.numel() for p in params_all),
-        "seconds": time.perf_counter() - start, "num_ops": tracker.num_ops,
-        "stage_seconds": {k: round(v, 3) for k, v in clock.items()},
-        "versions": {"torch": torch.__version__, "torchtune": torchtune.__version__},
-    }
+    return trace_out(tracker, start, params_of(model), clock, {"torchtune": torchtune.__version__})
 
 
 def main(argv: list[str]) -> int:
