@@ -29,6 +29,7 @@ from autoconf.estimators.theory.rows import (
     AnyJob,
     AnyPlacement,
     Flag,
+    FlatColumns,
     Num,
     ResolvedColumns,
     Table,
@@ -80,7 +81,7 @@ class Peaks:
     releasable: Num = 0.0
 
 
-class GpuColumns:
+class GpuColumns(FlatColumns):
     """The GPU fields the CUDA side reads, one entry per row (from one GPUSpec per distinct GPU)."""
 
     def __init__(self, gpus: Sequence[GPUSpec]) -> None:
@@ -89,12 +90,6 @@ class GpuColumns:
         self.memory_bytes = np.array([g.memory_bytes for g in gpus], dtype=float)
         # theory refuses bf16 on a Volta GPU without a bf16 peak (memory.refusals)
         self.no_bf16 = np.array([g.bf16_tflops is None and g.architecture == "Volta" for g in gpus], dtype=bool)
-
-    def take(self, rows: np.ndarray | slice) -> GpuColumns:
-        out = object.__new__(GpuColumns)
-        for name, value in self.__dict__.items():
-            setattr(out, name, value[rows])
-        return out
 
 
 AnyGpu = GPUSpec | GpuColumns

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
@@ -211,7 +211,17 @@ def lookup_text(value: np.ndarray, table: Mapping[str, str], default: str) -> np
     return out.astype(str)
 
 
-class PlacementColumns:
+class FlatColumns:
+    """Columns that are all numpy arrays of one length: ``take`` selects the same rows of each."""
+
+    def take(self, rows: np.ndarray | slice) -> Self:
+        out = object.__new__(type(self))
+        for name, value in self.__dict__.items():
+            setattr(out, name, value[rows])
+        return out
+
+
+class PlacementColumns(FlatColumns):
     """The Placement fields the theory reads, one numpy entry per row (``gpus_per_worker`` 0 = the default)."""
 
     def __init__(self, number_gpus: np.ndarray, gpus_per_worker: np.ndarray, tp: np.ndarray, pp: np.ndarray,
@@ -231,11 +241,6 @@ class PlacementColumns:
                    np.array([p.offload for p in places], dtype=str), np.array([p.strategy or "" for p in places],
                                                                               dtype=str))
 
-    def take(self, rows: np.ndarray | slice) -> PlacementColumns:
-        out = object.__new__(PlacementColumns)
-        for name, value in self.__dict__.items():
-            setattr(out, name, value[rows])
-        return out
 
 
 AnyJob = Job | JobColumns
