@@ -19,7 +19,7 @@ from autoconf.estimators.contract import get_estimator
 from autoconf.estimators.theory import communication
 from autoconf.estimators.theory import throughput as tp
 from autoconf.estimators.theory import throughput_grid as grid
-from autoconf.estimators.theory.stacks import stack_for
+from autoconf.estimators.theory.stacks import bucket_params, stack_for
 from autoconf.evaluation import throughput_fit
 from autoconf.evaluation.data import load_measurements
 from autoconf.schema import Job, Placement
@@ -305,3 +305,38 @@ def test_pipeline_sends_one_micro_batch_of_activations_each_way() -> None:
     assert communication.pipeline_seconds(job, arch, place, gpu) == pytest.approx(2 * one)
     nemo = Placement(gpu_model="H100", number_gpus=2, pp=2, virtual_pp=2)  # interleaved: NeMo overlaps the sends
     assert tp.communication(job, arch, nemo, gpu, stack=stack_for("nemo")).exposed == 0
+
+
+
+@pytest.mark.parametrize(("tp_degree", "share"), [(1, 1.0), (2, 0.5), (8, 0.125)])
+def test_a_data_parallel_ring_drives_only_its_own_gpus_nics(no_latency: None, tp_degree: int, share: float) -> None:
+    """Rail-optimised nodes (one NIC per GPU): 4 nodes of 8 H100 at 400 GB/s each. TP t leaves t data-parallel
+    groups per node reducing at once, each through 8 / t NICs: its ring runs at 400 / t GB/s. The bandwidth part of
+    a DDP all-reduce of 8B bf16 gradients / t per rank over 32 / t ranks is 2 (n - 1) / n · bytes / (bw · 0.8)."""
+    job, arch, gpu = _job(), get_architecture("llama3.1-8b"), get_gpu("H100")
+    place = Placement(gpu_model="H100", number_gpus=32, gpus_per_worker=8, tp=tp_degree, strategy="ddp",
+                      inter_node_gbps=400.0)
+    assert communication.nic_share(place) == share
+    ranks, grads = 32 // tp_degree, arch.total_params / tp_degree * 2
+    seconds = 2 * (ranks - 1) / ranks * grads / (400e9 * share * 0.8)
+    assert tp.communication(job, arch, place, gpu, stack=stack_for("hf")).last_backward == pytest.approx(seconds)
+
+
+def test_nanotron_gathers_zero1_parameters_in_one_call(no_latency: None) -> None:
+    """nanotron's ZeRO-1 all-gathers every updated shard in one all_gather_coalesced after the step: with the
+    all-gather's α set to 1 ms and every other α 0, its exposed time is the ring's bandwidth part + 1 ms, where the
+    HF profile (DeepSpeed buckets of 5e8 elements) pays 1 ms per bucket. Its fp32 hook reduces one torch DDP
+    bucket (25 MiB of bf16 gradients) per call: 25 · 2^20 / 2 parameters per bucket."""
+    arch, gpu = get_architecture("llama3.1-8b"), get_gpu("H100")
+    place = Placement(gpu_model="H100", number_gpus=16, gpus_per_worker=8, strategy="zero1", inter_node_gbps=400.0)
+    nanotron = stack_for("nanotron")
+    assert bucket_params(nanotron, "zero1", 16, 4) == 25 * 2**20 / 2
+    ring = 15 / 16 * arch.total_params * 2 / (400e9 * 0.8)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(communication, "latency_seconds",
+                      lambda kind, *_: 1e-3 if kind == "all-gather" else 0.0)
+        exposed = tp.communication(_job(), arch, place, gpu, stack=nanotron).exposed
+        hf_buckets = math.ceil(arch.total_params / 5e8)
+        hf = tp.communication(_job(), arch, place, gpu, stack=stack_for("hf")).exposed
+    assert exposed == pytest.approx(ring + 1e-3)
+    assert hf == pytest.approx(ring + hf_buckets * 1e-3)

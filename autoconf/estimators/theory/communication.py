@@ -62,13 +62,24 @@ def intra_bandwidth(gpu: GPUSpec, placement: Placement) -> float:
 
 
 def link_bandwidth(gpu: GPUSpec, placement: Placement, inter_node_gbps: float) -> float:
-    """Bottleneck bandwidth of a data-parallel ring: the NIC as soon as the ring leaves the node.
+    """Bottleneck bandwidth of a data-parallel ring: its share of the node's NICs as soon as it leaves the node.
 
-    A ring that spans nodes enters and leaves each node once, so it runs at the node's network bandwidth
-    (NCCL spreads its channels over all of a node's NICs) unless the in-node link is slower.
+    A ring that spans nodes enters and leaves each node once; NCCL spreads its channels over the NICs of the GPUs
+    it holds in the node (rail-optimised nodes: one NIC per GPU, DGX H100's 8 ConnectX-7). With tp·pp > 1 the node
+    holds tp·pp data-parallel groups, which reduce at the same time, each through its own GPUs' NICs: a group of k
+    ranks per node gets k / (GPUs per node) of the node's network bandwidth (nic_share).
     """
     intra = intra_bandwidth(gpu, placement)
-    return min(intra, placement.inter_node_gbps or inter_node_gbps) if _dp_spans_nodes(placement) else intra
+    if not _dp_spans_nodes(placement):
+        return intra
+    return min(intra, (placement.inter_node_gbps or inter_node_gbps) * nic_share(placement))
+
+
+def nic_share(placement: Placement) -> float:
+    """Share of a node's NICs one data-parallel group drives: its ranks in the node over the node's GPUs (its ranks
+    sit tp·pp GPUs apart, so a node holds max(1, GPUs per node / (tp·pp)) of them)."""
+    per_node = placement.gpus_per_worker or min(placement.number_gpus, 8)
+    return max(1, per_node // (placement.tp * placement.pp)) / per_node
 
 
 def _dp_spans_nodes(placement: Placement) -> bool:
@@ -127,7 +138,7 @@ def communication(
         hidden = reduce * (gas if strategy == "zero2" else 1)
         last = 0.0 if strategy == "zero2" else reduce  # ZeRO-2 reduces every micro-step, ZeRO-1 once
         sync = (group * alpha("broadcast", group, inside) if stack.param_broadcast
-                else buckets * alpha("all-gather", group, inside))
+                else (stack.param_gather_calls or buckets) * alpha("all-gather", group, inside))
         exposed = gather + sync
         if stack.overlap_param_gather:  # the updated shards are gathered during the next forward
             hidden, exposed = hidden + exposed, 0.0

@@ -139,7 +139,8 @@ def layout_speeds(job: Job, gpu_model: str, rows: Layouts, *, stack: str | None 
     network = inter_node_gbps or tp.INTER_NODE_BANDWIDTH_GBPS
     workers = -(-n // rows.gpus_per_worker)
     spread = (workers > 1) & (d > 1)
-    bw = np.where(spread, min(intra, network), intra)
+    share = np.maximum(1, rows.gpus_per_worker // (t * p)) / rows.gpus_per_worker  # nic_share()
+    bw = np.where(spread, np.minimum(intra, network * share), intra)
     nodes = np.where(spread, np.minimum(d, np.maximum(1, -(-(d * t * p) // rows.gpus_per_worker))), 1)  # dp_nodes()
     link = gpu.intra_node_link
     gather, scatter = _ring(shard, d, bw), _ring(grads, d, bw)
@@ -150,7 +151,7 @@ def layout_speeds(job: Job, gpu_model: str, rows: Layouts, *, stack: str | None 
     zero_reduce = scatter + buckets * _alpha("reduce-scatter", d, nodes, link)
     zero_hidden = zero_reduce * np.where(s == ZERO2, g, 1)
     sync = (d * _alpha("broadcast", d, nodes, link) if profile.param_broadcast
-            else buckets * _alpha("all-gather", d, nodes, link))
+            else (profile.param_gather_calls or buckets) * _alpha("all-gather", d, nodes, link))
     if profile.overlap_param_gather:
         zero_hidden, zero_exposed = zero_hidden + gather + sync, np.zeros_like(gather)
     else:

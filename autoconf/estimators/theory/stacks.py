@@ -30,6 +30,9 @@ The profile says *what* a stack does, with a source per claim; *how much* each b
   on the 1F1B critical path (communication.pipeline_seconds).
 - param_broadcast: the sharded optimizer's updated parameters reach the other ranks as one broadcast per rank
   (InternEvo ``HybridZeroOptimizer.broadcast_params``) instead of bucketed all-gathers.
+- param_gather_calls: the sharded optimizer gathers the updated parameters in this many calls (nanotron: 1,
+  ``ZeroDistributedOptimizer._all_gather_params`` flattens every shard into one ``all_gather_coalesced``); 0 = one
+  call per gradient bucket (DeepSpeed ``allgather_bucket_size``, Megatron's per-bucket gathers).
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ class Stack:
     tp_exposed_share: float = 0.0  # with tp_overlap: the share of the TP collectives that still runs exposed
     grad_reduce_bytes: int = 0  # bytes per gradient element reduced across data-parallel ranks (0: the dtype's)
     overlap_p2p: bool = False  # pipeline sends overlap compute under the interleaved schedule (virtual_pp > 1)
+    param_gather_calls: int = 0  # ZeRO parameter all-gather calls after the step (0: one per gradient bucket)
 
 
 DDP_BUCKET_BYTES = 25 * 2**20  # torch.nn.parallel.DistributedDataParallel(bucket_cap_mb=25)
@@ -96,8 +100,12 @@ STACKS: dict[str, Stack] = {
                              "parameters after the step (exposed); src/nanotron/helpers.py registers get_fp32_accum_hook "
                              "(optim/gradient_accumulator.py) on torch DDP: fp32 gradient buckets reduced during "
                              "backward; parallel/tensor_parallel/functional.py _ColumnLinearAsyncCommunication: "
-                             "the all-gather overlaps the local shard's matmul, row_linear's reduce-scatter does not",
-                      tp_exposed_share=0.5, grad_reduce_bytes=4),
+                             "the all-gather overlaps the local shard's matmul, row_linear's reduce-scatter does not; "
+                             "config.py ddp_bucket_cap_mb=25: the fp32 hook reduces each torch DDP bucket (25 MiB of "
+                             "the bf16 gradients) in one call, all_reduce_coalesced (ZeRO-0) or reduce_scatter_coalesced "
+                             "(ZeRO-1, v0.5); optim/zero.py _all_gather_params: one all_gather_coalesced of all shards",
+                      tp_exposed_share=0.5, grad_reduce_bytes=4, bucket_params=DDP_BUCKET_BYTES / 2,
+                      param_gather_calls=1),
     "fms-fsdp": Stack("fms-fsdp", fused_kernels=False, overlap_param_gather=False, tp_overlap=False,
                       source="foundation-model-stack/fms-fsdp README: PyTorch FSDP / HSDP with SDPA flash attention; "
                              "torch.compile in the newest table (Job.torch_compile)"),
