@@ -340,3 +340,13 @@ def test_nanotron_gathers_zero1_parameters_in_one_call(no_latency: None) -> None
         hf = tp.communication(_job(), arch, place, gpu, stack=stack_for("hf")).exposed
     assert exposed == pytest.approx(ring + 1e-3)
     assert hf == pytest.approx(ring + hf_buckets * 1e-3)
+
+
+def test_hsdp_replica_all_reduce_shares_the_nics_between_the_shard_groups(no_latency: None) -> None:
+    """HSDP on 4 nodes of 8 H100 at 400 GB/s: the 8 shard ranks of a node all-reduce their 1/8 of the bf16
+    gradients across the 4 replicas at once, each through one NIC (50 GB/s): 2 · 3/4 · (8B · 2 / 8) / (50e9 · 0.8)."""
+    job, arch, gpu = _job(), get_architecture("llama3.1-8b"), get_gpu("H100")
+    place = Placement(gpu_model="H100", number_gpus=32, gpus_per_worker=8, strategy="fsdp-hybrid",
+                      inter_node_gbps=400.0)
+    seconds = 2 * 3 / 4 * (arch.total_params * 2 / 8) / (50e9 * 0.8)
+    assert tp.communication(job, arch, place, gpu, stack=stack_for("hf")).last_backward == pytest.approx(seconds)

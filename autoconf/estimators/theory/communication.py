@@ -150,8 +150,11 @@ def communication(
         intra = intra_bandwidth(gpu, placement)
         inner = 2 * _ring_seconds(shard, local, intra) + _ring_seconds(grads, local, intra)
         inner += units * (2 * alpha("all-gather", local, 1) + alpha("reduce-scatter", local, 1))
-        replicas = placement.workers  # the replicas' all-reduce crosses the network: the Placement's, else the default
-        outer = 2 * _ring_seconds(grads / local, replicas, min(intra, placement.inter_node_gbps or inter_node_gbps))
+        # the replicas' all-reduce crosses the network (the Placement's, else the default): the node's `local` shard
+        # groups all-reduce at once, one rank per node each, so each drives 1 / local of the node's NICs (nic_share)
+        replicas = placement.workers
+        network = (placement.inter_node_gbps or inter_node_gbps) / local
+        outer = 2 * _ring_seconds(grads / local, replicas, min(intra, network))
         outer += units * alpha("all-reduce", replicas, replicas)
         hidden, exposed, last = gas * inner + outer, 0.0, outer
     else:  # fsdp full shard, zero3: gather for forward and again for backward, reduce-scatter grads

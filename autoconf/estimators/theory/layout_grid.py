@@ -161,7 +161,8 @@ def layout_speeds(job: Job, gpu_model: str, rows: Layouts, *, stack: str | None 
     inner = 2 * _ring(shard, local, intra) + _ring(grads, local, intra)
     inner = inner + units * (2 * _alpha("all-gather", local, np.ones_like(local), link)
                              + _alpha("reduce-scatter", local, np.ones_like(local), link))
-    outer = 2 * _ring(grads / local, workers, min(intra, network)) + units * _alpha("all-reduce", workers, workers, link)
+    outer = (2 * _ring(grads / local, workers, np.minimum(intra, network / local))  # nic_share: 1 / local each
+             + units * _alpha("all-reduce", workers, workers, link))
     ddp = 2 * scatter + buckets * _alpha("all-reduce", d, nodes, link)
     grad_op = g * (gather + scatter + units * (_alpha("all-gather", d, nodes, link)
                                                + _alpha("reduce-scatter", d, nodes, link)))
