@@ -309,10 +309,10 @@ def test_pipeline_sends_one_micro_batch_of_activations_each_way() -> None:
 
 
 @pytest.mark.parametrize(("tp_degree", "share"), [(1, 1.0), (2, 0.5), (8, 0.125)])
-def test_a_data_parallel_ring_drives_only_its_own_gpus_nics(no_latency: None, tp_degree: int, share: float) -> None:
-    """Rail-optimised nodes (one NIC per GPU): 4 nodes of 8 H100 at 400 GB/s each. TP t leaves t data-parallel
-    groups per node reducing at once, each through 8 / t NICs: its ring runs at 400 / t GB/s. The bandwidth part of
-    a DDP all-reduce of 8B bf16 gradients / t per rank over 32 / t ranks is 2 (n - 1) / n · bytes / (bw · 0.8)."""
+def test_the_tensor_parallel_ranks_data_parallel_rings_split_the_nics(no_latency: None, tp_degree: int, share: float) -> None:
+    """4 nodes of 8 H100 at 400 GB/s each. TP t leaves t data-parallel groups per node reducing at once (the same
+    backward), which split the node's NICs: each ring runs at 400 / t GB/s. The bandwidth part of a DDP all-reduce
+    of 8B bf16 gradients / t per rank over 32 / t ranks is 2 (n - 1) / n · bytes / (bw · 0.8)."""
     job, arch, gpu = _job(), get_architecture("llama3.1-8b"), get_gpu("H100")
     place = Placement(gpu_model="H100", number_gpus=32, gpus_per_worker=8, tp=tp_degree, strategy="ddp",
                       inter_node_gbps=400.0)
@@ -350,3 +350,10 @@ def test_hsdp_replica_all_reduce_shares_the_nics_between_the_shard_groups(no_lat
                       inter_node_gbps=400.0)
     seconds = 2 * 3 / 4 * (arch.total_params * 2 / 8) / (50e9 * 0.8)
     assert tp.communication(job, arch, place, gpu, stack=stack_for("hf")).last_backward == pytest.approx(seconds)
+
+
+def test_pipeline_stages_reduce_one_after_another_at_the_nodes_full_network() -> None:
+    """PP 2 on 4 nodes: the two stages' data-parallel groups finish their backward at different times (1F1B), so
+    neither shares the NICs with the other; TP 2 splits them."""
+    assert communication.nic_share(Placement(gpu_model="H100", number_gpus=32, gpus_per_worker=8, pp=2)) == 1.0
+    assert communication.nic_share(Placement(gpu_model="H100", number_gpus=32, gpus_per_worker=8, pp=2, tp=2)) == 0.5

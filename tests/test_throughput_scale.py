@@ -127,22 +127,36 @@ def test_fp8_peak_doubles_bf16(name: str) -> None:
     ("all-gather", 16, 2, "nvlink", 8.4 + 14 * 3.4 + 1 * 9.6),
     ("all-reduce", 8, 1, "nvlink", 8.4 + 14 * 3.4),  # ring 56 µs beats the tree's 2 · 7 · 28 = 392 µs
     ("all-reduce", 1024, 128, "nvlink", 2 * (7 * 28 + 7 * 50)),  # tree 1,092 µs; ring (8.4 + 1792·3.4 + 254·9.6)·1.9
-    ("broadcast", 64, 8, "nvlink", 8.4 + 9.6),
+    ("broadcast", 64, 8, "nvlink", 8.4 + 64 * 9.6),  # nRanks steps, each a network hop once the ring spans nodes
+    ("broadcast", 8, 1, "nvlink", 8.4 + 8 * 3.4),
+    ("send", 2, 2, "nvlink", 8.4 + 9.6),
 ])
 def test_collective_latency_follows_nccl_tuning(kind: str, ranks: int, nodes: int, link: str, micros: float) -> None:
     assert latency_seconds(kind, ranks, nodes, link) == pytest.approx(micros * 1e-6)
 
 
-def test_latency_grows_with_ranks_in_a_zero_step() -> None:
-    """InternEvo broadcasts the updated shards once per ZeRO rank: its exposed α grows with the rank count."""
+@pytest.mark.parametrize("ranks", [128, 512])
+def test_latency_grows_with_ranks_in_a_zero_step(ranks: int) -> None:
+    """InternEvo broadcasts the updated shards once per ZeRO rank that owns a tensor: min(ranks, 291) broadcasts
+    (InternLM-7B: 32 layers × 9 tensors + embedding, norm, head), each 8.4 + ranks × 9.6 µs over the nodes."""
     job = Job(model="internlm-7b", tokens_per_sample=2048, batch_size=8 * 8, gradient_accumulation_steps=4)
     arch, gpu = get_architecture("internlm-7b"), get_gpu("NVIDIA-A100-SXM4-80GB")
     exposed = [tp.communication(job.model_copy(update={"batch_size": 8 * n}), arch,
                                 Placement(gpu_model=gpu.name, number_gpus=n, strategy="zero1"), gpu, 50.0,
-                                stack_for("internevo")).exposed for n in (64, 128)]
-    # the ring's parameter bytes per GPU change only through (n-1)/n; the broadcasts add 64 × (8.4 + 9.6) µs
-    assert exposed[1] - exposed[0] == pytest.approx(
-        64 * 18e-6 + (127 / 128 - 63 / 64) * arch.total_params * 2 / (50e9 * 0.8), rel=1e-6)
+                                stack_for("internevo")).exposed for n in (64, ranks)]
+    alpha = min(ranks, 291) * (8.4 + ranks * 9.6) - 64 * (8.4 + 64 * 9.6)
+    # the ring's parameter bytes per GPU change only through (n-1)/n
+    ring = ((ranks - 1) / ranks - 63 / 64) * arch.total_params * 2 / (50e9 * 0.8)
+    assert exposed[1] - exposed[0] == pytest.approx(alpha * 1e-6 + ring, rel=1e-6)
+
+
+@pytest.mark.parametrize("model, stack, tensors", [
+    ("internlm-7b", "internevo", 32 * 9 + 3),  # Wqkv, out_proj (+ biases), w1, w2, w3, 2 norms; embedding, norm, head
+    ("llama3.1-8b", "hf", 32 * 9 + 3),  # q, k, v, o, gate, up, down, 2 norms; embedding, norm, head
+    ("llama3.2-1b", "hf", 16 * 9 + 2),  # tied: no separate head
+])
+def test_parameter_tensors_as_the_stack_builds_the_model(model: str, stack: str, tensors: int) -> None:
+    assert communication.parameter_tensors(get_architecture(model), stack_for(stack)) == tensors
 
 
 def test_selective_checkpointing_recomputes_a_share_of_the_layers() -> None:
@@ -171,13 +185,13 @@ def test_recompute_share_from_the_stated_mfu_and_hfu(gpu: str, expected: float) 
 
 def test_zero_inside_the_node_syncs_parameters_over_nvlink() -> None:
     """InternEvo zero1=8 on 64 A100 (8 nodes, 50 GB/s each): the exposed parameter sync is a ring inside the node
-    at NVLink's 300 GB/s × 0.8 over 8 ranks, plus 8 broadcasts of (8.4 + 3.4) µs; zero1=-1 rings over all 64 at the
-    NIC's 50 GB/s × 0.8 (and 64 broadcasts of (8.4 + 9.6) µs)."""
+    at NVLink's 300 GB/s × 0.8 over 8 ranks, plus 8 broadcasts of (8.4 + 8 × 3.4) µs; zero1=-1 rings over all 64 at
+    the NIC's 50 GB/s × 0.8 (and 64 broadcasts of (8.4 + 64 × 9.6) µs)."""
     job = Job(model="internlm-7b", tokens_per_sample=2048, batch_size=8 * 64, gradient_accumulation_steps=4)
     arch, gpu = get_architecture("internlm-7b"), get_gpu("NVIDIA-A100-SXM4-80GB")
     place = Placement(gpu_model=gpu.name, number_gpus=64, strategy="zero1")
     shard = arch.total_params * 2
     node = tp.communication(job, arch, place, gpu, 50.0, stack_for("internevo"), zero_group=8)
     everyone = tp.communication(job, arch, place, gpu, 50.0, stack_for("internevo"))
-    assert node.exposed == pytest.approx(7 / 8 * shard / 240e9 + 8 * 11.8e-6, rel=1e-6)
-    assert everyone.exposed == pytest.approx(63 / 64 * shard / 40e9 + 64 * 18e-6, rel=1e-6)
+    assert node.exposed == pytest.approx(7 / 8 * shard / 240e9 + 8 * (8.4 + 8 * 3.4) * 1e-6, rel=1e-6)
+    assert everyone.exposed == pytest.approx(63 / 64 * shard / 40e9 + 64 * (8.4 + 64 * 9.6) * 1e-6, rel=1e-6)

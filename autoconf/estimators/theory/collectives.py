@@ -12,7 +12,13 @@ shrink with the message. It follows NCCL's own cost model, the one NCCL uses to 
   + floor(log2(nodes)) · net hop) with the tree hop latencies; NCCL takes whichever of ring and tree is faster;
   their bandwidth terms are about equal for large messages (tree: half the bus bandwidth, ring: n / 2(n - 1)
   of it), so the choice is the smaller latency: the ring inside a node and on a few nodes, the tree at scale;
-- a broadcast over a ring whose channels are the same on every rank costs base + one hop.
+- a ring broadcast takes nRanks steps (``nsteps`` = nRanks for broadcast and reduce); its first chunk passes every
+  rank, and broadcasts issued one after another on one stream each pay that fill: base + ranks · hop, the hop the
+  ring's (NVLink / PCIe inside a node; the network's on every step once the ring spans nodes, NCCL's ``hw`` rule).
+  NCCL's tuner charges one hop when every rank uses the same channels and nRanks tree hops (28 µs from 2.8.3)
+  otherwise; measured, InternEvo's per-rank broadcasts over 8-128 nodes cost ~9-12 µs per rank and call (docs/
+  throughput.md), the ring's network hop, which is used here;
+- a point-to-point send (pipeline stages) is one hop: base + one hop.
 
 Every constant is the Simple protocol's, the one NCCL picks for the megabyte buckets and layer shards of
 training (LL and LL128 carry small messages). Microseconds.
@@ -23,7 +29,7 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-Collective = Literal["all-gather", "reduce-scatter", "all-reduce", "broadcast"]
+Collective = Literal["all-gather", "reduce-scatter", "all-reduce", "broadcast", "send"]
 
 RING_BASE_US = 8.4  # baseLat[Ring][Simple]
 RING_HOP_US = {"nvlink": 3.4, "pcie": 5.7, "net": 9.6}  # hwLat[NVLINK | PCI | NET][Ring][Simple]
@@ -39,8 +45,10 @@ def latency_seconds(kind: Collective, ranks: int, nodes: int, link: str) -> floa
     nodes = max(1, min(nodes, ranks))
     intra = RING_HOP_US["nvlink" if link == "nvlink" else "pcie"]
     net = RING_HOP_US["net"]
-    if kind == "broadcast":
+    if kind == "send":
         return (RING_BASE_US + (net if nodes > 1 else intra)) * 1e-6
+    if kind == "broadcast":
+        return (RING_BASE_US + ranks * (net if nodes > 1 else intra)) * 1e-6
     if kind in ("all-gather", "reduce-scatter"):
         steps, inter = ranks - 1, nodes - 1
         return (RING_BASE_US + (steps - inter) * intra + inter * net) * 1e-6

@@ -64,10 +64,8 @@ def intra_bandwidth(gpu: GPUSpec, placement: Placement) -> float:
 def link_bandwidth(gpu: GPUSpec, placement: Placement, inter_node_gbps: float) -> float:
     """Bottleneck bandwidth of a data-parallel ring: its share of the node's NICs as soon as it leaves the node.
 
-    A ring that spans nodes enters and leaves each node once; NCCL spreads its channels over the NICs of the GPUs
-    it holds in the node (rail-optimised nodes: one NIC per GPU, DGX H100's 8 ConnectX-7). With tp·pp > 1 the node
-    holds tp·pp data-parallel groups, which reduce at the same time, each through its own GPUs' NICs: a group of k
-    ranks per node gets k / (GPUs per node) of the node's network bandwidth (nic_share).
+    A ring that spans nodes enters and leaves each node once and runs at the node's network bandwidth, shared with
+    the other data-parallel groups of the node that reduce at the same time (nic_share).
     """
     intra = intra_bandwidth(gpu, placement)
     if not _dp_spans_nodes(placement):
@@ -76,10 +74,16 @@ def link_bandwidth(gpu: GPUSpec, placement: Placement, inter_node_gbps: float) -
 
 
 def nic_share(placement: Placement) -> float:
-    """Share of a node's NICs one data-parallel group drives: its ranks in the node over the node's GPUs (its ranks
-    sit tp·pp GPUs apart, so a node holds max(1, GPUs per node / (tp·pp)) of them)."""
+    """Share of a node's network one data-parallel group gets: 1 / the groups of the node that reduce at once.
+
+    The tp ranks of a pipeline stage hold tp data-parallel groups that reach their gradient reduction together
+    (the same backward), so they split the node's NICs (rail-optimised nodes: one NIC per GPU, DGX H100's 8
+    ConnectX-7): 1 / min(GPUs per node, tp). The stages of a pipeline reduce one after another (1F1B: stage s
+    finishes its last backward p - 1 - s slots after the last stage, Narayanan et al. 2021 fig. 4), so they are not
+    counted. Without it a TP group of 8 reduced its 1/8 of the gradients at the whole node's bandwidth.
+    """
     per_node = placement.gpus_per_worker or min(placement.number_gpus, 8)
-    return max(1, per_node // (placement.tp * placement.pp)) / per_node
+    return 1.0 / min(per_node, placement.tp)
 
 
 def _dp_spans_nodes(placement: Placement) -> bool:
@@ -137,7 +141,7 @@ def communication(
                       + buckets * (alpha("reduce-scatter", group, inside) + alpha("all-reduce", replicas, nodes)))
         hidden = reduce * (gas if strategy == "zero2" else 1)
         last = 0.0 if strategy == "zero2" else reduce  # ZeRO-2 reduces every micro-step, ZeRO-1 once
-        sync = (group * alpha("broadcast", group, inside) if stack.param_broadcast
+        sync = (min(group, parameter_tensors(arch, stack)) * alpha("broadcast", group, inside) if stack.param_broadcast
                 else (stack.param_gather_calls or buckets) * alpha("all-gather", group, inside))
         exposed = gather + sync
         if stack.overlap_param_gather:  # the updated shards are gathered during the next forward
@@ -172,6 +176,23 @@ def communication(
     return Communication(hidden + overlapped, exposed + tensor - overlapped, last)
 
 
+def parameter_tensors(arch: Architecture, stack: Stack) -> int:
+    """Parameter tensors of a dense decoder as the stack builds it: per layer the attention projections (one fused
+    QKV and the output projection with ``stack.fused_qkv``, else q, k, v, o), their biases, the MLP's weights (three
+    for a gated SiLU MLP, else two) and biases, two norms; plus the embedding, the final norm and an untied head.
+
+    InternEvo's ZeRO partitions whole tensors over the ranks (``HybridZeroOptimizer._partition_param_list``: largest
+    first, each to the emptiest rank), so only min(ranks, tensors) ranks own parameters and broadcast them after the
+    step; InternLM-7B there: Wqkv and out_proj with biases, w1, w2, w3, two RMSNorms, 9 per layer, 291 in all.
+    """
+    projections = 2 if stack.fused_qkv else 4
+    attention = projections * (2 if arch.attention_bias else 1)
+    if arch.qkv_bias and not arch.attention_bias:
+        attention += 1 if stack.fused_qkv else 3
+    mlp = (3 if arch.hidden_act == "silu" else 2) * (2 if arch.mlp_bias else 1)
+    return arch.num_layers * (attention + mlp + 2) + 2 + (0 if arch.tie_word_embeddings else 1)
+
+
 def pipeline_seconds(job: Job, arch: Architecture, placement: Placement, gpu: GPUSpec,
                      inter_node_gbps: float = INTER_NODE_BANDWIDTH_GBPS) -> float:
     """Pipeline point-to-point per micro-batch on one stage: the b·s·h activations sent forward and their gradient
@@ -187,7 +208,7 @@ def pipeline_seconds(job: Job, arch: Architecture, placement: Placement, gpu: GP
     intra = intra_bandwidth(gpu, placement)
     bandwidth = min(intra, inter_node_gbps) if crosses else intra
     one = message / (bandwidth * 1e9 * COLLECTIVE_EFFICIENCY) + latency_seconds(
-        "broadcast", 2, 2 if crosses else 1, gpu.intra_node_link)
+        "send", 2, 2 if crosses else 1, gpu.intra_node_link)
     return 2 * placement.virtual_pp * one
 
 

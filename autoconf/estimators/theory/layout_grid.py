@@ -20,6 +20,7 @@ import numpy as np
 from autoconf.catalog import get_architecture, get_gpu
 from autoconf.estimators.theory import throughput as tp
 from autoconf.estimators.theory.collectives import Collective, latency_seconds
+from autoconf.estimators.theory.communication import parameter_tensors
 from autoconf.estimators.theory.stacks import Stack, bucket_params, stack_for
 from autoconf.estimators.theory.weights import trainable_params
 from autoconf.schema import Job, Strategy
@@ -139,7 +140,7 @@ def layout_speeds(job: Job, gpu_model: str, rows: Layouts, *, stack: str | None 
     network = inter_node_gbps or tp.INTER_NODE_BANDWIDTH_GBPS
     workers = -(-n // rows.gpus_per_worker)
     spread = (workers > 1) & (d > 1)
-    share = np.maximum(1, rows.gpus_per_worker // (t * p)) / rows.gpus_per_worker  # nic_share()
+    share = 1.0 / np.minimum(rows.gpus_per_worker, t)  # nic_share()
     bw = np.where(spread, np.minimum(intra, network * share), intra)
     nodes = np.where(spread, np.minimum(d, np.maximum(1, -(-(d * t * p) // rows.gpus_per_worker))), 1)  # dp_nodes()
     link = gpu.intra_node_link
@@ -150,7 +151,8 @@ def layout_speeds(job: Job, gpu_model: str, rows: Layouts, *, stack: str | None 
     zero = (s == ZERO1) | (s == ZERO2)
     zero_reduce = scatter + buckets * _alpha("reduce-scatter", d, nodes, link)
     zero_hidden = zero_reduce * np.where(s == ZERO2, g, 1)
-    sync = (d * _alpha("broadcast", d, nodes, link) if profile.param_broadcast
+    sync = (np.minimum(d, parameter_tensors(arch, profile)) * _alpha("broadcast", d, nodes, link)
+            if profile.param_broadcast
             else (profile.param_gather_calls or buckets) * _alpha("all-gather", d, nodes, link))
     if profile.overlap_param_gather:
         zero_hidden, zero_exposed = zero_hidden + gather + sync, np.zeros_like(gather)
@@ -191,7 +193,7 @@ def layout_speeds(job: Job, gpu_model: str, rows: Layouts, *, stack: str | None 
     crosses = t * p > rows.gpus_per_worker
     p2p_bytes = rows.batch / (d * g) * job.tokens_per_sample * arch.hidden_size * width / t
     p2p_one = (p2p_bytes / (np.where(crosses, min(intra, network), intra) * 1e9 * tp.COLLECTIVE_EFFICIENCY)
-               + _alpha("broadcast", np.full_like(t, 2), np.where(crosses, 2, 1), link))
+               + _alpha("send", np.full_like(t, 2), np.where(crosses, 2, 1), link))
     exposed = exposed + np.where(p > 1, g * 2 * p2p_one, 0.0)
     # step_seconds(): the once-per-step reductions hide behind the last micro-batch's backward only
     window = backward_by[c] / g * compute

@@ -56,6 +56,7 @@ class Stack:
     grad_reduce_bytes: int = 0  # bytes per gradient element reduced across data-parallel ranks (0: the dtype's)
     overlap_p2p: bool = False  # pipeline sends overlap compute under the interleaved schedule (virtual_pp > 1)
     param_gather_calls: int = 0  # ZeRO parameter all-gather calls after the step (0: one per gradient bucket)
+    fused_qkv: bool = False  # one fused QKV projection per layer (InternEvo's Wqkv): fewer parameter tensors
 
 
 DDP_BUCKET_BYTES = 25 * 2**20  # torch.nn.parallel.DistributedDataParallel(bucket_cap_mb=25)
@@ -87,8 +88,9 @@ STACKS: dict[str, Stack] = {
                               "fused RMSNorm / rotary / MLP kernels (use_flash_attn=True); hybrid_zero_optimizer "
                               "overlap_sync_grad=True, overlap_sync_param=False (the parameter all-gather after the "
                               "step is exposed), reduce_bucket_size=512·1024·1024; broadcast_params: one broadcast "
-                              "per ZeRO rank (internlm/solver/optimizer/hybrid_zero_optim.py)",
-                       bucket_params=512 * 1024 * 1024, param_broadcast=True),
+                              "per ZeRO rank that owns parameters (internlm/solver/optimizer/hybrid_zero_optim.py); "
+                              "internlm/model/multi_head_attention.py: one fused Wqkv projection",
+                       bucket_params=512 * 1024 * 1024, param_broadcast=True, fused_qkv=True),
     "flash-attention": Stack("flash-attention", fused_kernels=True, overlap_param_gather=False, tp_overlap=False,
                              source="Dao-AILab/flash-attention training/README.md: FlashAttention plus fused MLP, "
                                     "dropout-add-LayerNorm, cross-entropy and rotary kernels; DDP"),
