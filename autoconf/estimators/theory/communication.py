@@ -9,7 +9,7 @@ cost model), so what matters is how many calls a strategy makes per step:
   the forward gather: one all-gather); HSDP adds one all-reduce per unit across the replicas.
 - DDP, ZeRO-1/2 and Megatron's distributed optimizer reduce gradients in buckets (stacks.bucket_params): one
   all-reduce (DDP) or reduce-scatter (ZeRO) per bucket, and ZeRO gathers the updated parameters per bucket (or,
-  InternEvo, one broadcast per ZeRO rank: stacks.Stack.param_broadcast).
+  InternEvo, one broadcast per ZeRO rank that owns a tensor: stacks.Stack.param_broadcast, parameter_tensors).
 - Megatron TP: two all-reduces of the activations per layer forward, two backward, two more with recompute.
 
 What overlaps is the stack's (stacks.py): overlappable collectives hide behind compute, the rest add to the step.

@@ -33,6 +33,8 @@ The profile says *what* a stack does, with a source per claim; *how much* each b
 - param_gather_calls: the sharded optimizer gathers the updated parameters in this many calls (nanotron: 1,
   ``ZeroDistributedOptimizer._all_gather_params`` flattens every shard into one ``all_gather_coalesced``); 0 = one
   call per gradient bucket (DeepSpeed ``allgather_bucket_size``, Megatron's per-bucket gathers).
+- fused_qkv: the stack builds one fused QKV projection per layer (InternEvo's ``Wqkv``): it sets how many parameter
+  tensors a ZeRO that partitions whole tensors spreads over its ranks (communication.parameter_tensors).
 """
 
 from __future__ import annotations
@@ -106,6 +108,7 @@ STACKS: dict[str, Stack] = {
                              "config.py ddp_bucket_cap_mb=25: the fp32 hook reduces each torch DDP bucket (25 MiB of "
                              "the bf16 gradients) in one call, all_reduce_coalesced (ZeRO-0) or reduce_scatter_coalesced "
                              "(ZeRO-1, v0.5); optim/zero.py _all_gather_params: one all_gather_coalesced of all shards",
+                      # DDP sizes its buckets on the model's bf16 gradients (2 bytes each), whatever the hook reduces
                       tp_exposed_share=0.5, grad_reduce_bytes=4, bucket_params=DDP_BUCKET_BYTES / 2,
                       param_gather_calls=1),
     "fms-fsdp": Stack("fms-fsdp", fused_kernels=False, overlap_param_gather=False, tp_overlap=False,
