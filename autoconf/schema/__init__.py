@@ -23,7 +23,7 @@ from autoconf.schema.estimates import (
     ThroughputEstimate,
     TimeEstimate,
 )
-from autoconf.schema.job import Job
+from autoconf.schema.job import Job, field_metadata
 from autoconf.schema.kinds import (
     DEFAULT_LORA_TARGETS,
     FRAMEWORKS,
@@ -54,6 +54,7 @@ __all__ = [
     "ALIASES", "Answer", "DEFAULT_LORA_TARGETS", "FALSE_WORDS", "FRAMEWORKS", "GIB", "PER_DEVICE_BATCH", "TRUE_WORDS", "Attention",
     "Calibration", "CostEstimate", "DType", "Estimate", "EstimatorName", "Framework", "Job", "LossKernel",
     "MemoryEstimate", "Method", "Offload", "Optimizer", "OptimizerImpl", "Phase", "Placement", "Recommendation",
-    "Strategy", "ThroughputEstimate", "TimeEstimate", "Words", "canonical_words", "is_flag", "job_and_placement",
+    "Strategy", "ThroughputEstimate", "TimeEstimate", "Words", "canonical_words", "field_metadata", "is_flag",
+    "job_and_placement",
     "job_of_words", "read_flag", "read_word", "sweep_arrays", "sweep_columns",
 ]

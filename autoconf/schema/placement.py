@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from autoconf import defaults
-from autoconf.schema.job import Job
+from autoconf.schema.job import Job, field_metadata
 from autoconf.schema.kinds import Offload, Strategy
 from autoconf.schema.words import _Input
 
@@ -69,12 +69,7 @@ class Placement(_Input):
 # bodies, the CLI's generated flags), read from the fields' ``aliases`` metadata: the ado/data-table name of the
 # model and the VRAM-budget CLI's names (docs/dialects.md). A canonical name given beside its alias wins.
 def _field_aliases() -> dict[str, str]:
-    out: dict[str, str] = {}
-    for name, info in Job.model_fields.items():
-        extra = info.json_schema_extra
-        found = extra.get("aliases") if isinstance(extra, dict) else None
-        out |= {str(alias): name for alias in found} if isinstance(found, list) else {}
-    return out
+    return {str(alias): name for name, found in field_metadata("aliases").items() for alias in found}
 
 
 ALIASES = _field_aliases()
