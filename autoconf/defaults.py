@@ -40,7 +40,7 @@ FRAMEWORK_JOB_DEFAULTS: dict[str, dict[str, object]] = {
     "fsdp-qlora": {"optimizer_impl": "foreach"},
     "llm-foundry": {"optimizer_impl": "for-loop"},
 }
-# Loss kernel a framework uses when neither loss_kernel nor fused_loss is given (sources in frameworks.py).
+# Loss kernel a framework uses when the Job asks for none (Job.effective_loss_kernel; sources in frameworks.py).
 FRAMEWORK_LOSS_KERNEL: dict[str, str] = {"litgpt": "chunked", "torchtune": "chunked", "unsloth": "fused-ce",
                                          "llm-foundry": "fused-ce"}
 

@@ -177,6 +177,20 @@ def test_recommend_takes_from_and_the_same_job_flags_as_estimate() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("verb", ["estimate", "recommend"])
+def test_any_typed_job_flag_beside_from_overrides_the_file(verb: str) -> None:
+    """Flags of Job fields no config reader sets (they were dropped by recommend --from) reach the job."""
+    config = str(FIXTURES / "litgpt/phi-2-full.yaml")
+    extra = ("--gpu", "A100-80GB") if verb == "recommend" else ()
+    done = _cli(verb, "--from", config, *extra, "--estimator", "theory", "--samples-vary-in-length",
+                "--save-only-model", "--json")
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    job = answer["estimate"]["job"] if verb == "recommend" else answer["job"]
+    assert job["samples_vary_in_length"] is True and job["save_only_model"] is True
+
+
+@pytest.mark.slow
 def test_sweep_reads_a_from_column_once_per_distinct_file(tmp_path: Path) -> None:
     rows = ["from,gpu_model,number_gpus,tokens_per_sample",
             f"{FIXTURES / 'axolotl/lora-1b.yml'},NVIDIA-A100-80GB-PCIe,,",

@@ -6,7 +6,8 @@ Import them from ``autoconf.schema``; the modules behind it are an arrangement, 
 
 * ``kinds``: the choice types (Literals), the stack names, GIB;
 * ``words``: the one reading of a user's on/off and choice words (``read_word``) and the model bases;
-* ``job`` and ``placement``: the inputs, and ``job_and_placement``, the one way in;
+* ``job`` and ``placement``: the inputs; ``job`` also holds ``job_and_placement``, the one way in, and the
+  fields' metadata (``field_metadata``: where each field is offered, its aliases);
 * ``estimates``: what each estimator returns (MemoryEstimate, ThroughputEstimate, ...);
 * ``answer``: the one way out (``Answer``) and the outputs generated from its fields' metadata.
 """
@@ -23,7 +24,15 @@ from autoconf.schema.estimates import (
     ThroughputEstimate,
     TimeEstimate,
 )
-from autoconf.schema.job import Job
+from autoconf.schema.job import (
+    ALIASES,
+    PER_DEVICE_BATCH,
+    Job,
+    canonical_words,
+    field_metadata,
+    job_and_placement,
+    job_of_words,
+)
 from autoconf.schema.kinds import (
     DEFAULT_LORA_TARGETS,
     FRAMEWORKS,
@@ -40,20 +49,14 @@ from autoconf.schema.kinds import (
     Phase,
     Strategy,
 )
-from autoconf.schema.placement import (
-    ALIASES,
-    PER_DEVICE_BATCH,
-    Placement,
-    canonical_words,
-    job_and_placement,
-    job_of_words,
-)
+from autoconf.schema.placement import Placement
 from autoconf.schema.words import FALSE_WORDS, TRUE_WORDS, Words, is_flag, read_flag, read_word
 
 __all__ = [
     "ALIASES", "Answer", "DEFAULT_LORA_TARGETS", "FALSE_WORDS", "FRAMEWORKS", "GIB", "PER_DEVICE_BATCH", "TRUE_WORDS", "Attention",
     "Calibration", "CostEstimate", "DType", "Estimate", "EstimatorName", "Framework", "Job", "LossKernel",
     "MemoryEstimate", "Method", "Offload", "Optimizer", "OptimizerImpl", "Phase", "Placement", "Recommendation",
-    "Strategy", "ThroughputEstimate", "TimeEstimate", "Words", "canonical_words", "is_flag", "job_and_placement",
+    "Strategy", "ThroughputEstimate", "TimeEstimate", "Words", "canonical_words", "field_metadata", "is_flag",
+    "job_and_placement",
     "job_of_words", "read_flag", "read_word", "sweep_arrays", "sweep_columns",
 ]

@@ -1,8 +1,23 @@
-"""The Job: what is trained and how, independent of where it runs."""
+"""The Job: what is trained and how, independent of where it runs; and the one way in (``job_and_placement``).
+
+Each field's metadata (``json_schema_extra``) is the one table of how the entry points spell and offer it; the
+CLI flags, REST bodies and sweep columns take every field by its name, and besides:
+
+* ``aliases``: other spellings any entry point accepts (the VRAM-budget CLI's, the data tables'; schema.ALIASES);
+* ``ado``: [position, where]: an optional property of ado's experiments, at that position among the Job's (their
+  published order), ``"all"``: of every one, ``"fixed-batch"``: only of those answering one global batch
+  (min_gpu_recommender, resource_estimate; the searches choose it themselves);
+  ``ado_default``: ado's default where it is not the field's (ado's SFTTrainer stack; 0 for "none");
+* ``from``: a knob of a training config read by ``--from`` (``True``: of the field's name; else the knob's name),
+  listed in what the answer says was read or defaulted;
+* ``group``: the heading the CLI lists the field's flag under (default: the training stack's).
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+import math
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -18,7 +33,10 @@ from autoconf.schema.kinds import (
     Optimizer,
     OptimizerImpl,
 )
+from autoconf.schema.placement import Placement
 from autoconf.schema.words import _Input
+
+VISION = "vision-language models"  # the group of the fields only a vision-language model reads
 
 
 class Job(_Input):
@@ -26,37 +44,44 @@ class Job(_Input):
 
     model: str = Field(
         description="Catalogue model name or alias (e.g. 'llama3.1-8b'), a path to a local HF "
-        "config.json, or a bare parameter count such as '7e9'.", json_schema_extra={"aliases": ["model_name"]}
+        "config.json, or a bare parameter count such as '7e9'.", json_schema_extra={"aliases": ["model_name"], "from": True}
     )
     framework: Framework = Field(
         defaults.FRAMEWORK,  # type: ignore[arg-type]
         description="Training stack whose behaviour the estimate follows (load path, loss, adapter dtype, "
         "quantised layers, optimizer defaults); see docs/frameworks.md.",
+        json_schema_extra={"ado": [6, "all"], "ado_default": defaults.ADO_FRAMEWORK, "from": True},
     )
-    method: Method = Field("full", description="Fine-tuning method: full, lora or qlora.")
+    method: Method = Field("full", description="Fine-tuning method: full, lora or qlora.",
+                           json_schema_extra={"from": True})
     dtype: DType = Field(
         "bf16",
         description="Training precision: pure bf16/fp16/fp32 weights, or amp-* (fp32 master "
         "weights with autocast to bf16/fp16).",
+        json_schema_extra={"ado": [0, "all"], "from": True},
     )
     tokens_per_sample: int = Field(
         4096, gt=0, le=2_097_152, description="Sequence length per sample (padded), tokens.",
-        json_schema_extra={"aliases": ["seq_len"]})
+        json_schema_extra={"aliases": ["seq_len"], "from": "seq_len"})
     batch_size: int = Field(
         16, gt=0, le=1_048_576,
         description="Global batch per optimizer step across all GPUs (as in ado's SFTTrainer).",
+        json_schema_extra={"from": "micro_batch"},
     )
     gradient_accumulation_steps: int = Field(1, ge=1, le=4096, description="Micro-steps per optimizer step.",
-                                             json_schema_extra={"aliases": ["grad_accum"]})
+                                             json_schema_extra={"aliases": ["grad_accum"], "ado": [1, "fixed-batch"],
+                                                                "from": "grad_accum"})
     lora_r: int = Field(8, gt=0, le=4096, description="LoRA rank (lora and qlora only).",
-                        json_schema_extra={"aliases": ["lora_rank"]})
+                        json_schema_extra={"aliases": ["lora_rank"], "ado": [5, "all"], "from": True})
     lora_alpha: float = Field(16.0, gt=0, description="LoRA alpha (does not change memory).")
     lora_dropout: float = Field(0.0, ge=0, lt=1, description="LoRA dropout probability.")
     lora_target_modules: tuple[str, ...] = Field(
         DEFAULT_LORA_TARGETS,
         description="Module names LoRA adapts (e.g. q_proj, v_proj), or 'all-linear'.",
+        json_schema_extra={"from": True},
     )
-    optimizer: Optimizer = Field("adamw", description="Optimizer: adamw, adamw-8bit or sgd (momentum).")
+    optimizer: Optimizer = Field("adamw", description="Optimizer: adamw, adamw-8bit or sgd (momentum).",
+                                 json_schema_extra={"from": True})
     optimizer_state_dtype: Literal["param", "fp32"] = Field(
         "param",
         description="AdamW state precision: 'param' (torch default: same dtype as the parameter) or fp32.",
@@ -67,18 +92,20 @@ class Job(_Input):
         "a params-sized temporary in step()), fused (adamw_torch_fused) or for-loop.",
     )
     gradient_checkpointing: bool = Field(True, description="Full activation recomputation per decoder layer.",
-                                         json_schema_extra={"aliases": ["grad_checkpoint"]})
-    attention: Attention = Field("flash", description="Attention kernel: flash, sdpa (memory-efficient) or eager.")
+                                         json_schema_extra={"aliases": ["grad_checkpoint"], "ado": [2, "all"], "from": True})
+    attention: Attention = Field("flash", description="Attention kernel: flash, sdpa (memory-efficient) or eager.",
+                                 json_schema_extra={"ado": [3, "all"], "from": True})
     fused_loss: bool = Field(
         False, description="Chunked/fused cross-entropy (Liger, fms-acceleration FOAK): no b·s·V logits.",
-        json_schema_extra={"aliases": ["liger"]})
+        json_schema_extra={"aliases": ["liger"], "ado": [4, "all"], "from": True})
     loss_kernel: LossKernel | None = Field(
         None,
         description="Cross-entropy implementation: hf (fp32 upcast), chunked (torchtune/LitGPT chunked CE), "
         "fused-ce (Triton CE over bf16 logits, fms-acceleration FOAK, Unsloth) or fused-linear-ce (Liger: "
         "logits never materialised). Default: fused-linear-ce when fused_loss, else the framework's.",
     )
-    packing: bool = Field(False, description="Pack samples to tokens_per_sample (no padding waste).")
+    packing: bool = Field(False, description="Pack samples to tokens_per_sample (no padding waste).",
+                          json_schema_extra={"from": True})
     samples_vary_in_length: bool = Field(
         False,
         description="Unpacked samples of different lengths, each batch padded to its longest: tokens_per_sample is "
@@ -87,13 +114,17 @@ class Job(_Input):
     )
     # --- vision-language models (ignored for text models, which refuse images_per_sample > 0) -------
     images_per_sample: int = Field(
-        0, ge=0, le=64, description="Images per training sample (0 = text-only, even for a vision-language model).")
+        0, ge=0, le=64, description="Images per training sample (0 = text-only, even for a vision-language model).",
+        json_schema_extra={"ado": [7, "all"], "group": VISION})
     image_resolution: int | None = Field(
         None, gt=0, le=16384,
-        description="Longer image side in pixels (default: the model's image_size; 448 for dynamic-resolution Qwen-VL).")
+        description="Longer image side in pixels (default: the model's image_size; 448 for dynamic-resolution Qwen-VL).",
+        json_schema_extra={"ado": [8, "all"], "ado_default": 0, "group": VISION})
     freeze_vision: bool = Field(
-        True, description="Keep the vision tower frozen (the LLaVA and Qwen2-VL fine-tuning recipes' default).")
-    freeze_projector: bool = Field(False, description="Keep the vision-to-text projector frozen.")
+        True, description="Keep the vision tower frozen (the LLaVA and Qwen2-VL fine-tuning recipes' default).",
+        json_schema_extra={"ado": [9, "all"], "group": VISION})
+    freeze_projector: bool = Field(False, description="Keep the vision-to-text projector frozen.",
+                                   json_schema_extra={"group": VISION})
     # --- settings that frameworks differ on; None = the framework profile's value ------------------
     fsdp_cpu_ram_efficient_loading: bool | None = Field(
         None, description="FSDP: load weights on rank 0 / meta device (true) or a full copy per rank (false).")
@@ -154,3 +185,58 @@ class Job(_Input):
         if not value.strip():
             raise ValueError("model must be a catalogue name, a config.json path or a parameter count")
         return value.strip()
+
+
+def field_metadata(key: str) -> dict[str, Any]:
+    """The Job fields whose metadata has ``key`` (see the module's docstring), in field order, with its value."""
+    found = {name: info.json_schema_extra for name, info in Job.model_fields.items()}
+    return {name: extra[key] for name, extra in found.items() if isinstance(extra, dict) and key in extra}
+
+
+# Other spellings of Job words, one table for every entry point that reads words (sweep rows, ado points, REST
+# bodies, the CLI's generated flags), read from the fields' ``aliases`` metadata: the ado/data-table name of the
+# model and the VRAM-budget CLI's names (docs/dialects.md). A canonical name given beside its alias wins.
+def _field_aliases() -> dict[str, str]:
+    return {str(alias): name for name, found in field_metadata("aliases").items() for alias in found}
+
+
+ALIASES = _field_aliases()
+PER_DEVICE_BATCH = "per_device_batch_size"  # batch_size = this × number_gpus × gradient_accumulation_steps
+
+
+def _plain(value: Any) -> Any:  # noqa: ANN401 - any cell of a table or body
+    """numpy scalars -> Python; an empty cell (None, NaN) -> None."""
+    item = getattr(value, "item", None)
+    value = item() if callable(item) and not isinstance(value, (str, bytes)) else value
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
+def canonical_words(words: Mapping[str, Any], default_gpus: int = 1) -> dict[str, Any]:
+    """``words`` with empty cells dropped, aliases renamed and a per-device batch turned into batch_size."""
+    data = {key: v for key, value in words.items() if (v := _plain(value)) is not None}
+    for alias, name in ALIASES.items():
+        if alias in data:
+            data.setdefault(name, data.pop(alias))
+    if data.get("model") is not None and not isinstance(data["model"], str):
+        data["model"] = str(data["model"])  # a bare parameter count read as a number
+    if data.get(PER_DEVICE_BATCH) is not None and data.get("batch_size") is None:
+        gpus = int(data.get("number_gpus") or default_gpus)
+        data["batch_size"] = int(data[PER_DEVICE_BATCH]) * gpus * int(data.get("gradient_accumulation_steps") or 1)
+    return data
+
+
+def job_of_words(words: Mapping[str, Any]) -> Job:
+    """The Job in a mapping of a user's words; words that are no Job field are left to the caller."""
+    data = canonical_words(words)
+    return Job(**{k: v for k, v in data.items() if k in Job.model_fields})
+
+
+def job_and_placement(words: Mapping[str, Any], default_gpus: int = 1) -> tuple[Job, Placement]:
+    """The one way in: a mapping of a user's words (CLI flags, a REST body, an ado point, a sweep row) ->
+    Job and Placement. Booleans and choices are read by ``read_word``, aliases by ``ALIASES``; a bad word
+    raises pydantic's ValidationError naming the field and the accepted values. Words that are neither Job
+    nor Placement fields are ignored here (the entry point decides whether they are allowed)."""
+    data = canonical_words(words, default_gpus)
+    data.setdefault("number_gpus", default_gpus)
+    job = Job(**{k: v for k, v in data.items() if k in Job.model_fields})
+    return job, Placement(**{k: v for k, v in data.items() if k in Placement.model_fields})

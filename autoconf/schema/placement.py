@@ -1,15 +1,10 @@
-"""The Placement (where the job runs) and the one way in: a mapping of a user's words -> Job + Placement."""
+"""The Placement: where the job runs (GPUs, workers, sharding, parallelism)."""
 
 from __future__ import annotations
-
-import math
-from collections.abc import Mapping
-from typing import Any
 
 from pydantic import Field, model_validator
 
 from autoconf import defaults
-from autoconf.schema.job import Job
 from autoconf.schema.kinds import Offload, Strategy
 from autoconf.schema.words import _Input
 
@@ -63,57 +58,3 @@ class Placement(_Input):
     def workers(self) -> int:
         per = self.gpus_per_worker or min(self.number_gpus, defaults.GPUS_PER_NODE)
         return -(-self.number_gpus // per)
-
-
-# Other spellings of Job words, one table for every entry point that reads words (sweep rows, ado points, REST
-# bodies, the CLI's generated flags), read from the fields' ``aliases`` metadata: the ado/data-table name of the
-# model and the VRAM-budget CLI's names (docs/dialects.md). A canonical name given beside its alias wins.
-def _field_aliases() -> dict[str, str]:
-    out: dict[str, str] = {}
-    for name, info in Job.model_fields.items():
-        extra = info.json_schema_extra
-        found = extra.get("aliases") if isinstance(extra, dict) else None
-        out |= {str(alias): name for alias in found} if isinstance(found, list) else {}
-    return out
-
-
-ALIASES = _field_aliases()
-PER_DEVICE_BATCH = "per_device_batch_size"  # batch_size = this × number_gpus × gradient_accumulation_steps
-
-
-def _plain(value: Any) -> Any:  # noqa: ANN401 - any cell of a table or body
-    """numpy scalars -> Python; an empty cell (None, NaN) -> None."""
-    item = getattr(value, "item", None)
-    value = item() if callable(item) and not isinstance(value, (str, bytes)) else value
-    return None if isinstance(value, float) and math.isnan(value) else value
-
-
-def canonical_words(words: Mapping[str, Any], default_gpus: int = 1) -> dict[str, Any]:
-    """``words`` with empty cells dropped, aliases renamed and a per-device batch turned into batch_size."""
-    data = {key: v for key, value in words.items() if (v := _plain(value)) is not None}
-    for alias, name in ALIASES.items():
-        if alias in data:
-            data.setdefault(name, data.pop(alias))
-    if data.get("model") is not None and not isinstance(data["model"], str):
-        data["model"] = str(data["model"])  # a bare parameter count read as a number
-    if data.get(PER_DEVICE_BATCH) is not None and data.get("batch_size") is None:
-        gpus = int(data.get("number_gpus") or default_gpus)
-        data["batch_size"] = int(data[PER_DEVICE_BATCH]) * gpus * int(data.get("gradient_accumulation_steps") or 1)
-    return data
-
-
-def job_of_words(words: Mapping[str, Any]) -> Job:
-    """The Job in a mapping of a user's words; words that are no Job field are left to the caller."""
-    data = canonical_words(words)
-    return Job(**{k: v for k, v in data.items() if k in Job.model_fields})
-
-
-def job_and_placement(words: Mapping[str, Any], default_gpus: int = 1) -> tuple[Job, Placement]:
-    """The one way in: a mapping of a user's words (CLI flags, a REST body, an ado point, a sweep row) ->
-    Job and Placement. Booleans and choices are read by ``read_word``, aliases by ``ALIASES``; a bad word
-    raises pydantic's ValidationError naming the field and the accepted values. Words that are neither Job
-    nor Placement fields are ignored here (the entry point decides whether they are allowed)."""
-    data = canonical_words(words, default_gpus)
-    data.setdefault("number_gpus", default_gpus)
-    job = Job(**{k: v for k, v in data.items() if k in Job.model_fields})
-    return job, Placement(**{k: v for k, v in data.items() if k in Placement.model_fields})

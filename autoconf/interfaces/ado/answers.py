@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from autoconf.catalog.catalogue import alias_index
-from autoconf.defaults import ADO_FRAMEWORK, GPUS_PER_NODE, MEMORY_PARTS, NUMBER_GPUS_LIMIT
+from autoconf.defaults import GPUS_PER_NODE, MEMORY_PARTS, NUMBER_GPUS_LIMIT
 from autoconf.errors import AutoconfError, NotBuiltError, describe
 from autoconf.estimators.contract import Estimator, get_estimator
 from autoconf.estimators.learned.versions import list_versions
@@ -27,16 +27,22 @@ from autoconf.interfaces.ado.ibm.utils.config_mapper import map_valid_model_name
 from autoconf.recommend.fastest import Fastest, fastest
 from autoconf.recommend.objectives import Choice, Chosen, avoid_oom_batch, chosen
 from autoconf.recommend.search import BatchSearch, recommend_batch
-from autoconf.schema import GIB, Answer, Estimate, Job, Placement, job_of_words
+from autoconf.schema import GIB, Answer, Estimate, Job, Placement, field_metadata, job_of_words
 from autoconf.schema.answer import ado_figures
 
 logger = logging.getLogger(__name__)
 
 # model_version value meaning "the newest version installed".
 LATEST = "latest"
-# Job knobs exposed as optional properties of every experiment (design §3 defaults).
-JOB_KNOBS = ("dtype", "gradient_accumulation_steps", "gradient_checkpointing", "attention", "fused_loss", "lora_r",
-             "framework", "images_per_sample", "image_resolution", "freeze_vision")
+# Job fields that are optional properties of the experiments, in their published order (the Job's metadata ``ado``:
+# position, and of every experiment or only of those answering one global batch), with ado's defaults
+# (``ado_default`` where not the Job's: design §3).
+OFFERED = {name: where for name, (_, where) in sorted(field_metadata("ado").items(), key=lambda item: item[1][0])}
+JOB_KNOBS = tuple(OFFERED)
+SEARCH_KNOBS = tuple(name for name, where in OFFERED.items() if where == "all")
+KNOB_DEFAULTS = {name: field_metadata("ado_default").get(name, Job.model_fields[name].default) for name in JOB_KNOBS}
+# ado's default of a knob the Job leaves None (the model's own image size): that value means None
+NONE_WORDS = {name: KNOB_DEFAULTS[name] for name in JOB_KNOBS if Job.model_fields[name].default is None}
 MAX_SEARCH_GPUS = NUMBER_GPUS_LIMIT  # the most GPUs a search tries (Placement.number_gpus)
 MEMORY_COMPONENTS = MEMORY_PARTS
 ESTIMATE_FIGURES = ado_figures("memory", "throughput")  # resource_estimate's measured properties but reason, answered_by
@@ -65,9 +71,7 @@ def job_of(point: Point) -> Job:
     """The Job of a point (raises pydantic/typed errors for a bad one)."""
     words = {name: point[name] for name in ("model_name", "method", "tokens_per_sample", "batch_size", *JOB_KNOBS)
              if name in point}
-    if not plain(words.get("image_resolution")):  # ado spells "the model's own resolution" as 0
-        words.pop("image_resolution", None)
-    words = {k: plain(v) for k, v in words.items()}
+    words = {k: plain(v) for k, v in words.items() if k not in NONE_WORDS or plain(v) not in (None, NONE_WORDS[k])}
     if "model_name" in words:  # IBM ado-autoconf's family names (granite-8b -> granite-3.1-8b-instruct)
         words["model_name"] = model_of(words["model_name"])
     if point.get("from_config"):  # a training config's fields, where the point leaves a knob at its default
@@ -79,19 +83,20 @@ def job_of(point: Point) -> Job:
 def _config_fields(text: str) -> tuple[tuple[str, Any], ...]:
     """The Job fields a training config's text sets (read once per distinct text)."""
     from autoconf.interfaces.configs.common import JOB_KNOBS as CONFIG_JOB_KNOBS
+    from autoconf.interfaces.configs.common import KNOB_OF
     from autoconf.interfaces.configs.detect import read_text
 
     found = read_text(text, "from_config")
     fields = {k: v for k, v in found.values.items() if k in CONFIG_JOB_KNOBS and k != "method"}
-    if "grad_accum" in found.values:
-        fields["gradient_accumulation_steps"] = found.values["grad_accum"]
+    # knobs of another name that set an offered field (grad_accum); the point's length and batch stay its own
+    renamed = {knob: name for name, knob in KNOB_OF.items() if knob != name and name in OFFERED}
+    fields |= {renamed[k]: v for k, v in found.values.items() if k in renamed}
     return tuple(sorted(fields.items()))
 
 
 def config_knobs(text: str, knobs: dict[str, Any]) -> dict[str, Any]:
     """The point's knobs with the config's fields where the point has a knob at its default (or none)."""
-    defaults = {name: Job.model_fields[name].default for name in JOB_KNOBS} | {"framework": ADO_FRAMEWORK}
-    kept = {k: v for k, v in knobs.items() if v != defaults.get(k)}
+    kept = {k: v for k, v in knobs.items() if v != KNOB_DEFAULTS.get(k)}
     return {**knobs, **dict(_config_fields(text)), **kept}
 
 

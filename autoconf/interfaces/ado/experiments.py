@@ -2,7 +2,8 @@
 
 Thin decorated functions: each passes its arguments, as one point, to the batch function of
 ``answers.py`` that the ``autoconf_grid`` operator calls with whole spaces; the inputs (domains,
-descriptions, defaults) are declared in ``properties.py``. ado registers the experiments through the
+descriptions, defaults) are declared in ``properties.py``; the Job knobs each takes come from the Job's
+metadata (``offering``). ado registers the experiments through the
 ``ado.custom_experiments`` entry point; the experiment identifier is the function's name. Parameter
 names = property identifiers = YAML keys.
 
@@ -12,14 +13,17 @@ A point ado lets through is always answered: a problem with the input becomes ``
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+import inspect
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from ado.modules.actuators.custom_experiments import custom_experiment
 
 from autoconf.defaults import IBM_MAX_GPUS, MAX_GPUS, MAX_OOM_RISK
 from autoconf.interfaces.ado import answers
-from autoconf.interfaces.ado.answers import LATEST, MEMORY_COMPONENTS
+from autoconf.interfaces.ado.answers import JOB_KNOBS, KNOB_DEFAULTS, LATEST, MEMORY_COMPONENTS
+from autoconf.interfaces.ado.answers import SEARCH_KNOBS as SEARCH_KNOB_NAMES
 from autoconf.interfaces.ado.guard import prevalidated
 from autoconf.interfaces.ado.properties import (
     AVOID_OOM_OUTPUTS,
@@ -31,7 +35,6 @@ from autoconf.interfaces.ado.properties import (
     FREE_BATCH,
     GPUS_PER_NODE_LIMIT,
     GPUS_PER_WORKER,
-    JOB_DEFAULTS,
     MAX_NODES,
     NUMBER_GPUS,
     PER_DEVICE_BATCH,
@@ -51,7 +54,28 @@ MAX_RISK = SEARCH_OPTIONAL[1]
 _F = TypeVar("_F", bound=Callable[..., dict[str, Any]])
 # ado ships no type information: its decorator, typed here at our boundary.
 _experiment: Callable[..., Callable[[_F], _F]] = custom_experiment
-JOB = JOB_DEFAULTS
+
+
+def offering(knobs: Sequence[str]) -> Callable[[Callable[..., dict[str, Any]]], Callable[..., dict[str, Any]]]:
+    """The experiment with a keyword parameter per Job knob of ``knobs`` (answers.JOB_KNOBS, from the Job's
+    metadata) and ado's default for it, in place of its ``**knobs``: ado reads the parameters and their defaults
+    from the signature, so a new knob is a property of every experiment without an edit here."""
+    def offer(function: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+        own = [p for p in inspect.signature(function).parameters.values() if p.kind is not p.VAR_KEYWORD]
+        added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=KNOB_DEFAULTS[name],
+                                   annotation=type(KNOB_DEFAULTS[name]).__name__) for name in knobs]
+        signature = inspect.signature(function).replace(parameters=[*own, *added])
+
+        @functools.wraps(function)
+        def with_knobs(*args: Any, **kwargs: Any) -> dict[str, Any]:
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            return function(**bound.arguments)
+
+        with_knobs.__signature__ = signature  # type: ignore[attr-defined]  # what inspect.signature (and ado) reads
+        return with_knobs
+
+    return offer
 
 
 # --- experiments ------------------------------------------------------------------------------
@@ -62,19 +86,15 @@ JOB = JOB_DEFAULTS
     metadata={"description": "Fewest GPUs (gpus per worker x workers) on which the job fits, with the "
               "peak memory, OOM risk and tokens/s there; can_recommend = 0 and the reason otherwise."},
 )
+@offering(JOB_KNOBS)
 def min_gpu_recommender(
     model_name: str, method: str, gpu_model: str, tokens_per_sample: int, batch_size: int,
     model_version: str = LATEST, estimator: str = DEFAULT_ESTIMATOR_NAME, gpus_per_node: int = GPUS_PER_NODE_LIMIT,
-    dtype: str = JOB["dtype"], gradient_accumulation_steps: int = JOB["gradient_accumulation_steps"],
-    gradient_checkpointing: bool = JOB["gradient_checkpointing"], attention: str = JOB["attention"],
-    fused_loss: bool = JOB["fused_loss"], lora_r: int = JOB["lora_r"], framework: str = JOB["framework"],
-    images_per_sample: int = JOB["images_per_sample"], image_resolution: int = JOB["image_resolution"],
-    freeze_vision: bool = JOB["freeze_vision"], from_config: str = "",
-    max_gpus: int = IBM_MAX_GPUS, max_oom_risk: float = MAX_OOM_RISK, strict: bool = False,
-    gpus_per_worker: int = GPUS_PER_NODE_LIMIT,
+    from_config: str = "", max_gpus: int = IBM_MAX_GPUS, max_oom_risk: float = MAX_OOM_RISK, strict: bool = False,
+    gpus_per_worker: int = GPUS_PER_NODE_LIMIT, **knobs: Any,
 ) -> dict[str, Any]:
     """Recommend the minimum number of GPUs and workers for one fine-tuning job (IBM's default max_gpus 8)."""
-    return answers.min_gpu_answers([locals()])[0]
+    return answers.min_gpu_answers([_point(locals())])[0]
 
 
 @_experiment(
@@ -83,17 +103,14 @@ def min_gpu_recommender(
     metadata={"description": "Per-GPU memory by component (GiB), peak, fit, OOM risk and tokens/s of the job "
               "on number_gpus GPUs (FSDP full shard when number_gpus > 1, as fms-hf-tuning)."},
 )
+@offering(JOB_KNOBS)
 def resource_estimate(
     model_name: str, method: str, gpu_model: str, tokens_per_sample: int, batch_size: int, number_gpus: int,
     model_version: str = LATEST, estimator: str = DEFAULT_ESTIMATOR_NAME, gpus_per_node: int = GPUS_PER_NODE_LIMIT,
-    dtype: str = JOB["dtype"], gradient_accumulation_steps: int = JOB["gradient_accumulation_steps"],
-    gradient_checkpointing: bool = JOB["gradient_checkpointing"], attention: str = JOB["attention"],
-    fused_loss: bool = JOB["fused_loss"], lora_r: int = JOB["lora_r"], framework: str = JOB["framework"],
-    images_per_sample: int = JOB["images_per_sample"], image_resolution: int = JOB["image_resolution"],
-    freeze_vision: bool = JOB["freeze_vision"], from_config: str = "",
+    from_config: str = "", **knobs: Any,
 ) -> dict[str, Any]:
     """Estimate the memory breakdown and throughput of one job on a given number of GPUs."""
-    return answers.resource_estimate_answers([locals()])[0]
+    return answers.resource_estimate_answers([_point(locals())])[0]
 
 
 @_experiment(
@@ -103,17 +120,14 @@ def resource_estimate(
     metadata={"description": "Keeps the requested number of GPUs if the job fits there, else the fewest GPUs "
               "above it that fit; the per-device batch is kept (IBM ado-autoconf's avoid_oom_recommender)."},
 )
+@offering(SEARCH_KNOB_NAMES)
 def avoid_oom_recommender(
     model_name: str, method: str, gpu_model: str, tokens_per_sample: int, per_device_train_batch_size: int,
     number_gpus: int, gpus_per_worker: int = GPUS_PER_NODE_LIMIT, max_gpus: int = MAX_GPUS, model_version: str = LATEST,
-    estimator: str = DEFAULT_ESTIMATOR_NAME, max_oom_risk: float = MAX_OOM_RISK, dtype: str = JOB["dtype"],
-    gradient_checkpointing: bool = JOB["gradient_checkpointing"], attention: str = JOB["attention"],
-    fused_loss: bool = JOB["fused_loss"], lora_r: int = JOB["lora_r"], framework: str = JOB["framework"],
-    images_per_sample: int = JOB["images_per_sample"], image_resolution: int = JOB["image_resolution"],
-    freeze_vision: bool = JOB["freeze_vision"],
+    estimator: str = DEFAULT_ESTIMATOR_NAME, max_oom_risk: float = MAX_OOM_RISK, **knobs: Any,
 ) -> dict[str, Any]:
     """Keep number_gpus if the job does not run out of memory there, else the fewest GPUs that fit."""
-    return answers.avoid_oom_answers([locals()])[0]
+    return answers.avoid_oom_answers([_point(locals())])[0]
 
 
 @_experiment(
@@ -125,18 +139,20 @@ def avoid_oom_recommender(
               "fits with oom_risk <= max_oom_risk, with the runner-up and why it lost (IBM ado-autoconf's "
               "throughput_recommender, extended)."},
 )
+@offering(SEARCH_KNOB_NAMES)
 def throughput_recommender(
     model_name: str, method: str, gpu_model: str, tokens_per_sample: int, batch_size: int = 0, max_nodes: int = 1,
     gpus_per_node: int = GPUS_PER_NODE_LIMIT, model_version: str = LATEST, estimator: str = DEFAULT_ESTIMATOR_NAME,
-    max_oom_risk: float = MAX_OOM_RISK, dtype: str = JOB["dtype"], gradient_checkpointing: bool = JOB["gradient_checkpointing"],
-    attention: str = JOB["attention"], fused_loss: bool = JOB["fused_loss"], lora_r: int = JOB["lora_r"],
-    framework: str = JOB["framework"],
-    images_per_sample: int = JOB["images_per_sample"], image_resolution: int = JOB["image_resolution"],
-    freeze_vision: bool = JOB["freeze_vision"],
+    max_oom_risk: float = MAX_OOM_RISK, **knobs: Any,
 ) -> dict[str, Any]:
     """The layout with the most tokens/s at the requested global batch (or any batch when 0); the input
     gradient_checkpointing is searched (on and off), not kept."""
-    return answers.throughput_answers([locals()])[0]
+    return answers.throughput_answers([_point(locals())])[0]
+
+
+def _point(arguments: dict[str, Any]) -> dict[str, Any]:
+    """An experiment's arguments as one point: its own and its knobs side by side."""
+    return {**{k: v for k, v in arguments.items() if k != "knobs"}, **arguments["knobs"]}
 
 
 # Wrong types (a string for a number, NaN, a 400-digit integer) are answered by our own check before

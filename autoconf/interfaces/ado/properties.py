@@ -16,13 +16,14 @@ from ado.schema.domain import PropertyDomain, VariableTypeEnum
 from ado.schema.property import ConstitutiveProperty
 
 from autoconf.catalog import list_models
-from autoconf.defaults import ADO_FRAMEWORK, GPUS_PER_NODE, MAX_GPUS_LIMIT, NUMBER_GPUS_LIMIT, models_dir
+from autoconf.defaults import GPUS_PER_NODE, MAX_GPUS_LIMIT, NUMBER_GPUS_LIMIT, models_dir
 from autoconf.errors import NotBuiltError
 from autoconf.estimators.contract import DEFAULT_ESTIMATOR, ESTIMATORS, get_estimator
 from autoconf.estimators.learned.domain import answerable_domain as catalogue_domain
 from autoconf.estimators.learned.domain import job_field_range
 from autoconf.estimators.learned.versions import CARD, list_versions
-from autoconf.interfaces.ado.answers import ESTIMATE_FIGURES, JOB_KNOBS, LATEST
+from autoconf.interfaces.ado.answers import ESTIMATE_FIGURES, JOB_KNOBS, KNOB_DEFAULTS, LATEST
+from autoconf.interfaces.ado.answers import SEARCH_KNOBS as SEARCH_KNOB_NAMES
 from autoconf.interfaces.ado.ibm.model_paths import IBM_VERSIONS
 from autoconf.schema import Job
 
@@ -118,7 +119,7 @@ def _job_knob(name: str) -> ConstitutiveProperty:
         return _prop(name, field.description, variableType=VariableTypeEnum.BINARY_VARIABLE_TYPE)
     if field.annotation is int:
         return _integer(name, field.description, *job_field_range(name))
-    if field.annotation == int | None:  # image_resolution: 0 stands for None (the model's own size)
+    if field.annotation == int | None:  # 0 stands for None (answers.NONE_WORDS: the model's own size)
         return _integer(name, f"{field.description} 0 = the model's default.", 0, job_field_range(name)[1])
     return _categorical(name, field.description, list(get_args(field.annotation)))
 
@@ -128,9 +129,7 @@ VERSIONS = [LATEST, *list_versions()]
 # IBM's version names are accepted too: one that is not also ours is answered by our newest, with a note.
 ACCEPTED_VERSIONS = [*VERSIONS, *(v for v in IBM_VERSIONS if v not in VERSIONS)]
 DEFAULT_ESTIMATOR_NAME = _default_estimator()
-JOB_DEFAULTS = {name: Job.model_fields[name].default for name in JOB_KNOBS}
-JOB_DEFAULTS["image_resolution"] = 0  # the model's own resolution (None in Job)
-JOB_DEFAULTS["framework"] = ADO_FRAMEWORK  # ado's SFTTrainer stack, not the CLI's hf-trainer
+JOB_DEFAULTS = KNOB_DEFAULTS  # ado's SFTTrainer stack (fms-hf-tuning, not the CLI's hf-trainer); 0 = the model's own
 
 REQUIRED = [
     # Open: any name our resolver knows (catalogue names and aliases, Hugging Face ids, local config.json
@@ -187,7 +186,7 @@ GPUS_PER_WORKER = _integer("gpus_per_worker", "GPUs per worker (IBM's name; at m
 FREE_BATCH = _integer("batch_size", "Global batch per optimizer step; 0 = free (per-device batch 1-256 searched).", 0,
                       IBM_LIMIT)
 MAX_NODES = _integer("max_nodes", "Most workers (nodes) the search may use.", 1, NUMBER_GPUS_LIMIT // GPUS_PER_NODE_LIMIT)
-SEARCH_KNOBS = [_job_knob(name) for name in JOB_KNOBS if name != "gradient_accumulation_steps"]
+SEARCH_KNOBS = [_job_knob(name) for name in SEARCH_KNOB_NAMES]
 COMMON_SEARCH = [COMMON_OPTIONAL[0], COMMON_OPTIONAL[1]]  # model_version, estimator
 AVOID_OOM_OUTPUTS = ["can_recommend", "gpus", "workers", "total_gpus", "global_batch_size", "peak_memory_gib",
                      "oom_risk", "tokens_per_second", "reason", "answered_by"]

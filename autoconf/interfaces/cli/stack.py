@@ -18,11 +18,10 @@ from typing import Any
 
 from autoconf import defaults
 from autoconf.interfaces.cli.dialect import BoolWord
-from autoconf.schema import ALIASES, Framework, Job, is_flag
+from autoconf.schema import ALIASES, Framework, Job, field_metadata, is_flag
 from autoconf.schema.words import _choices
 
-GROUPS = {"images_per_sample": "vision-language models", "image_resolution": "vision-language models",
-          "freeze_vision": "vision-language models", "freeze_projector": "vision-language models"}
+GROUPS = field_metadata("group")  # field -> its flags' heading (the Job's metadata), else the training stack's
 GENERATED = "_job_flags"  # the Namespace attribute listing the generated flags' fields
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from autoconf import defaults
 from autoconf.catalog.catalogue import alias_index
 from autoconf.errors import InvalidInputError
-from autoconf.schema import DEFAULT_LORA_TARGETS, Job, Placement
+from autoconf.schema import DEFAULT_LORA_TARGETS, Job, Placement, field_metadata
 
 # knob -> our default, used where neither the file nor a flag says
 DEFAULTS: dict[str, Any] = {
@@ -27,24 +27,16 @@ DEFAULTS: dict[str, Any] = {
     "lora_r": defaults.LORA_R, "lora_alpha": defaults.LORA_ALPHA, "lora_dropout": 0.0,
     "lora_target_modules": DEFAULT_LORA_TARGETS, "optimizer": defaults.OPTIMIZER, "tp": 1, "pp": 1,
 }
-# knobs that are Job fields as they are (None / absent = the framework profile decides)
-JOB_KNOBS = ("method", "dtype", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "optimizer",
-             "optimizer_impl", "gradient_checkpointing", "attention", "fused_loss", "loss_kernel", "packing",
-             "activation_offloading", "optimizer_in_backward", "torch_compile", "double_quant", "dora",
-             "sequence_parallel", "fsdp_cpu_ram_efficient_loading", "framework")
-# the fields every answer reports, in this order
-SHOWN = ("model", "framework", "method", "dtype", "seq_len", "micro_batch", "grad_accum", "gpus_per_node", "nodes",
-         "strategy", "offload", "gradient_checkpointing", "attention", "lora_r", "lora_target_modules", "optimizer",
-         "packing", "fused_loss")
-
-
+# The Job fields a config may set, by their knob (schema Job metadata ``from``: the knob's name where it is not the
+# field's); knobs that are Job fields as they are (None / absent = the framework profile decides); the knobs every
+# answer reports: the Job's, then the launch's (GPUs, nodes, sharding, offload).
+KNOB_OF = {name: name if knob is True else str(knob) for name, knob in field_metadata("from").items()}
+JOB_KNOBS = tuple(name for name in Job.model_fields if KNOB_OF.get(name, name) == name and name != "model")
+LAUNCH_KNOBS = ("gpus_per_node", "nodes", "strategy", "offload")
+SHOWN = (*KNOB_OF.values(), *LAUNCH_KNOBS)
 # Job / Placement field -> the knob it sets (REST and MCP bodies and sweep rows name fields, not knobs)
-FIELD_KNOBS = {"model": "model", "method": "method", "dtype": "dtype", "tokens_per_sample": "seq_len",
-               "batch_size": "micro_batch", "gradient_accumulation_steps": "grad_accum", "number_gpus": "gpus_per_node",
-               "gpus_per_worker": "gpus_per_node", "strategy": "strategy", "offload": "offload", "lora_r": "lora_r",
-               "gradient_checkpointing": "gradient_checkpointing", "attention": "attention", "framework": "framework",
-               "lora_target_modules": "lora_target_modules", "optimizer": "optimizer", "packing": "packing",
-               "fused_loss": "fused_loss"}
+FIELD_KNOBS = {**KNOB_OF, "number_gpus": "gpus_per_node", "gpus_per_worker": "gpus_per_node", "strategy": "strategy",
+               "offload": "offload"}
 MAX_INT = 2**31 - 1  # far above any batch, length or GPU count; keeps arithmetic on the values small
 
 
