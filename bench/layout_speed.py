@@ -23,6 +23,7 @@ time of this single-threaded process is what the search costs, whatever they tak
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import platform
 import sys
@@ -34,10 +35,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autoconf.catalog import get_architecture
 from autoconf.estimators import get_estimator
+from autoconf.estimators.theory import layout_grid, vector
 from autoconf.estimators.theory import throughput as tp
-from autoconf.estimators.theory import vector
 from autoconf.evaluation.data import load_measurements
-from autoconf.recommend import layout_memory
+from autoconf.recommend import layout_space
 from autoconf.recommend.fastest import Fastest, fastest
 from autoconf.recommend.layout import MODEL_PARALLEL_STACKS, fastest_layout, layouts
 from autoconf.recommend.objectives import throughput_batch
@@ -79,10 +80,11 @@ def baseline(job: Job, gpu: str, counts: list[int], network: float | None, stack
 
 
 def forget() -> None:
-    """Empty theory's memo tables and the layout memory groups (a first search of every job shape)."""
-    vector._PHASES.clear()
-    vector._STATES.clear()
-    layout_memory._groups.cache_clear()
+    """Empty every memo table of the search (a first search of every job shape)."""
+    for module in (layout_space, layout_grid, vector):
+        for value in vars(module).values():
+            if isinstance(value, functools._lru_cache_wrapper):
+                value.cache_clear()
 
 
 def best_of(repeats: int, run: Callable[[], object], before: Callable[[], None] | None = None) -> float:

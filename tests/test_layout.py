@@ -96,12 +96,12 @@ ARRAY_CASES = [
 @pytest.mark.parametrize(("job", "gpu", "counts", "stack", "network", "free"), ARRAY_CASES)
 def test_array_search_equals_the_scalar_path_at_every_layout(
         job: Job, gpu: str, counts: list[int], stack: str | None, network: float | None, free: bool) -> None:
-    """The gate (from group coefficients) and tokens/s (numpy) of every layout against theory_batch and
+    """The gate (one theory column call) and tokens/s (numpy) of every layout against theory_batch and
     estimate_throughput on that layout's own Job and Placement."""
     space = search_space(job, counts, 8, free_batch=free)
     pairs = [row_inputs(job, gpu, space, r, network) for r in range(len(space))]
     batch = theory_batch([j for j, _ in pairs], [p for _, p in pairs])
-    gate = theory_gate(job, gpu, space, 8, 0.05, network)
+    gate = theory_gate(job, gpu, space, 0.05)
     ok = batch.ok
     assert (np.isfinite(gate.need) == ok).all() and (gate.error is None) == ok.all()
     need = batch.peak - batch.releasable_or_zero()
