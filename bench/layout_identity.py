@@ -57,9 +57,8 @@ def cases() -> list[dict[str, Any]]:
     from bench.layout_speed import cases as speed_cases
 
     out: list[dict[str, Any]] = [
-        {"job": job.model_dump(mode="json"), "gpu": gpu, "counts": counts, "network": network, "stack": stack,
-         "shardings": None, "free": False, "objective": False}
-        for _, job, gpu, counts, network, stack in speed_cases()]
+        {"job": c["job"], "gpu": c["gpu"], "counts": c["counts"], "network": c["network"], "stack": c["stack"],
+         "shardings": None, "free": False, "objective": False} for c in speed_cases()]
     rng = random.Random(SEED)
     models, gpus = _models(), list_gpus()
     for i in range(RANDOM_JOBS):

@@ -117,7 +117,7 @@ def why(best: Layout, other: Layout) -> str:
 
 def ranking(space: Space, tokens_per_second: np.ndarray, fits: np.ndarray) -> np.ndarray:
     """Rows that fit, fastest first; ties: fewer model-parallel GPUs, no checkpointing, less sharding, fewer GPUs,
-    fewer micro-steps (as objectives.throughput_batch)."""
+    fewer micro-steps."""
     rows = space.rows
     order = np.lexsort((rows.accumulation, rows.gpus, rows.strategy, rows.checkpointing, rows.tp * rows.pp,
                         -tokens_per_second))

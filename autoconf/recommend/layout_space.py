@@ -28,7 +28,7 @@ from autoconf.estimators.theory.layout_grid import DDP, HYBRID, STRATEGIES, Layo
 from autoconf.schema import Strategy
 
 # Per-GPU micro-batches tried: powers of two, as the nanotron and Megatron sweeps use (nanotron's published best
-# layouts use 1-8), up to ado-autoconf's largest per-device batch, 256 (recommend/objectives.MAX_PER_DEVICE).
+# layouts use 1-8), up to ado-autoconf's largest per-device batch, 256 (it caps batch / GPUs at 256).
 MICRO_BATCHES = tuple(1 << k for k in range(9))
 
 
