@@ -118,10 +118,10 @@ def why(best: Layout, other: Layout) -> str:
 def ranking(space: Space, tokens_per_second: np.ndarray, fits: np.ndarray) -> np.ndarray:
     """Rows that fit, fastest first; ties: fewer model-parallel GPUs, no checkpointing, less sharding, fewer GPUs,
     fewer micro-steps."""
-    rows = space.rows
-    order = np.lexsort((rows.accumulation, rows.gpus, rows.strategy, rows.checkpointing, rows.tp * rows.pp,
-                        -tokens_per_second))
-    out: np.ndarray = order[fits[order]]
+    rows, fit = space.rows, np.flatnonzero(fits)  # only the fitting rows are sorted (lexsort is stable)
+    order = np.lexsort((rows.accumulation[fit], rows.gpus[fit], rows.strategy[fit], rows.checkpointing[fit],
+                        (rows.tp * rows.pp)[fit], -tokens_per_second[fit]))
+    out: np.ndarray = fit[order]
     return out
 
 
