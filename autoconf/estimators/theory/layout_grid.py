@@ -94,12 +94,22 @@ def _distinct(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return first, inverse.reshape(-1)
 
 
+@lru_cache(maxsize=64)
+def _pairs(ranks: bytes, nodes: bytes) -> tuple[tuple[tuple[int, int], ...], np.ndarray]:
+    """The distinct (ranks, nodes) pairs of two int64 columns (given as bytes) and each row's index into them,
+    memoised on the columns' contents: the collectives over the same groups (data-parallel ranks and nodes, ...)
+    share one sort."""
+    r, k = np.frombuffer(ranks, dtype=np.int64), np.frombuffer(nodes, dtype=np.int64)
+    first, inverse = _distinct(r * (int(k.max(initial=0)) + 1) + k)
+    inverse.flags.writeable = False
+    return tuple(zip(r[first].tolist(), k[first].tolist(), strict=True)), inverse
+
+
 def _alpha(kind: Collective, ranks: np.ndarray, nodes: np.ndarray, link: str) -> np.ndarray:
     """collectives.latency_seconds of each (ranks, nodes) pair, computed once per distinct pair."""
-    r, k = (np.asarray(a, dtype=np.int64).reshape(-1) for a in np.broadcast_arrays(ranks, nodes))
-    first, inverse = _distinct(r * (int(k.max(initial=0)) + 1) + k)
-    values = np.array([latency_seconds(kind, a, b, link) for a, b in zip(r[first].tolist(), k[first].tolist(),
-                                                                              strict=True)])
+    r, k = (np.ascontiguousarray(a, dtype=np.int64).reshape(-1) for a in np.broadcast_arrays(ranks, nodes))
+    pairs, inverse = _pairs(r.tobytes(), k.tobytes())
+    values = np.array([latency_seconds(kind, a, b, link) for a, b in pairs])
     out: np.ndarray = values[inverse].reshape(np.broadcast_shapes(np.shape(ranks), np.shape(nodes)))
     return out
 
