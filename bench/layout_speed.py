@@ -20,7 +20,8 @@ Both code trees run in fresh Python processes on this machine: this tree and ``g
 the parent of the commit that added bench/layout_identity.py, the search before its first-search speed-up). Their
 answers are equal (``bench/layout_identity.py --check``). The 3,960-point seed space through the throughput objective
 (``recommend.fastest.fastest`` at ado's default of one node, one fresh process, every point once) is timed the same
-way. Writes the section ``layout-speed`` of docs/benchmarks.md.
+way, and this tree's first searches once more part by part (search space, memory gate, tokens/s). Writes the
+section ``layout-speed`` of docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -92,6 +93,35 @@ for case in cases:
 print(json.dumps(out))
 """
 
+# This tree only: CPU seconds of a first search's parts (space, memory gate, tokens/s) and of the whole, per search.
+PARTS = WORKER.split("out = []")[0] + r"""
+from autoconf.catalog import get_architecture
+from autoconf.estimators.theory.layout_grid import layout_speeds
+from autoconf.recommend.layout import MODEL_PARALLEL_STACKS, search_space
+from autoconf.recommend.layout_memory import theory_gate
+
+def least(run):
+    best = float("inf")
+    for _ in range(repeats):
+        forget()
+        cpu = time.process_time()
+        run()
+        best = min(best, time.process_time() - cpu)
+    return best
+
+out = []
+for case in cases:
+    job = Job(**case["job"])
+    model_parallel = (case["stack"] or job.framework) in MODEL_PARALLEL_STACKS
+    space = search_space(job, case["counts"], model_parallel=model_parallel)
+    out.append({"layouts": len(space), "whole": least(lambda: search(case)),
+                "space": least(lambda: search_space(job, case["counts"], model_parallel=model_parallel)),
+                "gate": least(lambda: theory_gate(job, case["gpu"], space, 0.05)),
+                "speeds": least(lambda: layout_speeds(job, case["gpu"], space.rows, stack=case["stack"],
+                                                      inter_node_gbps=case["network"]))})
+print(json.dumps(out))
+"""
+
 # The seed space through the throughput objective, one fresh process, every point once.
 SEED = r"""
 import itertools, json, sys, time
@@ -156,8 +186,19 @@ def _sum(rows: list[dict[str, Any]], key: str, clock: int, kind: str | None = No
     return sum(r[key][clock] for r in rows if kind is None or r["kind"] == kind)
 
 
-def report(result: dict[str, list[dict[str, Any]]], seed: dict[str, dict[str, Any]], rev: str, repeats: int) -> str:
+def _fit(x: list[float], y: list[float]) -> tuple[float, float]:
+    """Least-squares (intercept, slope) of y on x."""
+    mx, my = sum(x) / len(x), sum(y) / len(y)
+    slope = sum((a - mx) * (b - my) for a, b in zip(x, y, strict=True)) / sum((a - mx) ** 2 for a in x)
+    return my - slope * mx, slope
+
+
+def report(result: dict[str, list[dict[str, Any]]], seed: dict[str, dict[str, Any]], parts: list[dict[str, float]],
+           rev: str, repeats: int) -> str:
     new, old = result["this code"], result["baseline"]
+    mean = {k: sum(p[k] for p in parts) / len(parts) * 1000 for k in ("whole", "gate", "speeds", "space")}
+    fixed, per = _fit([p["layouts"] for p in parts], [p["whole"] for p in parts])
+    gate_fixed, gate_per = _fit([p["layouts"] for p in parts], [p["gate"] for p in parts])
     lines = [
         f"{len(new)} searches: the 26 nanotron cells (one GPU count each, TP × PP × DP) and {len(FINE_TUNING)} "
         "fine-tuning jobs over every GPU count of 1-8 nodes; theory estimator; least of "
@@ -171,19 +212,16 @@ def report(result: dict[str, list[dict[str, Any]]], seed: dict[str, dict[str, An
         "|---|---|---:|---:|---:|---:|---:|",
     ]
     for kind in (None, "nanotron", "fine-tuning"):
-        picked_new = [r for r in new if kind is None or r["kind"] == kind]
-        layouts = sum(r["layouts"] for r in picked_new)
+        trees = {label: [r for r in rows if kind is None or r["kind"] == kind]
+                 for label, rows in (("baseline", old), ("this code", new))}
+        layouts = sum(r["layouts"] for r in trees["this code"])
         for key, name in (("first", "first search"), ("again", "again")):
-            for label, rows in (("baseline", old), ("this code", new)):
-                picked = [r for r in rows if kind is None or r["kind"] == kind]
+            for label, picked in trees.items():
                 wall, cpu = _sum(picked, key, 0), _sum(picked, key, 1)
-                ratio = _sum([r for r in old if kind is None or r["kind"] == kind], key, 1) / _sum(picked_new, key, 1)
+                ratio = _sum(trees["baseline"], key, 1) / cpu
                 worst = max(r[key][0] for r in picked) * 1000
                 lines.append(f"| {kind or 'all'}: {name} | {label} | {layouts:,} | {wall / len(picked) * 1000:.1f} / "
-                             f"{worst:.1f} | {layouts / wall:,.0f} | {layouts / cpu:,.0f} | "
-                             f"{ratio:.1f}× |" if label == "this code" else
-                             f"| {kind or 'all'}: {name} | {label} | {layouts:,} | {wall / len(picked) * 1000:.1f} / "
-                             f"{worst:.1f} | {layouts / wall:,.0f} | {layouts / cpu:,.0f} | 1.0× |")
+                             f"{worst:.1f} | {layouts / wall:,.0f} | {layouts / cpu:,.0f} | {ratio:.1f}× |")
     layouts = sum(r["layouts"] for r in new)
     first_wall, first_cpu = _sum(new, "first", 0), _sum(new, "first", 1)
     s_new, s_old = seed["this code"], seed["baseline"]
@@ -198,11 +236,14 @@ def report(result: dict[str, list[dict[str, Any]]], seed: dict[str, dict[str, An
         f"({s_new['layouts'] / s_new['cpu']:,.0f} layouts per CPU s, each answer's Estimate included); baseline "
         f"{s_old['wall']:.2f} s wall / {s_old['cpu']:.2f} CPU s ({s_old['answered']:,} answered): "
         f"{s_old['cpu'] / s_new['cpu']:.1f}×.",
-        "- Where a first search spends its time now: one theory call over every layout (memory.theory_rows on "
-        "the layouts as columns: about 0.9 ms of fixed cost plus ~0.6 µs per layout), the tokens/s columns "
-        "(estimators/theory/layout_grid.py: about 0.4 ms plus ~0.3 µs per layout), building the space and the "
-        "job's columns (~0.4 ms), ranking and the two chosen layouts' objects (~0.2 ms). The fixed costs bound a "
-        "search of ~1,000 layouts below 1 M/s; the largest spaces (thousands of layouts) come nearest.",
+        f"- Where a first search spends its time (this code, CPU ms per search, mean over the {len(parts)} searches, "
+        f"each part timed alone from empty memo tables): the whole search {mean['whole']:.2f}, of which the memory "
+        f"gate (one theory call over every layout, recommend/layout_memory.py) {mean['gate']:.2f}, tokens/s "
+        f"(estimators/theory/layout_grid.py) {mean['speeds']:.2f}, the search space {mean['space']:.2f}; the rest is "
+        "the job's columns, the ranking and the two chosen layouts' objects. Fitted over the searches, one costs "
+        f"{fixed * 1000:.2f} ms plus {per * 1e6:.2f} µs per layout (the gate alone {gate_fixed * 1000:.2f} ms plus "
+        f"{gate_per * 1e6:.2f} µs, most of it memory.theory_rows): 1,000,000 layouts per second needs under 1 µs per "
+        "layout and, at that, searches of many thousand layouts; the searches here have 318-1,800.",
     ]
     return "\n".join(lines)
 
@@ -224,9 +265,10 @@ def main(argv: list[str] | None = None) -> int:
             rows = _python(tree, WORKER, words, str(args.repeats))
             result[name] = [{**r, "kind": c["kind"]} for r, c in zip(rows, searches, strict=True)]
             seed[name] = _python(tree, SEED, str(ROOT / "sweep" / "space.yaml"))
+    parts = _python(ROOT, PARTS, words, str(args.repeats))
     short = subprocess.run(["git", "rev-parse", "--short=12", rev], cwd=ROOT, check=True, capture_output=True,
                            text=True).stdout.strip()
-    text = report(result, seed, short, args.repeats)
+    text = report(result, seed, parts, short, args.repeats)
     print(text)
     update_section(Path(args.output), "layout-speed", "## Layout search speed\n\n" + text, title="Benchmarks")
     return 0
