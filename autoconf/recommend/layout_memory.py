@@ -55,6 +55,8 @@ def columns(job: Job, space: Space) -> tuple[JobColumns, PlacementColumns]:
     """Theory's columns of every layout: ``job`` with each layout's batch, accumulation and checkpointing, on each
     layout's placement (offload none, as recommend/layout.py row_inputs builds it)."""
     rows, n = space.rows, len(space)
+    # the job's row repeated, then the three fields a layout sets (no column JobColumns derives reads them; the
+    # gate equals theory_batch on each layout's own Job and Placement: tests/test_layout.py)
     jobs = JobColumns.of([job]).take(np.zeros(n, dtype=np.int64))
     for name, column in (("batch_size", rows.batch), ("gradient_accumulation_steps", rows.accumulation),
                          ("gradient_checkpointing", rows.checkpointing.astype(bool))):
