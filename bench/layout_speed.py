@@ -243,7 +243,8 @@ def report(result: dict[str, list[dict[str, Any]]], seed: dict[str, dict[str, An
         "the job's columns, the ranking and the two chosen layouts' objects. Fitted over the searches, one costs "
         f"{fixed * 1000:.2f} ms plus {per * 1e6:.2f} µs per layout (the gate alone {gate_fixed * 1000:.2f} ms plus "
         f"{gate_per * 1e6:.2f} µs, most of it memory.theory_rows): 1,000,000 layouts per second needs under 1 µs per "
-        "layout and, at that, searches of many thousand layouts; the searches here have 318-1,800.",
+        "layout and, at that, searches of many thousand layouts; the searches here have "
+        f"{min(p['layouts'] for p in parts):,.0f}-{max(p['layouts'] for p in parts):,.0f}.",
     ]
     return "\n".join(lines)
 
