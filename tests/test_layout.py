@@ -96,12 +96,12 @@ ARRAY_CASES = [
 @pytest.mark.parametrize(("job", "gpu", "counts", "stack", "network", "free"), ARRAY_CASES)
 def test_array_search_equals_the_scalar_path_at_every_layout(
         job: Job, gpu: str, counts: list[int], stack: str | None, network: float | None, free: bool) -> None:
-    """The gate (from group coefficients) and tokens/s (numpy) of every layout against theory_batch and
+    """The gate (one theory column call) and tokens/s (numpy) of every layout against theory_batch and
     estimate_throughput on that layout's own Job and Placement."""
     space = search_space(job, counts, 8, free_batch=free)
     pairs = [row_inputs(job, gpu, space, r, network) for r in range(len(space))]
     batch = theory_batch([j for j, _ in pairs], [p for _, p in pairs])
-    gate = theory_gate(job, gpu, space, 8, 0.05, network)
+    gate = theory_gate(job, gpu, space, 0.05)
     ok = batch.ok
     assert (np.isfinite(gate.need) == ok).all() and (gate.error is None) == ok.all()
     need = batch.peak - batch.releasable_or_zero()
@@ -150,3 +150,24 @@ def test_fine_tuning_stacks_get_data_parallel_layouts_and_model_parallel_stacks_
     assert megatron.evaluated > plain.evaluated
     space = search_space(JOB, 16, model_parallel=False)
     assert (space.rows.tp == 1).all() and (space.rows.pp == 1).all()
+
+
+def test_calibrated_theory_gate_and_answer_equal_its_memory_batch() -> None:
+    """Calibrated theory goes through the same column call with its calibration: every layout's need and the chosen
+    layout's peak and risk equal the estimator's own memory_batch on that layout's Job and Placement."""
+    from autoconf.estimators.theory.estimator import TheoryEstimator
+    from autoconf.schema import Calibration
+
+    est = TheoryEstimator(Calibration(grad_ckpt_reduction=0.5, fragmentation_gib=3.0, misc_overhead_gib=1.5))
+    job = JOB.model_copy(update={"batch_size": 64})
+    space = search_space(job, [8, 16], 8)
+    pairs = [row_inputs(job, "H100", space, r, None) for r in range(len(space))]
+    batch = est.memory_batch([j for j, _ in pairs], [p for _, p in pairs])
+    gate = theory_gate(job, "H100", space, 0.05, est.calibration)
+    np.testing.assert_allclose(gate.need, batch.peak - batch.releasable_or_zero(), rtol=1e-12)
+    assert (gate.fits == (batch.oom_risk <= 0.05)).all() and gate.fits.any() and not gate.fits.all()
+    best = fastest_layout(job, "H100", [8, 16], est).best
+    assert best is not None
+    one = est.memory_batch([best.job], [best.placement])
+    assert best.peak_gib == pytest.approx(one.peak[0] / 2**30, rel=1e-12)
+    assert best.oom_risk == pytest.approx(one.oom_risk[0], rel=1e-9, abs=1e-15)

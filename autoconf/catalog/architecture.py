@@ -226,7 +226,7 @@ class Architecture:
                    for layer in self.layers if layer.moe)
         return self.total_params - idle
 
-    @property
+    @cached_property
     def largest_layer_params(self) -> int:
         """Largest module's *direct* parameters (DeepSpeed ZeRO-3 gathers one module at a time).
 
@@ -253,7 +253,7 @@ class Architecture:
         """What peft targets when none are named (or our choice where peft has no default)."""
         return lora.default_targets(self.family)
 
-    @property
+    @cached_property
     def linear_params_per_layer(self) -> int:
         """Mean weights of the layer linears per layer (what 4-bit QLoRA quantises), routers excluded."""
         total = sum(lin.per_layer * lin.in_features * lin.out_features

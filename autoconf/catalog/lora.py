@@ -84,8 +84,10 @@ def _chosen(arch: Architecture, linears: tuple[Linear, ...], wanted: set[str], v
     return tuple(lin for lin in adaptable if _matches(lin.name, wanted))
 
 
+@lru_cache(maxsize=4096)
 def lora_targets(arch: Architecture, targets: tuple[str, ...]) -> tuple[Linear, ...]:
-    """Distinct linears (decoder layers, then vision tower / projector) these names adapt."""
+    """Distinct linears (decoder layers, then vision tower / projector) these names adapt (memoised: the theory
+    asks for every batch it answers)."""
     wanted = _wanted(arch, targets)
     vision = arch.vision.linears if arch.vision else ()
     chosen = _chosen(arch, arch.layer_linears, wanted) + _chosen(arch, vision, wanted, vision=True)

@@ -2,13 +2,14 @@
 (recommend/layout_space.py) on one GPU count or the best of several, under the memory gate. Tensor and pipeline
 splits are searched for the stacks that run them (MODEL_PARALLEL_STACKS), data-parallel layouts for the rest.
 
-The whole search is array arithmetic: the space is numpy columns, the gate of every layout comes from theory's
-phase tables (recommend/layout_memory.py; ``oom_risk ≤ max_oom_risk``; one ``memory_batch`` over every layout for
-other estimators), and tokens/s from the vectorised throughput (estimators/theory/layout_grid.py) under the stack
-the job names (theory/stacks.py). The fastest layout that fits wins; ties go to the simpler layout (fewer
-model-parallel GPUs, no checkpointing, less sharding, fewer GPUs, fewer micro-steps). Only the winner and the
-runner-up become Job / Placement objects, with the estimator's own memory, and the reason the runner-up
-lost (compute incl. pipeline bubble and recompute, or exposed communication, from the two step breakdowns).
+The whole search is array arithmetic: the space is numpy columns, the gate of every layout is theory's own memory
+of every layout in one column call (recommend/layout_memory.py; ``oom_risk ≤ max_oom_risk``; one ``memory_batch``
+over every layout for other estimators), and tokens/s the vectorised throughput (estimators/theory/layout_grid.py)
+under the stack the job names (theory/stacks.py). The fastest layout that fits wins; ties go to the simpler layout
+(fewer model-parallel GPUs, no checkpointing, less sharding, fewer GPUs, fewer micro-steps). Only the winner and the
+runner-up become Job / Placement objects, with the estimator's own memory (theory's read from the gate's arrays),
+and the reason the runner-up lost (compute incl. pipeline bubble and recompute, or exposed communication, from the
+two step breakdowns).
 """
 
 from __future__ import annotations
@@ -116,33 +117,38 @@ def why(best: Layout, other: Layout) -> str:
 
 def ranking(space: Space, tokens_per_second: np.ndarray, fits: np.ndarray) -> np.ndarray:
     """Rows that fit, fastest first; ties: fewer model-parallel GPUs, no checkpointing, less sharding, fewer GPUs,
-    fewer micro-steps (as objectives.throughput_batch)."""
-    rows = space.rows
-    order = np.lexsort((rows.accumulation, rows.gpus, rows.strategy, rows.checkpointing, rows.tp * rows.pp,
-                        -tokens_per_second))
-    out: np.ndarray = order[fits[order]]
+    fewer micro-steps."""
+    rows, fit = space.rows, np.flatnonzero(fits)  # only the fitting rows are sorted (lexsort is stable)
+    order = np.lexsort((rows.accumulation[fit], rows.gpus[fit], rows.strategy[fit], rows.checkpointing[fit],
+                        (rows.tp * rows.pp)[fit], -tokens_per_second[fit]))
+    out: np.ndarray = fit[order]
     return out
 
 
-def _gate(job: Job, gpu_model: str, space: Space, estimator: Estimator, gpus_per_node: int, max_oom_risk: float,
+def _gate(job: Job, gpu_model: str, space: Space, estimator: Estimator, max_oom_risk: float,
           inter_node_gbps: float | None) -> Gate:
-    if estimator.name == "theory" and getattr(estimator, "calibration", None) is None:
-        return theory_gate(job, gpu_model, space, gpus_per_node, max_oom_risk, inter_node_gbps)
+    if estimator.name == "theory":
+        return theory_gate(job, gpu_model, space, max_oom_risk, getattr(estimator, "calibration", None))
     pairs = [row_inputs(job, gpu_model, space, r, inter_node_gbps) for r in range(len(space))]
     return estimator_gate(estimator, [j for j, _ in pairs], [p for _, p in pairs], max_oom_risk)
 
 
-def _layouts(pairs: list[tuple[Job, Placement]], rows: list[int], speeds: Speeds, estimator: Estimator) -> list[Layout]:
-    """Layouts with the estimator's own memory (one memory_batch call) and the throughput of their rows (equal to
-    estimate_throughput's: tests/test_layout.py)."""
-    memory = estimator.memory_batch([j for j, _ in pairs], [p for _, p in pairs])
+def _layouts(pairs: list[tuple[Job, Placement]], rows: list[int], speeds: Speeds, estimator: Estimator,
+             gate: Gate) -> list[Layout]:
+    """Layouts with the estimator's own memory (theory's from the gate's arrays, others' from one memory_batch
+    call) and the throughput of their rows (equal to estimate_throughput's: tests/test_layout.py)."""
+    memory = gate.memory(rows)
+    if memory is None:
+        batch = estimator.memory_batch([j for j, _ in pairs], [p for _, p in pairs])
+        memory = batch.peak, batch.oom_risk
+    peak, risk = memory
     out = []
     for i, ((job, place), r) in enumerate(zip(pairs, rows, strict=True)):
         tps, step, compute = (float(a[r]) for a in (speeds.tokens_per_second, speeds.step, speeds.compute))
         speed = ThroughputEstimate(tokens_per_second=tps, tokens_per_second_per_gpu=tps / place.number_gpus,
                                    flops_per_token=float(speeds.flops_per_token[r]), mfu=float(speeds.efficiency[r]),
                                    step_seconds=step, compute_seconds=compute, communication_seconds=step - compute)
-        out.append(Layout(job, place, speed, float(memory.peak[i]) / 2**30, float(memory.oom_risk[i])))
+        out.append(Layout(job, place, speed, float(peak[i]) / 2**30, float(risk[i])))
     return out
 
 
@@ -163,7 +169,7 @@ def fastest_layout(job: Job, gpu_model: str, number_gpus: int | Sequence[int], e
     if evaluated == 0:
         raise InvalidInputError("batch_size", f"no layout of {number_gpus} GPUs divides the global batch "
                                 f"{job.batch_size} (micro-batch × data-parallel degree must divide it)")
-    gate = _gate(job, gpu_model, space, estimator, gpus_per_node, max_oom_risk, inter_node_gbps)
+    gate = _gate(job, gpu_model, space, estimator, max_oom_risk, inter_node_gbps)
     speeds = layout_speeds(job, gpu_model, space.rows, stack=stack, inter_node_gbps=inter_node_gbps)
     ranked = ranking(space, speeds.tokens_per_second, gate.fits)
     if not len(ranked):
@@ -171,7 +177,7 @@ def fastest_layout(job: Job, gpu_model: str, number_gpus: int | Sequence[int], e
         return LayoutChoice(None, None, f"nothing fits with oom_risk ≤ {max_oom_risk}: none of {evaluated} layouts{detail}",
                             evaluated, 0)
     top = [int(r) for r in ranked[:2]]
-    found = _layouts([row_inputs(job, gpu_model, space, r, inter_node_gbps) for r in top], top, speeds, estimator)
+    found = _layouts([row_inputs(job, gpu_model, space, r, inter_node_gbps) for r in top], top, speeds, estimator, gate)
     best, runner = found[0], (found[1] if len(found) > 1 else None)
     reason = (f"fastest of {len(ranked)} fitting layouts ({evaluated} evaluated): {best.label}, "
               f"{best.throughput.tokens_per_second:,.0f} tokens/s, MFU {best.throughput.mfu:.2f}")

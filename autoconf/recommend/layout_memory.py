@@ -1,169 +1,83 @@
-"""The memory gate of every layout, from theory's own phase tables, as array arithmetic.
+"""The memory gate of every layout: theory's own memory formulas over the layouts as columns, in one call.
 
-Theory memory (estimators/theory/memory.py) reads the global batch and the accumulation of a layout only through
-the micro-batch m (samples per GPU per forward pass) and, with a pipeline, the micro-batches in flight
-f = min(accumulation, p) on the first stage. Every entry of its phase table (phase × part) is
-``a + (b + c·f)·m``: states are constant; the saved activations are proportional to the micro-batch tokens × f
-(``memory._phases``: saved × in_flight; the vision tower's likewise), the recomputed layer and the loss to the
-micro-batch tokens (plus the LM head's fixed bytes: in a). So per memory group (GPUs, t, p, sharding,
-checkpointing) three phase tables give every layout's phase totals exactly (``_groups``). The allocator peak is
-the largest phase total, as in ``estimate_memory``; the device peak less the releasable blocks (on which theory
-states its OOM risk) is an affine function of that peak (theory/cuda.py ``peaks``: fragmentation share,
-workspaces, context, communicators), read off theory_batch at two of those points. tests/test_layout.py checks
-the result against theory_batch on every layout of several jobs.
+Every layout of a search is one row of theory's column form (estimators/theory/rows.py): the job's fields repeated,
+with the layout's global batch, accumulation and checkpointing; the layout's GPUs, node size, tensor and pipeline
+degrees and sharding as the placement columns. ``memory.theory_rows`` then runs the same code as
+``memory.estimate_memory`` on one row (phases, CUDA peaks, releasable blocks) for all of them at once: the gate
+reads the bytes theory states its OOM risk on (device peak less releasable, ``oom_risk ≤ max_oom_risk`` ⇔ that is
+≤ risk.need_threshold), and the chosen layouts read their device peak and risk from the same arrays.
 
-Estimators other than plain theory (learned, hybrid, calibrated theory) get one ``memory_batch`` call over every
-layout instead.
+Estimators other than theory (learned, hybrid) get one ``memory_batch`` call over every layout instead.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
-from autoconf.catalog import get_gpu
+from autoconf.catalog import get_architecture, get_gpu
 from autoconf.estimators.contract import Estimator
-from autoconf.estimators.risk import need_threshold
-from autoconf.estimators.theory import cuda
-from autoconf.estimators.theory.frameworks import resolve
+from autoconf.estimators.risk import need_threshold, oom_probability
+from autoconf.estimators.theory.cuda import GpuColumns
 from autoconf.estimators.theory.layout_grid import STRATEGIES
-from autoconf.estimators.theory.vector import phase_table, theory_batch
-from autoconf.recommend.layout_space import MICRO_BATCHES, Space
-from autoconf.schema import GIB, Job, Placement
+from autoconf.estimators.theory.memory import theory_rows
+from autoconf.estimators.theory.rows import JobColumns, PlacementColumns
+from autoconf.recommend.layout_space import Space
+from autoconf.schema import Calibration, Job, Placement
+
+_STRATEGY_NAMES = np.array(STRATEGIES)
 
 
 @dataclass(frozen=True)
 class Gate:
-    """Per layout: the bytes theory's OOM risk is stated on (NaN on error rows), whether it passes the gate,
-    and the first error text of a refused group (None if none)."""
+    """Per layout: the bytes the OOM risk is stated on (NaN on error rows), whether it passes the gate, and the
+    first error text of a refused layout (None if none). Theory's gate also keeps every layout's device peak and
+    the GPU's capacity, from which the chosen layouts' memory is read (``memory``)."""
 
     need: np.ndarray
     fits: np.ndarray
     error: str | None
+    peak: np.ndarray | None = None
+    capacity: float = float("nan")
+    method: str = ""
+
+    def memory(self, rows: list[int]) -> tuple[np.ndarray, np.ndarray] | None:
+        """(device peak, OOM risk) of ``rows`` as theory states them (None: not a theory gate)."""
+        if self.peak is None:
+            return None
+        risk = oom_probability(self.need[rows], np.full(len(rows), self.capacity),
+                               method=np.full(len(rows), self.method))
+        return self.peak[rows], np.asarray(risk, dtype=float)
 
 
-@dataclass(frozen=True)
-class _Groups:
-    base: np.ndarray  # (groups, phases): a of every phase total (-inf pads a group with fewer phases)
-    per_micro: np.ndarray  # b
-    per_flight: np.ndarray  # c
-    offset: np.ndarray  # need = offset + slope · allocator peak
-    slope: np.ndarray
-    errors: tuple[str | None, ...]
+def columns(job: Job, space: Space) -> tuple[JobColumns, PlacementColumns]:
+    """Theory's columns of every layout: ``job`` with each layout's batch, accumulation and checkpointing, on each
+    layout's placement (offload none, as recommend/layout.py row_inputs builds it)."""
+    rows, n = space.rows, len(space)
+    # the job's row repeated, then the three fields a layout sets (no column JobColumns derives reads them; the
+    # gate equals theory_batch on each layout's own Job and Placement: tests/test_layout.py)
+    jobs = JobColumns.of([job]).take(np.zeros(n, dtype=np.int64))
+    for name, column in (("batch_size", rows.batch), ("gradient_accumulation_steps", rows.accumulation),
+                         ("gradient_checkpointing", rows.checkpointing.astype(bool))):
+        setattr(jobs, name, column)
+    places = PlacementColumns(rows.gpus, rows.gpus_per_worker, rows.tp, rows.pp, np.full(n, "none"),
+                              _STRATEGY_NAMES[rows.strategy])
+    return jobs, places
 
 
-@lru_cache(maxsize=4096)
-def _placement(gpu_model: str, cell: tuple[int, ...], gpus_per_node: int, inter_node_gbps: float | None) -> Placement:
-    n, t, p, s, _ = cell
-    return Placement(gpu_model=gpu_model, number_gpus=n, gpus_per_worker=min(n, gpus_per_node), tp=t, pp=p,
-                     strategy=STRATEGIES[s], inter_node_gbps=inter_node_gbps)
-
-
-# The largest micro-batch of layout_space.MICRO_BATCHES (TOP · GPUs stays within Job.batch_size's limit:
-# 256 × 4,096 GPUs = 1,048,576).
-TOP = max(MICRO_BATCHES)
-
-
-def _cuda_line(job: Job, place: Placement, outside: float) -> tuple[float, float]:
-    """(offset, slope) of need = device peak − releasable blocks as a function of the allocator peak:
-    theory/cuda.py ``peaks`` is affine in it (fragmentation share, workspaces, context, communicators); read at
-    0 and 1 GiB. The side-stream and loss-segment blocks it is given here (none) only move the releasable part."""
-    gpu, settings = get_gpu(place.gpu_model), resolve(job)
-    low, high = (cuda.peaks(a, outside, job, place, gpu, settings) for a in (0.0, float(GIB)))
-    return low.device - low.releasable, (high.device - high.releasable - low.device + low.releasable) / GIB
-
-
-@lru_cache(maxsize=256)
-def _groups(job: Job, gpu_model: str, packed: bytes, gpus_per_node: int, inter_node_gbps: float | None) -> _Groups:
-    """The coefficients of every memory group (``packed``: Space.cells as bytes; memoised: they do not depend on
-    the global batch).
-
-    The constant part a (states, buffers, the LM head's fixed bytes) of a group (GPUs, t, p, sharding,
-    checkpointing) does not depend on checkpointing, and the per-token parts b, c (activations, loss, recompute) only
-    on (t, p, checkpointing) and the phases FSDP adds (its activation bookkeeping, the load phase). So one
-    theory_batch row per (GPUs, t, p, sharding) at (m, f) = (1, 1), checkpointing off, gives a + b + c (and the
-    row's error, if refused); b and c come from phase tables at (1, 1), (2, 1) and (TOP, p) of one representative
-    group per (t, p, checkpointing, phases): u = T(2, 1) − T(1, 1) = b + c, v = T(TOP, p) − T(1, 1) =
-    (TOP − 1)·u + TOP·(p − 1)·c.
-    """
-    cells = [tuple(int(v) for v in c) for c in np.frombuffer(packed, dtype=np.int64).reshape(-1, 5)]
-    bases = sorted({c[:4] for c in cells})
-    places = {b: _placement(gpu_model, (*b, 0), gpus_per_node, inter_node_gbps) for b in bases}
-    jobs: dict[tuple[int, ...], Job] = {}
-
-    def synthetic(base: tuple[int, ...], micro: int, flight: int, ckpt: int) -> Job:
-        groups = base[0] // (base[1] * base[2]) // job.sequence_parallel  # data-parallel groups of the cell
-        key = (micro * groups * flight, flight, ckpt)
-        if key not in jobs:
-            jobs[key] = job.model_copy(update={"batch_size": key[0], "gradient_accumulation_steps": flight,
-                                               "gradient_checkpointing": bool(ckpt)})
-        return jobs[key]
-
-    first = [synthetic(b, 1, 1, 0) for b in bases]
-    batch = theory_batch(first, [places[b] for b in bases], risk=False)
-    constant: dict[tuple[int, ...], tuple[tuple[str, ...], np.ndarray, tuple[float, float]]] = {}
-    refused: dict[tuple[int, ...], str] = {}
-    for k, b in enumerate(bases):
-        found = phase_table(first[k], places[b])
-        if batch.errors[k] is not None or isinstance(found, str):
-            refused[b] = str(batch.errors[k] or found)
-        else:
-            constant[b] = (found[0], found[1].sum(axis=1), _cuda_line(first[k], places[b], found[2]))
-    slopes: dict[tuple[object, ...], tuple[np.ndarray, np.ndarray] | str] = {}
-
-    def slope(base: tuple[int, ...], ckpt: int) -> tuple[np.ndarray, np.ndarray] | str:
-        fsdp = STRATEGIES[base[3]].startswith("fsdp") and base[0] // (base[1] * base[2]) > 1  # as memory._phases
-        key = (base[1], base[2], ckpt, fsdp, constant[base][0])
-        if key not in slopes:
-            points = ((1, 1), (2, 1), (TOP, base[2])) if base[2] > 1 else ((1, 1), (2, 1))
-            tables = [phase_table(synthetic(base, m, f, ckpt), places[base]) for m, f in points]
-            bad = next((t for t in tables if isinstance(t, str)), None)
-            if bad is not None:
-                slopes[key] = str(bad)
-            else:
-                totals = [t[1].sum(axis=1) for t in tables]  # type: ignore[union-attr]
-                u = totals[1] - totals[0]
-                c = ((totals[2] - totals[0] - (TOP - 1) * u) / (TOP * (base[2] - 1)) if len(totals) > 2
-                     else np.zeros_like(u))
-                slopes[key] = (u - c, c)
-        return slopes[key]
-
-    width = max((len(v[1]) for v in constant.values()), default=1)
-    base_a = np.full((len(cells), width), -np.inf)
-    per_micro, per_flight = np.zeros((len(cells), width)), np.zeros((len(cells), width))
-    offset, line = np.full(len(cells), np.nan), np.full(len(cells), np.nan)
-    errors: list[str | None] = []
-    for i, cell in enumerate(cells):
-        b = cell[:4]
-        coef = refused.get(b) or slope(b, cell[4])
-        off = slope(b, 0) if isinstance(coef, tuple) else coef
-        if isinstance(coef, str) or isinstance(off, str):
-            errors.append(coef if isinstance(coef, str) else str(off))
-            continue
-        names, t11, (offset[i], line[i]) = constant[b]
-        pad = width - len(t11)  # a "load" phase makes some tables one row longer: pad the front, as theory_batch
-        base_a[i, pad:] = t11 - off[0] - off[1]
-        per_micro[i, pad:], per_flight[i, pad:] = coef
-        errors.append(None)
-    return _Groups(base_a, per_micro, per_flight, offset, line, tuple(errors))
-
-
-def theory_gate(job: Job, gpu_model: str, space: Space, gpus_per_node: int, max_oom_risk: float,
-                inter_node_gbps: float | None) -> Gate:
-    """The gate of every layout of ``space`` from the group coefficients (plain theory only)."""
-    key = job.model_copy(update={"batch_size": 1, "gradient_accumulation_steps": 1, "gradient_checkpointing": False})
-    g = _groups(key, gpu_model, np.ascontiguousarray(space.cells, dtype=np.int64).tobytes(), gpus_per_node,
-                inter_node_gbps)
-    grp = space.group
-    flight = np.minimum(space.rows.accumulation, space.rows.pp)
-    m = space.micro.astype(float)[:, None]
-    totals = g.base[grp] + (g.per_micro[grp] + g.per_flight[grp] * flight[:, None]) * m
-    need = g.offset[grp] + g.slope[grp] * totals.max(axis=1)
-    limit = need_threshold(float(get_gpu(gpu_model).memory_bytes), max_oom_risk, job.method)
+def theory_gate(job: Job, gpu_model: str, space: Space, max_oom_risk: float,
+                calibration: Calibration | None = None) -> Gate:
+    """The gate of every layout of ``space`` from one theory_rows call (theory with ``calibration``)."""
+    gpu = get_gpu(gpu_model)
+    jobs, places = columns(job, space)
+    gpus = GpuColumns([gpu]).take(np.zeros(len(space), dtype=np.int64))
+    found = theory_rows(jobs, places, get_architecture(job.model), gpus, calibration, risk=False)
+    need = found.peak - found.releasable
+    limit = need_threshold(float(gpu.memory_bytes), max_oom_risk, job.method)
     fits = np.isfinite(need) & (need <= limit)
-    return Gate(need, fits, next((e for e in g.errors if e is not None), None))
+    error = str(found.errors[min(found.errors)]) if found.errors else None
+    return Gate(need, fits, error, found.peak, float(gpu.memory_bytes), job.method)
 
 
 def estimator_gate(estimator: Estimator, jobs: list[Job], places: list[Placement], max_oom_risk: float) -> Gate:

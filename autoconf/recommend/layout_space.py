@@ -28,21 +28,16 @@ from autoconf.estimators.theory.layout_grid import DDP, HYBRID, STRATEGIES, Layo
 from autoconf.schema import Strategy
 
 # Per-GPU micro-batches tried: powers of two, as the nanotron and Megatron sweeps use (nanotron's published best
-# layouts use 1-8), up to ado-autoconf's largest per-device batch, 256 (recommend/objectives.MAX_PER_DEVICE).
+# layouts use 1-8), up to ado-autoconf's largest per-device batch, 256 (it caps batch / GPUs at 256).
 MICRO_BATCHES = tuple(1 << k for k in range(9))
 
 
 @dataclass(frozen=True)
 class Space:
-    """The layouts (``rows``) and, per row, its memory group: one (GPUs, t, p, strategy, checkpointing) cell, the
-    unit theory memory is computed for (recommend/layout_memory.py). ``cells`` lists each group's
-    (GPUs, t, p, strategy index, checkpointing): every allowed one, whatever the global batch, so that searches
-    of one job at different batches share them."""
+    """The layouts (``rows``) and each one's per-GPU micro-batch."""
 
     rows: Layouts
     micro: np.ndarray
-    group: np.ndarray
-    cells: np.ndarray
 
     def __len__(self) -> int:
         return len(self.micro)
@@ -79,8 +74,7 @@ def build(arch: Architecture, batch: int, counts: tuple[int, ...], gpus_per_node
     n, t, p = combos[k, 0], combos[k, 1], combos[k, 2]
     d = n // (t * p)
     per_node = np.minimum(n, gpus_per_node)
-    allowed = ((s == DDP) | (d > 1)) & ((s != HYBRID) | (n > per_node)) & (d % sequence_parallel == 0)
-    keep = allowed.copy()
+    keep = ((s == DDP) | (d > 1)) & ((s != HYBRID) | (n > per_node)) & (d % sequence_parallel == 0)
     groups = d // sequence_parallel
     if batch:
         keep &= batch % (m * np.maximum(groups, 1)) == 0
@@ -88,17 +82,9 @@ def build(arch: Architecture, batch: int, counts: tuple[int, ...], gpus_per_node
         total = np.full(len(k), batch, dtype=np.int64)
     else:
         accumulation, total = np.ones(len(k), dtype=np.int64), m * groups
-    cell = (k * len(STRATEGIES) + s) * 2 + c  # the memory group: every allowed one, whatever the batch
-    used = np.unique(cell[allowed])
-    lookup = np.full(len(combos) * len(STRATEGIES) * 2, -1, dtype=np.int64)
-    lookup[used] = np.arange(len(used))
-    k, s, m, c = k[keep], s[keep], m[keep], c[keep]
-    rows = Layouts(gpus=n[keep], tp=t[keep], pp=p[keep], strategy=s, batch=total[keep],
-                   accumulation=accumulation[keep], checkpointing=c, gpus_per_worker=per_node[keep])
-    k_used = used // (2 * len(STRATEGIES))
-    cells = np.stack([combos[k_used, 0], combos[k_used, 1], combos[k_used, 2], used // 2 % len(STRATEGIES),
-                      used % 2], axis=1)
-    space = Space(rows=rows, micro=m, group=lookup[cell[keep]], cells=cells.reshape(-1, 5))
-    for column in (*rows.__dict__.values(), space.micro, space.group, space.cells):
+    rows = Layouts(gpus=n[keep], tp=t[keep], pp=p[keep], strategy=s[keep], batch=total[keep],
+                   accumulation=accumulation[keep], checkpointing=c[keep], gpus_per_worker=per_node[keep])
+    space = Space(rows=rows, micro=m[keep])
+    for column in (*rows.__dict__.values(), space.micro):
         column.flags.writeable = False
     return space

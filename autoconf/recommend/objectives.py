@@ -1,19 +1,15 @@
-"""Two more recommenders over candidate placements: avoid-OOM and throughput (IBM ado-autoconf's names).
+"""The avoid-OOM recommender over candidate placements (IBM ado-autoconf's name; the throughput objective is the
+layout search of recommend/fastest.py).
 
 * **avoid OOM** (``avoid_oom_batch``): the per-device batch is kept; the requested GPU count is kept
   when the job fits there (``oom_risk ≤ max_oom_risk``), else the fewest GPUs above it that fit
   (candidates of ``search.candidate_gpus``; the global batch grows with the GPUs, as in ado-autoconf).
-* **throughput** (``throughput_batch``): every candidate (GPU count n, gradient accumulation g) whose
-  n·g divides the requested global batch B (per-device micro-batch B / (n·g)) is evaluated; among those
-  with ``oom_risk ≤ max_oom_risk`` the one with the most tokens/s wins (ties: fewer GPUs, then fewer
-  micro-steps). With B = 0 the global batch is free: per-device batch 1, 2, 4, … ``MAX_PER_DEVICE`` ×
-  n GPUs, no accumulation (ado-autoconf's candidate set).
 
 All candidates of all jobs go into one ``Estimator.memory_batch`` call and one vectorised theory
 throughput call (``theory.throughput_grid``); the choice per job is numpy. For theory, candidates that
 share their memory (same micro-batch and GPU count; GPUs differ only in capacity) are computed once.
 The tokens/s reported at the chosen placement is the estimator's own (``annotate``: the hybrid scales
-theory by its learned ratio); the ranking uses theory's formula.
+theory by its learned ratio).
 """
 
 from __future__ import annotations
@@ -30,9 +26,6 @@ from autoconf.estimators.theory.throughput_grid import job_constants, tokens_per
 from autoconf.estimators.theory.vector import MemoryBatch, capacities, gpu_groups, theory_batch
 from autoconf.recommend.search import candidate_gpus
 from autoconf.schema import GIB, Job, Placement
-
-# Largest per-device batch tried when the global batch is free (ado-autoconf caps batch / GPUs at 256).
-MAX_PER_DEVICE = 256
 
 
 @dataclass
@@ -64,17 +57,6 @@ def _rows(spec: list[list[tuple[int, int, int]]]) -> Candidates:
     owner = np.repeat(np.arange(len(spec)), [len(s) for s in spec])
     flat = np.array([c for s in spec for c in s], dtype=np.int64).reshape(-1, 3)
     return Candidates(owner=owner, gpus=flat[:, 0], accumulation=flat[:, 1], batch=flat[:, 2])
-
-
-def throughput_candidates(batches: Sequence[int], max_gpus: int, gpus_per_node: int) -> Candidates:
-    """(n, g, B) per job: n·g divides B (fixed B), or B = per-device × n for a free batch (B = 0)."""
-    counts = list(candidate_gpus(max_gpus, gpus_per_node))
-    free = [(n, 1, b * n) for n in counts for b in (2 ** k for k in range(MAX_PER_DEVICE.bit_length()))]
-    spec = []
-    for batch in batches:
-        spec.append([(n, g, batch) for n in counts for g in range(1, batch // n + 1) if batch % (n * g) == 0]
-                    if batch else free)
-    return _rows(spec)
 
 
 def avoid_oom_candidates(per_device: Sequence[int], requested: Sequence[int], max_gpus: int,
@@ -212,32 +194,6 @@ def avoid_oom_batch(jobs: Sequence[Job], gpu_models: Sequence[str], requested: S
     chosen = _first_per_owner(cand.owner, fits, len(jobs))
     return Choice(chosen, _refusals(cand, memory, chosen, max_oom_risk, f"GPU count ≤ {max_gpus}"), cand, memory,
                   tps, len(cand))
-
-
-def throughput_batch(jobs: Sequence[Job], gpu_models: Sequence[str], estimator: Estimator, *, max_gpus: int = MAX_GPUS,
-                     gpus_per_node: int = GPUS_PER_NODE, max_oom_risk: float = MAX_OOM_RISK,
-                     batches: Sequence[int] | None = None) -> Choice:
-    """The candidate with the most tokens/s among those with oom_risk ≤ max_oom_risk, per job.
-
-    ``batches[i]`` is job i's global batch (default: its ``batch_size``); 0 leaves the global batch free.
-    """
-    cand = sequence_parallel_fits(jobs, throughput_candidates(
-        batches if batches is not None else [j.batch_size for j in jobs], max_gpus, gpus_per_node))
-    memory, tps = evaluate(jobs, gpu_models, cand, estimator, gpus_per_node)
-    ok = memory.ok
-    fits = ok & (memory.oom_risk <= max_oom_risk) & np.isfinite(tps)
-    # lexsort: last key primary -> owner, then most tokens/s, then fewer GPUs, then fewer micro-steps
-    order = np.lexsort((cand.accumulation, cand.gpus, -np.where(fits, tps, -np.inf), cand.owner))
-    ranked = _first_per_owner(cand.owner[order], fits[order], len(jobs))
-    chosen = np.where(ranked >= 0, order[np.maximum(ranked, 0)], -1)
-    reasons = _refusals(cand, memory, chosen, max_oom_risk, f"(GPUs ≤ {max_gpus} whose count × accumulation "
-                        "divides batch_size)")
-    starts = np.searchsorted(cand.owner, np.arange(len(jobs) + 1))
-    for i in np.flatnonzero(chosen < 0).tolist():
-        rows = np.arange(starts[i], starts[i + 1])
-        if len(rows) and ok[rows].any() and not np.isfinite(tps[rows]).any():
-            reasons[i] = f"no throughput estimate: {gpu_models[i]} has no published {jobs[i].dtype} peak"
-    return Choice(chosen, reasons, cand, memory, tps, len(cand))
 
 
 @dataclass

@@ -88,23 +88,43 @@ def _job_constants(job: Job, gpu_model: str, stack: str) -> tuple[np.ndarray, ..
             np.array([tp.backward_share(v, arch) for v in variants]))
 
 
+def _distinct(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(first row of each distinct value of the integer ``code``, each row's index into those): one 1-D sort (a
+    sort of whole rows, np.unique(axis=0), costs far more)."""
+    _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+    return first, inverse.reshape(-1)
+
+
+@lru_cache(maxsize=64)
+def _pairs(ranks: bytes, nodes: bytes) -> tuple[tuple[tuple[int, int], ...], np.ndarray]:
+    """The distinct (ranks, nodes) pairs of two int64 columns (given as bytes) and each row's index into them,
+    memoised on the columns' contents: the collectives over the same groups (data-parallel ranks and nodes, ...)
+    share one sort."""
+    r, k = np.frombuffer(ranks, dtype=np.int64), np.frombuffer(nodes, dtype=np.int64)
+    first, inverse = _distinct(r * (int(k.max(initial=0)) + 1) + k)
+    inverse.flags.writeable = False
+    return tuple(zip(r[first].tolist(), k[first].tolist(), strict=True)), inverse
+
+
 def _alpha(kind: Collective, ranks: np.ndarray, nodes: np.ndarray, link: str) -> np.ndarray:
     """collectives.latency_seconds of each (ranks, nodes) pair, computed once per distinct pair."""
-    pairs = np.stack([np.asarray(ranks, dtype=np.int64), np.asarray(nodes, dtype=np.int64)], axis=-1).reshape(-1, 2)
-    unique, inverse = np.unique(pairs, axis=0, return_inverse=True)
-    values = np.array([latency_seconds(kind, int(r), int(n), link) for r, n in unique])
-    out: np.ndarray = values[inverse.reshape(-1)].reshape(np.shape(ranks))
+    r, k = (np.ascontiguousarray(a, dtype=np.int64).reshape(-1) for a in np.broadcast_arrays(ranks, nodes))
+    pairs, inverse = _pairs(r.tobytes(), k.tobytes())
+    values = np.array([latency_seconds(kind, a, b, link) for a, b in pairs])
+    out: np.ndarray = values[inverse].reshape(np.broadcast_shapes(np.shape(ranks), np.shape(nodes)))
     return out
 
 
 def _buckets(profile: Stack, strategy: np.ndarray, dp: np.ndarray, grads: np.ndarray, width: int) -> np.ndarray:
     """communication()'s gradient buckets per step: max(1, ⌈gradient elements / stacks.bucket_params⌉), once per
     distinct (strategy, dp, gradient bytes of a rank)."""
-    keys = np.stack([strategy.astype(float), dp.astype(float), np.broadcast_to(grads, dp.shape)], axis=-1)
-    unique, inverse = np.unique(keys, axis=0, return_inverse=True)
-    values = np.array([max(1, math.ceil(b / width / bucket_params(profile, STRATEGIES[int(k)], int(d), width)))
-                       for k, d, b in unique], dtype=float)
-    out: np.ndarray = values[inverse.reshape(-1)]
+    grads = np.broadcast_to(grads, dp.shape).astype(float)
+    _, code = np.unique(grads, return_inverse=True)  # the few distinct gradient sizes (one per tp · pp)
+    first, inverse = _distinct((code.reshape(-1) * (int(dp.max(initial=0)) + 1) + dp) * len(STRATEGIES) + strategy)
+    values = np.array([max(1, math.ceil(b / width / bucket_params(profile, STRATEGIES[k], d, width)))
+                       for k, d, b in zip(strategy[first].tolist(), dp[first].tolist(), grads[first].tolist(),
+                                          strict=True)], dtype=float)
+    out: np.ndarray = values[inverse]
     return out
 
 

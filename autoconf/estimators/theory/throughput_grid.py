@@ -1,12 +1,12 @@
 """``estimate_throughput`` for many candidate placements at once: numpy over (GPUs, accumulation, batch).
 
-The throughput recommender ranks every candidate placement of every job. The scalar path
-(``throughput.estimate_throughput``) builds pydantic objects per candidate; here the per-job
+The sweep's recommender (recommend/columns.py) and the avoid-OOM recommender price every candidate placement of
+every job. The scalar path (``throughput.estimate_throughput``) builds pydantic objects per candidate; here the per-job
 constants (FLOPs per token, fitted efficiency base, peak FLOPs, bytes communicated, link speed, layers) are
 computed once per distinct job and the rest of the same formulas runs over arrays. It covers the
 default placement of the search (one pipeline stage, no tensor parallelism, FSDP full shard over
 more than one GPU, DDP on one), where it equals the scalar path to rounding
-(tests/test_objectives.py checks it on random candidates).
+(tests/test_throughput.py checks it against the scalar path).
 """
 
 from __future__ import annotations

@@ -20,14 +20,12 @@ from autoconf.errors import AutoconfError, InvalidInputError
 from autoconf.estimators.theory import memory as mem
 from autoconf.estimators.theory.cuda import GpuColumns
 from autoconf.estimators.theory.memory import ALLOCATOR_PARTS, Found, _empty, theory_rows
-from autoconf.estimators.theory.phases import PHASES, phase_parts, refusals
 from autoconf.estimators.theory.rows import Codes, JobColumns, PlacementColumns
-from autoconf.estimators.theory.states import model_states
 from autoconf.schema import Calibration, Job, Placement
 
 TEXT_PARTS = mem.TEXT_PARTS
 __all__ = ["ALLOCATOR_PARTS", "TEXT_PARTS", "Found", "MemoryBatch", "as_batch", "capacities", "gpu_groups",
-           "phase_table", "theory_batch", "theory_columns", "theory_rows"]
+           "theory_batch", "theory_columns", "theory_rows"]
 
 
 @dataclass(frozen=True)
@@ -194,26 +192,3 @@ def capacities(placements: Sequence[Placement]) -> np.ndarray:
     """Memory of each row's GPU in bytes (NaN for a GPU the catalogue does not know)."""
     found = [_gpu(p.gpu_model) for p in placements]
     return np.array([np.nan if isinstance(g, str) else float(g.memory_bytes) for g in found])
-
-
-PhaseTable = tuple[tuple[str, ...], np.ndarray, float]
-
-
-@lru_cache(maxsize=4096)
-def phase_table(job: Job, placement: Placement, calibration: Calibration | None = None) -> PhaseTable | str:
-    """(phase names, bytes[phase, part] over ALLOCATOR_PARTS, bytes outside the allocator) of one row, the phases
-    it goes through only (no load phase where the stack never moves a full copy to the GPU); the error text if
-    theory refuses the row. The layout search (recommend/layout_memory.py) reads its memory coefficients here."""
-    arch, gpu = _arch(job.model), _gpu(placement.gpu_model)
-    if isinstance(arch, str) or isinstance(gpu, str):
-        return arch if isinstance(arch, str) else str(gpu)
-    jobs, places, gpus = JobColumns.of([job]), PlacementColumns.of([placement]), GpuColumns([gpu])
-    refused = refusals(jobs, places, arch, gpus.no_bf16, gpus.name)
-    if refused:
-        return str(refused[0])
-    st = model_states(jobs, arch, places)
-    phases, has_load = phase_parts(jobs, arch, places, st, calibration)
-    names = tuple(p for p in PHASES if p != "load" or bool(np.asarray(has_load).reshape(-1)[0]))
-    table = np.array([[float(np.asarray(phases[p][c], dtype=float).reshape(-1)[0]) for c in ALLOCATOR_PARTS]
-                      for p in names])
-    return names, table, float(np.asarray(st.outside, dtype=float).reshape(-1)[0])
