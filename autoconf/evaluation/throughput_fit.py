@@ -120,6 +120,8 @@ def _inputs(row: pd.Series) -> tuple[Job, Placement, str]:
     if precision in PRECISION_FP8:  # FP8 GEMMs inside BF16 training (llm-foundry amp_fp8: autocast BF16 + TE FP8)
         data["dtype"] = str(data.get("dtype") or "bf16").replace("fp8", "bf16")
         data["amp"] = str(data.get("amp") or "").replace("fp8", "bf16") or data.get("amp")
+    if stack == "llm-foundry" and "attn_impl triton" in str(data.get("kernels") or ""):
+        stack = "llm-foundry-triton"  # the Job stays llm-foundry's (its fused loss); the profile names the kernel
     job, place = row_to_inputs(data)
     if precision in PRECISION_FP8:
         job = job.model_copy(update={"fp8": True})
@@ -195,7 +197,9 @@ def throughput_rows(frame: pd.DataFrame) -> pd.DataFrame:
             "source": row["source"], "framework": stack if stack != "hf" else job.framework, "gpu": gpu.name,
             "model": job.model, "stack": profile.name,
             "method": job.method, "job": job, "placement": place, "family": gpu.architecture,
-            "fused": tp.fused_kernels(job), "moe": arch.is_moe, "x": tp.micro_batch_tokens(job, place),
+            "fused": tp.fused_kernels(job), "moe": arch.is_moe,
+            # x / (x + X0 · total / active) (throughput.microbatch_overhead_tokens) as x' / (x' + X0)
+            "x": tp.micro_batch_tokens(job, place) * arch.active_params / arch.total_params,
             "kernels": profile.fused_kernels, "compiled": bool(job.torch_compile), "fp8": job.fp8,
             "gpus": place.number_gpus,
             "layout": str(row.get("kernels") or ""),

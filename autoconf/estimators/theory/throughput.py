@@ -42,8 +42,9 @@ from autoconf.schema import Job, Placement, ThroughputEstimate
 #              φ = 1 for unfused stacks. It prices the weight matmuls (at matmul_peak: with FP8, the FP8 peak on the
 #              decoder layers' GEMMs); attention runs at its kernel's published efficiency (ATTENTION_EFFICIENCY).
 # x: tokens of one micro-batch on one GPU; X0 a per-micro-batch fixed cost (optimizer step, launches, data
-# loader) in tokens of compute. R / w: the GPU's ridge point (dense peak FLOP/s over memory bytes/s, FLOPs per
-# byte) over the layer's matmul width w (h; an MoE expert's intermediate size if smaller), times L·h² / N_layers:
+# loader) in tokens of compute, times total / active weights for MoE (microbatch_overhead_tokens). R / w: the GPU's
+# ridge point (dense peak FLOP/s over memory bytes/s, FLOPs per byte) over the layer's matmul width w (h; an MoE
+# expert's intermediate size if smaller), times L·h² / N_layers:
 # per token and layer the matmuls cost ∝ the layer's weights while norms, activations, softmax and residual adds
 # move ∝ h bytes, so the memory-bound share of the step grows as R · L · h / N_layers (small models, MoE with narrow
 # experts, and fast-compute GPUs such as H100 with R ≈ 295 against A100's 153); K is per h² of layer weights
@@ -80,10 +81,10 @@ class EfficiencyFit:
 
 FITTED = EfficiencyFit(
     by_group={},
-    by_method={'full': 0.8874, 'lora': 0.7911, 'qlora': 0.8022},
-    microbatch_tokens=2233.4, fused_loss_factor=1.1264, moe_factor=0.7811, rows=1492,
-    memory_bound=127.2021, attention_cost=0.0000,
-    stack_factor=0.5980, compile_factor=1.1328, fused_memory_share=0.00, fp8_factor=0.7431,
+    by_method={'full': 0.7970, 'lora': 0.6782, 'qlora': 0.6711},
+    microbatch_tokens=1990.5, fused_loss_factor=1.1510, moe_factor=1.1345, rows=1492,
+    memory_bound=67.3551, attention_cost=0.0000,
+    stack_factor=0.6638, compile_factor=1.0614, fused_memory_share=0.00, fp8_factor=0.7566,
     fitted_on='1492 ok non-duplicate tokens/s rows of data/measurements.csv (bench/throughput_accuracy.py --fit)',
 )
 # Those rows: fms-acceleration (A100-SXM4-80GB, L40; full, LoRA, QLoRA, dense and MoE), llm-foundry (MPT
@@ -103,11 +104,18 @@ FITTED = EfficiencyFit(
 # Each value is the middle of its published range (0.615; 0.35; 0.6125). Ada runs Ampere's FlashAttention-2 kernels
 # and Blackwell is given Hopper's: assumptions, no published figure. FLOPs as FlashAttention counts them (backward
 # 2.5 × forward: throughput.flops_parts).
+# FlashAttention written in Triton (the kernel llm-foundry's MPT runs with attn_impl 'triton'): "FlashAttention-2 is
+# ... 1.3-2.5× faster than FlashAttention in Triton" (Dao 2023, §4.1, A100; 1.3-1.5× forward, ~2× backward), so it
+# runs at FlashAttention-2's rate over 1.9 (the middle of the range) on each generation; the ratio is measured on
+# A100 only and assumed elsewhere.
+TRITON_ATTENTION_SLOWDOWN = 1.9
 ATTENTION_EFFICIENCY = {
     ("Ampere", "fa2"): 0.615, ("Ampere", "cudnn"): 0.615, ("Ada Lovelace", "fa2"): 0.615,
     ("Ada Lovelace", "cudnn"): 0.615, ("Hopper", "fa2"): 0.35, ("Hopper", "cudnn"): 0.6125,
     ("Blackwell", "fa2"): 0.35, ("Blackwell", "cudnn"): 0.6125,
 }
+ATTENTION_EFFICIENCY.update({(generation, "triton"): ATTENTION_EFFICIENCY[(generation, "fa2")] / TRITON_ATTENTION_SLOWDOWN
+                             for generation in ("Ampere", "Ada Lovelace", "Hopper", "Blackwell")})
 MAX_EFFICIENCY = 0.95  # no kernel mix sustains more than ~95 % of the dense tensor-core peak
 
 def matmul_params(arch: Architecture) -> float:
@@ -174,6 +182,20 @@ def micro_batch_tokens(job: Job, placement: Placement) -> float:
     return job.batch_size * job.tokens_per_sample / (placement.dp * job.gradient_accumulation_steps)
 
 
+def microbatch_overhead_tokens(arch: Architecture, fit: EfficiencyFit, stack: Stack) -> float:
+    """X0 of a model: the fitted per-micro-batch cost in tokens of compute (φ-scaled on a fused-kernel stack), times
+    the model's total over its active weights.
+
+    The cost that does not shrink with the micro-batch scales with the weights a micro-batch touches, its FLOPs with
+    the weights a token uses. A dense model touches what it uses (ratio 1). An MoE layer in HF touches every expert
+    per micro-batch (transformers' Mixtral / GraniteMoE blocks loop over all experts; bitsandbytes dequantises each
+    expert's weights at each call; FSDP gathers all of them) while a token runs top-k of them: Mixtral 8x7B 46.7 B
+    total / 12.9 B active, Granite-3.0-3B-A800M 3.3 B / 0.8 B.
+    """
+    share = fit.fused_memory_share if stack.fused_kernels else 1.0
+    return fit.microbatch_tokens * share * arch.total_params / arch.active_params
+
+
 def fused_kernels(job: Job) -> bool:
     """A fused cross-entropy (FOAK fused-ce or Liger fused-linear-ce) and the kernel bundle it ships with."""
     return job.effective_loss_kernel != "hf"
@@ -231,7 +253,7 @@ def efficiency(
     stack = stack or stack_for(job.framework)
     x = micro_batch_tokens(job, placement)
     factor = job_factor(job, gpu, arch, fit, stack, recompute)
-    x0 = fit.microbatch_tokens * (fit.fused_memory_share if stack.fused_kernels else 1.0)
+    x0 = microbatch_overhead_tokens(arch, fit, stack)
     return min(factor * x / (x + x0), MAX_EFFICIENCY)
 
 
