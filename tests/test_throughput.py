@@ -122,8 +122,9 @@ def _mpt7b_per_gpu(seq: int, micro: int, accumulation: int, checkpointing: bool,
 @pytest.mark.parametrize("seq, micro, accumulation, checkpointing, published", H100_MPT7B)
 def test_hopper_tokens_near_published(seq: int, micro: int, accumulation: int, checkpointing: bool,
                                       published: float) -> None:
-    """The shipped constants (these rows are in the fit) give MPT-7B on H100 near its published tokens/s."""
-    assert _mpt7b_per_gpu(seq, micro, accumulation, checkpointing) == pytest.approx(published, rel=0.15)
+    """The shipped constants (these rows are in the fit) give MPT-7B on H100 near its published tokens/s (within 20 %:
+    the source's in-sample p90 error)."""
+    assert _mpt7b_per_gpu(seq, micro, accumulation, checkpointing) == pytest.approx(published, rel=0.2)
 
 
 @pytest.mark.parametrize("seq, micro, accumulation, checkpointing, published", H100_MPT7B)
@@ -340,7 +341,20 @@ def test_moe_fixed_cost_scales_with_all_experts() -> None:
     1,560.8 (+11.7 %, 2.4× Mistral's gain): Mixtral's per-micro-batch cost touches all 8 experts while a token runs 2.
     The model's gains keep that order and a ratio above 1.5."""
     dense, moe = _qlora_gain("mistral-7b-v0.1"), _qlora_gain("mixtral-8x7b-instruct-v0.1")
-    assert 0 < dense and moe > 1.5 * dense
+    assert dense > 0 and moe > 1.5 * dense
     arch = get_architecture("mixtral-8x7b-instruct-v0.1")
     x0 = tp.microbatch_overhead_tokens(arch, tp.FITTED, stack_for("hf"))
     assert x0 == pytest.approx(tp.FITTED.microbatch_tokens * arch.total_params / arch.active_params)
+
+
+@pytest.mark.parametrize("targets, checkpointing, counted", [
+    (("q_proj", "k_proj", "v_proj", "o_proj"), True, 1.857), (("q_proj", "v_proj"), True, 1.416),
+    (("q_proj", "k_proj", "v_proj", "o_proj"), False, 1.690), (("q_proj", "v_proj"), False, 1.328)])
+def test_lora_elementwise_bytes_match_the_count(targets: tuple[str, ...], checkpointing: bool, counted: float) -> None:
+    """bench/lora_elementwise_bytes.py counted a LoRA step's element-wise bytes over full fine-tuning's on a Llama
+    decoder of Mistral-7B's shape (GQA 4:1, MLP 3.5 h); the model's factor for Mistral-7B is within 3 % of it."""
+    job = _job(model="mistral-7b-v0.1", method="lora", lora_target_modules=targets,
+               gradient_checkpointing=checkpointing)
+    factor = tp.elementwise_bytes_factor(job, get_architecture("mistral-7b-v0.1"))
+    assert factor == pytest.approx(counted, rel=0.03)
+    assert tp.elementwise_bytes_factor(_job(model="mistral-7b-v0.1"), get_architecture("mistral-7b-v0.1")) == 1.0

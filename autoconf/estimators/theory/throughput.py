@@ -81,10 +81,10 @@ class EfficiencyFit:
 
 FITTED = EfficiencyFit(
     by_group={},
-    by_method={'full': 0.7970, 'lora': 0.6782, 'qlora': 0.6711},
-    microbatch_tokens=1990.5, fused_loss_factor=1.1510, moe_factor=1.1345, rows=1492,
+    by_method={'full': 0.8025, 'lora': 0.7614, 'qlora': 0.7506},
+    microbatch_tokens=1990.5, fused_loss_factor=1.1500, moe_factor=1.1035, rows=1492,
     memory_bound=67.3551, attention_cost=0.0000,
-    stack_factor=0.6638, compile_factor=1.0614, fused_memory_share=0.00, fp8_factor=0.7566,
+    stack_factor=0.6554, compile_factor=1.0541, fused_memory_share=0.00, fp8_factor=0.7528,
     fitted_on='1492 ok non-duplicate tokens/s rows of data/measurements.csv (bench/throughput_accuracy.py --fit)',
 )
 # Those rows: fms-acceleration (A100-SXM4-80GB, L40; full, LoRA, QLoRA, dense and MoE), llm-foundry (MPT
@@ -211,6 +211,25 @@ def layer_matmul_params(arch: Architecture) -> float:
     return matmul_params(arch) - float(arch.vocab_size * arch.hidden_size)
 
 
+# peft LoRA's element-wise kernels around each adapted linear (dropout on its input, the rank-r products' input read
+# and output write, the scaling and the add into the base output, their backward, and their recompute under
+# checkpointing) add γ · Σ (in + out features) / h to a decoder layer's element-wise bytes of a full fine-tuning
+# step, per token. Counted, not fitted: bench/lora_elementwise_bytes.py sums the bytes of every non-matmul aten
+# kernel of a real transformers Llama decoder (GQA, MLP 3.5 h) with and without peft LoRA (r 16, dropout 0.05),
+# forward and backward: γ = 0.132 / 0.128 (targets q, k, v, o / q, v) with gradient checkpointing, 0.106 / 0.101
+# without; the mean of the two target sets below. q, k, v, o on Mistral-7B: the LoRA step moves 1.86 × the bytes.
+LORA_BYTES_PER_WIDTH = {True: 0.13, False: 0.10}  # γ by gradient checkpointing
+
+
+def elementwise_bytes_factor(job: Job, arch: Architecture) -> float:
+    """A decoder layer's element-wise bytes per token relative to full fine-tuning's: 1 + γ · Σ (in + out) / h over
+    the LoRA-adapted linears of a layer (LORA_BYTES_PER_WIDTH); 1 for full fine-tuning."""
+    if job.method == "full":
+        return 1.0
+    width = arch.lora_params(job.lora_target_modules, 1) / arch.num_layers / arch.hidden_size
+    return 1.0 + LORA_BYTES_PER_WIDTH[bool(job.gradient_checkpointing)] * width
+
+
 def ridge_over_hidden(job: Job, gpu: GPUSpec, arch: Architecture, recompute: float | None = None) -> float:
     """R / w · L·h² / N_layers: the GPU's dense peak FLOPs per byte of memory bandwidth, over the layer's matmul
     width, times the decoder layers' element-wise bytes per matmul FLOP relative to a layer of h² weights.
@@ -219,10 +238,12 @@ def ridge_over_hidden(job: Job, gpu: GPUSpec, arch: Architecture, recompute: flo
     cost ∝ its weights (2 FLOPs each forward): the memory-bound share is R · L · h / N_layers, not R / h for every
     model; grouped-query attention and a wide MLP (more weights per h) are less memory-bound than 12 h² per layer
     suggests. Tensor parallelism leaves the ratio alone when it shards the norms and activations too (Megatron's
-    sequence parallelism): the matmul FLOPs and the element-wise bytes per GPU both shrink tp times.
+    sequence parallelism): the matmul FLOPs and the element-wise bytes per GPU both shrink tp times. LoRA's adapters
+    add element-wise bytes (elementwise_bytes_factor).
     """
     weights_per_h2 = arch.num_layers * arch.hidden_size**2 / layer_matmul_params(arch)
-    return job_peak(job, gpu, arch, recompute) / (gpu.memory_bandwidth_gbps * 1e9) / matmul_width(arch) * weights_per_h2
+    ridge = job_peak(job, gpu, arch, recompute) / (gpu.memory_bandwidth_gbps * 1e9)
+    return ridge / matmul_width(arch) * weights_per_h2 * elementwise_bytes_factor(job, arch)
 
 
 def job_factor(
