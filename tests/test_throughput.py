@@ -259,6 +259,7 @@ def test_fp8_needs_fp8_tensor_cores() -> None:
     (_job(fp8=True, batch_size=64), "H100"),
     (_job(model="llama3.1-70b", batch_size=128), "NVIDIA-A100-SXM4-80GB"),
     (_job(method="lora", batch_size=32, tokens_per_sample=2048), "L40S"),
+    (_job(model="mixtral-8x7b-instruct-v0.1", method="qlora", batch_size=16, gradient_checkpointing=True), "H100"),
 ])
 @pytest.mark.parametrize("gpus, accumulation", [(1, 1), (8, 2), (16, 4), (64, 1)])
 def test_grid_equals_scalar_with_latency_and_fp8(job: Job, gpu: str, gpus: int, accumulation: int) -> None:
