@@ -51,9 +51,10 @@ from autoconf.schema import Job, Placement, ThroughputEstimate
 # (a Llama layer holds ~12 h²). a: attention's share of the counted FLOPs; α an extra cost
 # on top of the attention kernel's own time (fitted 0 in the shipped shape: the kernel efficiency prices it). F: the fused-loss kernel
 # bundles (Job.loss_kernel fused-ce = fms-acceleration FOAK / flash_attn's fused CE in llm-foundry,
-# fused-linear-ce = Liger); M: HF's MoE blocks (per-expert loops, small GEMMs). Recompute FLOPs are counted,
-# so this is a hardware-FLOPs utilisation; the reported `mfu` is this assumed efficiency. A GPU architecture
-# with no measured rows uses by_method (pooled over the architectures that have rows).
+# fused-linear-ce = Liger); M: what is left of HF's MoE blocks once X0 covers all experts
+# (microbatch_overhead_tokens). Recompute FLOPs are counted, so this is a hardware-FLOPs utilisation; the reported
+# `mfu` is this assumed efficiency. A GPU architecture with no measured rows uses by_method (pooled over the
+# architectures that have rows).
 # Fitted by least squares in log space on the implied efficiency (measured tokens/s · FLOPs per token /
 # (GPUs · peak), communication removed) of every ok, non-duplicate row of data/measurements.csv with a
 # resolvable model and a GPU peak; X0 and K by grid search. Command: python bench/throughput_accuracy.py --fit
@@ -90,10 +91,10 @@ FITTED = EfficiencyFit(
 # Those rows: fms-acceleration (A100-SXM4-80GB, L40; full, LoRA, QLoRA, dense and MoE), llm-foundry (MPT
 # 125m-70b pre-training on A100-40GB/80GB and H100, 8-512 GPUs), Liger (A100), NVIDIA DGX Cloud NeMo recipes
 # (H100 and GB200, 8-2,304 GPUs, TP/PP/CP layouts, BF16 and FP8), NeMo 24.07 FP8 pre-training (H100), llm-foundry's
-# FP8 table (H100), InternEvo (A100, 8-1,024 GPUs) and fms-fsdp (A100, H100). P < 1: FP8 GEMMs reach 0.76 of the
+# FP8 table (H100), InternEvo (A100, 8-1,024 GPUs) and fms-fsdp (A100, H100). P < 1: FP8 GEMMs reach 0.75 of the
 # fraction of their (doubled) peak that BF16 GEMMs reach of theirs (amax / cast / transpose kernels around them).
 # S < 1 with φ = 0: a fused-kernel stack (stacks.py) pays no memory-bound or per-micro-batch overhead term, and
-# its E·S is what is left (0.51 of the HF E: the plain GEMM efficiency of those stacks). No per-GPU-architecture E:
+# its E·S is what is left (0.66 of the HF E: the plain GEMM efficiency of those stacks). No per-GPU-architecture E:
 # fitted per architecture, the leave-one-source-out error was worse (docs/accuracy.md, throughput-theory);
 # the GPU enters through its peak, its ridge point R and its links. E > 1 is not an efficiency by itself:
 # the memory-bound term always divides it (ridge_over_hidden).
