@@ -11,7 +11,7 @@ attention kernel, a view, the embedding or the loss. Per token and decoder layer
 layers at two sequence lengths, so per-step and per-weight work drops out) it prints the LoRA step's bytes over the
 full fine-tuning step's, and γ: the added share per unit of adapted width Σ(in + out) / h.
 
-    python bench/lora_elementwise_bytes.py
+    python bench/lora_elementwise_bytes.py     # needs the `traced` extra (torch, transformers, peft); ~30 s on a CPU
 
 Measured with torch 2.13 (CPU), transformers 5.24, peft 0.21: γ = 0.132 (q, k, v, o) and 0.128 (q, v) with
 gradient checkpointing, 0.106 and 0.101 without.
