@@ -26,6 +26,16 @@ UPSTREAM = "github.com/mosaicml/llm-foundry@8c8dd48f72168c5d51e2f7b151595892a8fb
 # stays 0.
 GPUS = {"h100_80gb": "NVIDIA-H100-80GB-HBM3", "a100_80gb": "NVIDIA-A100-SXM4-80GB", "a100_40gb": "NVIDIA-A100-SXM4-40GB"}
 STRATEGY = {"FULL_SHARD": "fsdp", "SHARD_GRAD_OP": "fsdp-shard-grad-op"}
+# The attention kernel (MPT ``attn_config.attn_impl``) each table ran, from the scripts that made the tables at
+# 5e85bd62d: sweep.sh (every section but "Large Scale") passes no --attn_impl, so submit_benchmarks.py's default
+# 'triton' applies (llm-foundry's FlashAttention-in-Triton kernel, llmfoundry/models/layers/flash_attn_triton.py);
+# sweep.py (the "Large Scale" section) passes --attn_impl flash for 1b / 3b / 7b / 70b and triton for 13b / 30b.
+LARGE_SCALE_FLASH = ("1b", "3b", "7b", "70b")
+
+
+def attn_impl(section: str, model: str) -> str:
+    """MPT's attn_impl for a table row (see LARGE_SCALE_FLASH)."""
+    return "flash" if section.startswith("H100 80GB BF16 (Large Scale") and model in LARGE_SCALE_FLASH else "triton"
 
 
 def convert(folder: Path = EXTERNAL / SOURCE) -> list[dict[str, Any]]:
@@ -47,7 +57,7 @@ def convert(folder: Path = EXTERNAL / SOURCE) -> list[dict[str, Any]]:
             "gradient_checkpointing": int(src["Activation Checkpointing"] == "True"), "attention": "flash",
             "packing": 0, "optimizer": "decoupled-adamw", "status": "ok", "compute_precision": precision,
             "offload": "activations" if src["Activation CPUOffload"] == "True" else "none",
-            "kernels": f"FSDP mixed precision {src['MP Mode']}",
+            "kernels": f"FSDP mixed precision {src['MP Mode']}; attn_impl {attn_impl(src.section, src.Model)}",
             "tokens_per_second": number(src["Throughput (T/s)"]),
             "tokens_per_second_per_device": number(src["Throughput (T/s/GPU)"]),
             "train_samples_per_second": number(src["Throughput (S/s)"]),

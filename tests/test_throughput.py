@@ -105,28 +105,48 @@ def test_fitted_efficiency_shape() -> None:
     assert small < big < fused
 
 
-# llm-foundry scripts/train/benchmarking/README.md, table "H100 80GB BF16", MPT-7B on 8 H100s (FSDP, bf16):
-# HFU (hardware FLOPs incl. recompute, what our efficiency counts) 46.44 % at 2048 tokens × micro-batch 6 and
-# 53.90 % at 4096 × 16 (shared/data/external/llm-foundry).
-H100_MPT7B_HFU = [(2048, 6, 0.4644), (4096, 16, 0.5390)]
+# llm-foundry scripts/train/benchmarking/README.md, table "H100 80GB BF16", MPT-7B on 8 H100s (FSDP full shard,
+# amp_bf16, attn_impl triton): 10,643 tokens/s per GPU at 2048 tokens × micro-batch 6 × accumulation 1 without
+# activation checkpointing, 8,611 at 4096 × 16 × 2 with it (shared/data/external/llm-foundry).
+H100_MPT7B = [(2048, 6, 1, False, 10643.0), (4096, 16, 2, True, 8611.0)]
 
 
-@pytest.mark.parametrize("seq, micro, published_hfu", H100_MPT7B_HFU)
-def test_hopper_efficiency_near_published_hfu(seq: int, micro: int, published_hfu: float) -> None:
-    """The shipped constants (these rows are in the fit) give MPT-7B on H100 near its published HFU."""
-    job = _job(model="mpt-7b", tokens_per_sample=seq, batch_size=micro, framework="llm-foundry")
-    hopper = tp.efficiency(job, Placement(gpu_model="H100"), get_gpu("H100"), get_architecture("mpt-7b"))
-    assert hopper == pytest.approx(published_hfu, rel=0.15)
+def _mpt7b_per_gpu(seq: int, micro: int, accumulation: int, checkpointing: bool,
+                   fit: tp.EfficiencyFit = tp.FITTED) -> float:
+    job = _job(model="mpt-7b", tokens_per_sample=seq, batch_size=8 * micro * accumulation, framework="llm-foundry",
+               gradient_accumulation_steps=accumulation, gradient_checkpointing=checkpointing, dtype="amp-bf16")
+    placement = Placement(gpu_model="H100", number_gpus=8, strategy="fsdp")
+    return tp.estimate_throughput(job, placement, fit=fit, stack="llm-foundry-triton").tokens_per_second_per_gpu
 
 
-@pytest.mark.parametrize("seq, micro, published_hfu", H100_MPT7B_HFU)
-def test_hopper_efficiency_without_any_hopper_row(seq: int, micro: int, published_hfu: float) -> None:
-    """Fitted without llm-foundry (the only H100 rows), the H100 efficiency is a prediction: within 25 %."""
+@pytest.mark.parametrize("seq, micro, accumulation, checkpointing, published", H100_MPT7B)
+def test_hopper_tokens_near_published(seq: int, micro: int, accumulation: int, checkpointing: bool,
+                                      published: float) -> None:
+    """The shipped constants (these rows are in the fit) give MPT-7B on H100 near its published tokens/s (within 20 %:
+    the source's in-sample p90 error)."""
+    assert _mpt7b_per_gpu(seq, micro, accumulation, checkpointing) == pytest.approx(published, rel=0.2)
+
+
+@pytest.mark.parametrize("seq, micro, accumulation, checkpointing, published", H100_MPT7B)
+def test_hopper_tokens_without_any_hopper_row(seq: int, micro: int, accumulation: int, checkpointing: bool,
+                                              published: float) -> None:
+    """Fitted without llm-foundry (its only H100 rows among the HF-like stacks), the H100 tokens/s is a
+    prediction: within 25 %."""
     rows = _fit_rows()
     held_out = throughput_fit.fit_efficiency(rows[rows["source"] != "llm-foundry"])
-    job = _job(model="mpt-7b", tokens_per_sample=seq, batch_size=micro, framework="llm-foundry")
-    hopper = tp.efficiency(job, Placement(gpu_model="H100"), get_gpu("H100"), get_architecture("mpt-7b"), held_out)
-    assert hopper == pytest.approx(published_hfu, rel=0.25)
+    assert _mpt7b_per_gpu(seq, micro, accumulation, checkpointing, held_out) == pytest.approx(published, rel=0.25)
+
+
+def test_triton_attention_runs_slower_than_flash_attention_2() -> None:
+    """FlashAttention-2 is 1.3-2.5× faster than FlashAttention in Triton (Dao 2023, §4.1): attention seconds of the
+    llm-foundry Triton profile over the FlashAttention-2 profile's lie in that range, on A100 and H100."""
+    job = _job(model="mpt-7b", tokens_per_sample=8192, framework="llm-foundry")
+    arch = get_architecture("mpt-7b")
+    for gpu in ("A100-80GB", "H100"):
+        spec = get_gpu(gpu)
+        triton = tp.attention_seconds(job, spec, arch, stack_for("llm-foundry-triton"))
+        flash = tp.attention_seconds(job, spec, arch, stack_for("hf"))
+        assert 1.3 <= triton / flash <= 2.5
 
 
 def test_communication_by_link_and_nodes() -> None:
@@ -239,6 +259,7 @@ def test_fp8_needs_fp8_tensor_cores() -> None:
     (_job(fp8=True, batch_size=64), "H100"),
     (_job(model="llama3.1-70b", batch_size=128), "NVIDIA-A100-SXM4-80GB"),
     (_job(method="lora", batch_size=32, tokens_per_sample=2048), "L40S"),
+    (_job(model="mixtral-8x7b-instruct-v0.1", method="qlora", batch_size=16, gradient_checkpointing=True), "H100"),
 ])
 @pytest.mark.parametrize("gpus, accumulation", [(1, 1), (8, 2), (16, 4), (64, 1)])
 def test_grid_equals_scalar_with_latency_and_fp8(job: Job, gpu: str, gpus: int, accumulation: int) -> None:
@@ -357,3 +378,34 @@ def test_pipeline_stages_reduce_one_after_another_at_the_nodes_full_network() ->
     neither shares the NICs with the other; TP 2 splits them."""
     assert communication.nic_share(Placement(gpu_model="H100", number_gpus=32, gpus_per_worker=8, pp=2)) == 1.0
     assert communication.nic_share(Placement(gpu_model="H100", number_gpus=32, gpus_per_worker=8, pp=2, tp=2)) == 0.5
+def _qlora_gain(model: str) -> float:
+    """Predicted tokens/s at micro-batch 8 over micro-batch 4 (4,096 tokens, QLoRA, checkpointing, one A100)."""
+    def tps(batch: int) -> float:
+        job = _job(model=model, method="qlora", batch_size=batch, gradient_checkpointing=True)
+        return tp.estimate_throughput(job, Placement(gpu_model="A100-80GB")).tokens_per_second
+    return tps(8) / tps(4) - 1
+
+
+def test_moe_fixed_cost_scales_with_all_experts() -> None:
+    """fms-acceleration refs/a100_80gb.csv at f39d03c (baseline-peft-bnb, one A100-80GB): doubling the micro-batch
+    from 4 to 8 sequences lifts Mistral-7B from 2,748.9 to 2,880.9 tokens/s (+4.8 %) and Mixtral-8x7B from 1,396.9 to
+    1,560.8 (+11.7 %, 2.4× Mistral's gain): Mixtral's per-micro-batch cost touches all 8 experts while a token runs 2.
+    The model's gains keep that order and a ratio above 1.5."""
+    dense, moe = _qlora_gain("mistral-7b-v0.1"), _qlora_gain("mixtral-8x7b-instruct-v0.1")
+    assert dense > 0 and moe > 1.5 * dense
+    arch = get_architecture("mixtral-8x7b-instruct-v0.1")
+    x0 = tp.microbatch_overhead_tokens(arch, tp.FITTED, stack_for("hf"))
+    assert x0 == pytest.approx(tp.FITTED.microbatch_tokens * arch.total_params / arch.active_params)
+
+
+@pytest.mark.parametrize("targets, checkpointing, counted", [
+    (("q_proj", "k_proj", "v_proj", "o_proj"), True, 1.857), (("q_proj", "v_proj"), True, 1.416),
+    (("q_proj", "k_proj", "v_proj", "o_proj"), False, 1.690), (("q_proj", "v_proj"), False, 1.328)])
+def test_lora_elementwise_bytes_match_the_count(targets: tuple[str, ...], checkpointing: bool, counted: float) -> None:
+    """bench/lora_elementwise_bytes.py counted a LoRA step's element-wise bytes over full fine-tuning's on a Llama
+    decoder of Mistral-7B's shape (GQA 4:1, MLP 3.5 h); the model's factor for Mistral-7B is within 3 % of it."""
+    job = _job(model="mistral-7b-v0.1", method="lora", lora_target_modules=targets,
+               gradient_checkpointing=checkpointing)
+    factor = tp.elementwise_bytes_factor(job, get_architecture("mistral-7b-v0.1"))
+    assert factor == pytest.approx(counted, rel=0.03)
+    assert tp.elementwise_bytes_factor(_job(model="mistral-7b-v0.1"), get_architecture("mistral-7b-v0.1")) == 1.0

@@ -58,6 +58,29 @@ def test_llm_foundry_rows_are_answered() -> None:
     assert tp.estimate_throughput(job, place).tokens_per_second > 0
 
 
+@pytest.mark.parametrize("section, model, kernel", [
+    ("H100 80GB BF16", "mpt-7b", "llm-foundry-triton"),  # sweep.sh: submit_benchmarks.py's default attn_impl
+    ("A100 40GB.*", "mpt-125m", "llm-foundry-triton"),
+    (r"H100 80GB BF16 \(Large Scale.*", "mpt-7b", "hf"),  # sweep.py: --attn_impl flash for 1b, 3b, 7b, 70b
+    (r"H100 80GB BF16 \(Large Scale.*", "mpt-13b", "llm-foundry-triton")])  # ... and triton for 13b, 30b
+def test_llm_foundry_rows_run_the_attention_kernel_their_script_named(section: str, model: str, kernel: str) -> None:
+    """llm-foundry 5e85bd62d scripts/train/benchmarking: which attn_impl made each table (data/convert_llm_foundry)."""
+    frame = load_measurements()
+    sections = frame["campaign"].str.split(":", n=1).str[-1]
+    row = frame[(frame["source"] == "llm-foundry") & sections.str.fullmatch(section) & (frame["model_name"] == model)
+                ].iloc[0]
+    assert tf._inputs(row)[2] == kernel
+
+
+def test_scattermoe_expert_parallel_rows_are_left_out() -> None:
+    """fms-acceleration's "moe-scattermoe-granite-epN" configs shard the experts over N ranks (expert parallelism,
+    not modelled): left out like rows whose expert_parallel column says so; ep1 rows stay."""
+    frame = load_measurements()
+    rows = tf.throughput_rows(frame[frame["kernels"].fillna("").str.contains("scattermoe")])
+    assert set(rows["layout"].str.extract(r"-ep(\d+)")[0]) == {"1"}
+    assert any("expert" in reason for reason in rows.attrs["skipped"])
+
+
 def test_shard_grad_op_rows_train_in_bf16_autocast() -> None:
     """amp_bf16 under SHARD_GRAD_OP is fp32 master weights with bf16 compute, as under FULL_SHARD."""
     frame = load_measurements()

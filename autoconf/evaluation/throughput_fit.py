@@ -45,6 +45,9 @@ METHODS = ("full", "lora", "qlora")
 EXTRAS = ("fused", "moe", "kernels", "compiled", "fp8")  # multiplicative factors F, M, S, C, P (0/1 features)
 _LINK = re.compile(r"(\d+(?:\.\d+)?)\s*Gbps node-node", re.IGNORECASE)
 _VP = re.compile(r"\bVP[ =](\d+)")
+# fms-acceleration's accelerated-moe plugin names its expert-parallel degree in the framework config
+# ("moe-scattermoe-granite-ep4": ScatterMoE with ep_degree 4, experts sharded over 4 ranks, tokens sent by all-to-all)
+_SCATTERMOE_EP = re.compile(r"scattermoe-[a-z]+-ep(\d+)")
 _ZERO_GROUP = re.compile(r"\bzero1=(\d+)")  # InternEvo's ZeRO group size (zero1=-1: all data-parallel ranks)
 # fms-fsdp states MFU and HFU per GPU next to each table cell ("MFU (A100 80G)=0.51, HFU (A100 80G)=0.59")
 _MFU_HFU = re.compile(r"MFU \((A100|H100) 80G\)=([\d.]+), HFU \(\1 80G\)=([\d.]+)")
@@ -105,7 +108,8 @@ def _inputs(row: pd.Series) -> tuple[Job, Placement, str]:
     if precision in PRECISION_NOT_MODELLED:
         raise ValueError(f"compute precision {precision} not modelled")
     data = row.to_dict()
-    if str(data.get("expert_parallel") or "") not in ("", "nan", "1", "1.0"):
+    scatter = _SCATTERMOE_EP.search(str(data.get("kernels") or ""))
+    if str(data.get("expert_parallel") or "") not in ("", "nan", "1", "1.0") or (scatter and int(scatter.group(1)) > 1):
         raise ValueError("expert parallelism not modelled")
     if stack in ("nemo", "megatron") and str(data.get("packing")) in ("1", "1.0", "True"):
         # NeMo packed SFT attends within each packed sample (THD layout, cu_seqlens: NeMo docs "Sequence Packing");
@@ -120,6 +124,8 @@ def _inputs(row: pd.Series) -> tuple[Job, Placement, str]:
     if precision in PRECISION_FP8:  # FP8 GEMMs inside BF16 training (llm-foundry amp_fp8: autocast BF16 + TE FP8)
         data["dtype"] = str(data.get("dtype") or "bf16").replace("fp8", "bf16")
         data["amp"] = str(data.get("amp") or "").replace("fp8", "bf16") or data.get("amp")
+    if stack == "llm-foundry" and "attn_impl triton" in str(data.get("kernels") or ""):
+        stack = "llm-foundry-triton"  # the Job stays llm-foundry's (its fused loss); the profile names the kernel
     job, place = row_to_inputs(data)
     if precision in PRECISION_FP8:
         job = job.model_copy(update={"fp8": True})
@@ -195,7 +201,9 @@ def throughput_rows(frame: pd.DataFrame) -> pd.DataFrame:
             "source": row["source"], "framework": stack if stack != "hf" else job.framework, "gpu": gpu.name,
             "model": job.model, "stack": profile.name,
             "method": job.method, "job": job, "placement": place, "family": gpu.architecture,
-            "fused": tp.fused_kernels(job), "moe": arch.is_moe, "x": tp.micro_batch_tokens(job, place),
+            "fused": tp.fused_kernels(job), "moe": arch.is_moe,
+            # x / (x + X0 · total / active) (throughput.microbatch_overhead_tokens) as x' / (x' + X0)
+            "x": tp.micro_batch_tokens(job, place) * arch.active_params / arch.total_params,
             "kernels": profile.fused_kernels, "compiled": bool(job.torch_compile), "fp8": job.fp8,
             "gpus": place.number_gpus,
             "layout": str(row.get("kernels") or ""),

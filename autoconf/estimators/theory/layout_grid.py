@@ -142,7 +142,7 @@ def layout_speeds(job: Job, gpu_model: str, rows: Layouts, *, stack: str | None 
     flops_by, factor_by, matmul_by, peak_by, attention_by, backward_by = _job_constants(key, gpu_model, profile.name)
     c = rows.checkpointing
     flops, factor, matmuls, peak, attention = flops_by[c], factor_by[c], matmul_by[c], peak_by[c], attention_by[c]
-    x0 = fit.microbatch_tokens * (fit.fused_memory_share if profile.fused_kernels else 1.0)
+    x0 = tp.microbatch_overhead_tokens(arch, fit, profile)
     n, t, p, d, g = rows.gpus, rows.tp, rows.pp, rows.dp, rows.accumulation
     tokens = rows.batch.astype(float) * job.tokens_per_sample
     # efficiency(): micro_batch_tokens over dp · accumulation

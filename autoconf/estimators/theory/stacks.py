@@ -20,7 +20,8 @@ The profile says *what* a stack does, with a source per claim; *how much* each b
   so one latency α: theory/collectives.py); 0 = the HF defaults (PyTorch DDP ``bucket_cap_mb=25``; DeepSpeed
   ZeRO-1/2 ``reduce_bucket_size`` = ``allgather_bucket_size`` = 5e8 elements).
 - attention_kernel: "cudnn" for Transformer Engine's cuDNN fused attention (NeMo / Megatron-Core recipes), whose
-  Hopper kernels are of FlashAttention-3's kind; "fa2" for FlashAttention-2 and PyTorch SDPA (everything else).
+  Hopper kernels are of FlashAttention-3's kind; "triton" for FlashAttention written in Triton (llm-foundry's
+  ``attn_impl: triton``); "fa2" for FlashAttention-2 and PyTorch SDPA (everything else).
 - tp_exposed_share: the share of the TP collectives that tp_overlap does not hide (nanotron overlaps the column-
   parallel linears' all-gather with the local shard's GEMM, not the row-parallel linears' reduce-scatter: 0.5).
 - grad_reduce_bytes: bytes per gradient element in the data-parallel reduction when it is not the training dtype
@@ -53,7 +54,7 @@ class Stack:
     bucket_params: float = 0.0
     bucket_params_per_rank: float = 0.0
     param_broadcast: bool = False
-    attention_kernel: str = "fa2"  # throughput.ATTENTION_EFFICIENCY: "fa2" (FlashAttention-2 / SDPA) or "cudnn"
+    attention_kernel: str = "fa2"  # throughput.ATTENTION_EFFICIENCY: "fa2" (FlashAttention-2 / SDPA), "cudnn", "triton"
     tp_exposed_share: float = 0.0  # with tp_overlap: the share of the TP collectives that still runs exposed
     grad_reduce_bytes: int = 0  # bytes per gradient element reduced across data-parallel ranks (0: the dtype's)
     overlap_p2p: bool = False  # pipeline sends overlap compute under the interleaved schedule (virtual_pp > 1)
@@ -111,6 +112,14 @@ STACKS: dict[str, Stack] = {
                       # DDP sizes its buckets on the model's bf16 gradients (2 bytes each), whatever the hook reduces
                       tp_exposed_share=0.5, grad_reduce_bytes=4, bucket_params=DDP_BUCKET_BYTES / 2,
                       param_gather_calls=1),
+    "llm-foundry-triton": Stack("llm-foundry-triton", fused_kernels=False, overlap_param_gather=False, tp_overlap=False,
+                                source="mosaicml/llm-foundry at 5e85bd62d (the commit of its benchmark tables): MPT "
+                                       "with attn_impl 'triton' (scripts/train/benchmarking/submit_benchmarks.py "
+                                       "--attn_impl default, which sweep.sh keeps), i.e. "
+                                       "llmfoundry/models/layers/flash_attn_triton.py, FlashAttention written in "
+                                       "Triton (copied from HazyResearch/flash-attention flash_attn_triton.py); "
+                                       "Composer FSDP; eager norms and GELU",
+                                attention_kernel="triton"),
     "fms-fsdp": Stack("fms-fsdp", fused_kernels=False, overlap_param_gather=False, tp_overlap=False,
                       source="foundation-model-stack/fms-fsdp README: PyTorch FSDP / HSDP with SDPA flash attention; "
                              "torch.compile in the newest table (Job.torch_compile)"),

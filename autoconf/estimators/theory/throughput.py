@@ -42,17 +42,19 @@ from autoconf.schema import Job, Placement, ThroughputEstimate
 #              φ = 1 for unfused stacks. It prices the weight matmuls (at matmul_peak: with FP8, the FP8 peak on the
 #              decoder layers' GEMMs); attention runs at its kernel's published efficiency (ATTENTION_EFFICIENCY).
 # x: tokens of one micro-batch on one GPU; X0 a per-micro-batch fixed cost (optimizer step, launches, data
-# loader) in tokens of compute. R / w: the GPU's ridge point (dense peak FLOP/s over memory bytes/s, FLOPs per
-# byte) over the layer's matmul width w (h; an MoE expert's intermediate size if smaller), times L·h² / N_layers:
+# loader) in tokens of compute, times total / active weights for MoE (microbatch_overhead_tokens). R / w: the GPU's
+# ridge point (dense peak FLOP/s over memory bytes/s, FLOPs per byte) over the layer's matmul width w (h; an MoE
+# expert's intermediate size if smaller), times L·h² / N_layers:
 # per token and layer the matmuls cost ∝ the layer's weights while norms, activations, softmax and residual adds
 # move ∝ h bytes, so the memory-bound share of the step grows as R · L · h / N_layers (small models, MoE with narrow
 # experts, and fast-compute GPUs such as H100 with R ≈ 295 against A100's 153); K is per h² of layer weights
 # (a Llama layer holds ~12 h²). a: attention's share of the counted FLOPs; α an extra cost
 # on top of the attention kernel's own time (fitted 0 in the shipped shape: the kernel efficiency prices it). F: the fused-loss kernel
 # bundles (Job.loss_kernel fused-ce = fms-acceleration FOAK / flash_attn's fused CE in llm-foundry,
-# fused-linear-ce = Liger); M: HF's MoE blocks (per-expert loops, small GEMMs). Recompute FLOPs are counted,
-# so this is a hardware-FLOPs utilisation; the reported `mfu` is this assumed efficiency. A GPU architecture
-# with no measured rows uses by_method (pooled over the architectures that have rows).
+# fused-linear-ce = Liger); M: what is left of HF's MoE blocks once X0 covers all experts
+# (microbatch_overhead_tokens). Recompute FLOPs are counted, so this is a hardware-FLOPs utilisation; the reported
+# `mfu` is this assumed efficiency. A GPU architecture with no measured rows uses by_method (pooled over the
+# architectures that have rows).
 # Fitted by least squares in log space on the implied efficiency (measured tokens/s · FLOPs per token /
 # (GPUs · peak), communication removed) of every ok, non-duplicate row of data/measurements.csv with a
 # resolvable model and a GPU peak; X0 and K by grid search. Command: python bench/throughput_accuracy.py --fit
@@ -80,19 +82,19 @@ class EfficiencyFit:
 
 FITTED = EfficiencyFit(
     by_group={},
-    by_method={'full': 0.8874, 'lora': 0.7911, 'qlora': 0.8022},
-    microbatch_tokens=2233.4, fused_loss_factor=1.1264, moe_factor=0.7811, rows=1492,
-    memory_bound=127.2021, attention_cost=0.0000,
-    stack_factor=0.5980, compile_factor=1.1328, fused_memory_share=0.00, fp8_factor=0.7431,
-    fitted_on='1492 ok non-duplicate tokens/s rows of data/measurements.csv (bench/throughput_accuracy.py --fit)',
+    by_method={'full': 0.7941, 'lora': 0.7630, 'qlora': 0.7535},
+    microbatch_tokens=1990.5, fused_loss_factor=1.1537, moe_factor=1.0827, rows=1465,
+    memory_bound=67.3551, attention_cost=0.0000,
+    stack_factor=0.6615, compile_factor=1.0651, fused_memory_share=0.00, fp8_factor=0.7533,
+    fitted_on='1465 ok non-duplicate tokens/s rows of data/measurements.csv (bench/throughput_accuracy.py --fit)',
 )
 # Those rows: fms-acceleration (A100-SXM4-80GB, L40; full, LoRA, QLoRA, dense and MoE), llm-foundry (MPT
 # 125m-70b pre-training on A100-40GB/80GB and H100, 8-512 GPUs), Liger (A100), NVIDIA DGX Cloud NeMo recipes
 # (H100 and GB200, 8-2,304 GPUs, TP/PP/CP layouts, BF16 and FP8), NeMo 24.07 FP8 pre-training (H100), llm-foundry's
-# FP8 table (H100), InternEvo (A100, 8-1,024 GPUs) and fms-fsdp (A100, H100). P < 1: FP8 GEMMs reach 0.76 of the
+# FP8 table (H100), InternEvo (A100, 8-1,024 GPUs) and fms-fsdp (A100, H100). P < 1: FP8 GEMMs reach 0.75 of the
 # fraction of their (doubled) peak that BF16 GEMMs reach of theirs (amax / cast / transpose kernels around them).
 # S < 1 with φ = 0: a fused-kernel stack (stacks.py) pays no memory-bound or per-micro-batch overhead term, and
-# its E·S is what is left (0.51 of the HF E: the plain GEMM efficiency of those stacks). No per-GPU-architecture E:
+# its E·S is what is left (0.66 of the HF E: the plain GEMM efficiency of those stacks). No per-GPU-architecture E:
 # fitted per architecture, the leave-one-source-out error was worse (docs/accuracy.md, throughput-theory);
 # the GPU enters through its peak, its ridge point R and its links. E > 1 is not an efficiency by itself:
 # the memory-bound term always divides it (ridge_over_hidden).
@@ -103,11 +105,18 @@ FITTED = EfficiencyFit(
 # Each value is the middle of its published range (0.615; 0.35; 0.6125). Ada runs Ampere's FlashAttention-2 kernels
 # and Blackwell is given Hopper's: assumptions, no published figure. FLOPs as FlashAttention counts them (backward
 # 2.5 × forward: throughput.flops_parts).
+# FlashAttention written in Triton (the kernel llm-foundry's MPT runs with attn_impl 'triton'): "FlashAttention-2 is
+# ... 1.3-2.5× faster than FlashAttention in Triton" (Dao 2023, §4.1, A100; 1.3-1.5× forward, ~2× backward), so it
+# runs at FlashAttention-2's rate over 1.9 (the middle of the range) on each generation; the ratio is measured on
+# A100 only and assumed elsewhere.
+TRITON_ATTENTION_SLOWDOWN = 1.9
 ATTENTION_EFFICIENCY = {
     ("Ampere", "fa2"): 0.615, ("Ampere", "cudnn"): 0.615, ("Ada Lovelace", "fa2"): 0.615,
     ("Ada Lovelace", "cudnn"): 0.615, ("Hopper", "fa2"): 0.35, ("Hopper", "cudnn"): 0.6125,
     ("Blackwell", "fa2"): 0.35, ("Blackwell", "cudnn"): 0.6125,
 }
+ATTENTION_EFFICIENCY.update({(generation, "triton"): ATTENTION_EFFICIENCY[(generation, "fa2")] / TRITON_ATTENTION_SLOWDOWN
+                             for generation in ("Ampere", "Ada Lovelace", "Hopper", "Blackwell")})
 MAX_EFFICIENCY = 0.95  # no kernel mix sustains more than ~95 % of the dense tensor-core peak
 
 def matmul_params(arch: Architecture) -> float:
@@ -174,6 +183,20 @@ def micro_batch_tokens(job: Job, placement: Placement) -> float:
     return job.batch_size * job.tokens_per_sample / (placement.dp * job.gradient_accumulation_steps)
 
 
+def microbatch_overhead_tokens(arch: Architecture, fit: EfficiencyFit, stack: Stack) -> float:
+    """X0 of a model: the fitted per-micro-batch cost in tokens of compute (φ-scaled on a fused-kernel stack), times
+    the model's total over its active weights.
+
+    The cost that does not shrink with the micro-batch scales with the weights a micro-batch touches, its FLOPs with
+    the weights a token uses. A dense model touches what it uses (ratio 1). An MoE layer in HF touches every expert
+    per micro-batch (transformers' Mixtral / GraniteMoE blocks loop over all experts; bitsandbytes dequantises each
+    expert's weights at each call; FSDP gathers all of them) while a token runs top-k of them: Mixtral 8x7B 46.7 B
+    total / 12.9 B active, Granite-3.0-3B-A800M 3.3 B / 0.8 B.
+    """
+    share = fit.fused_memory_share if stack.fused_kernels else 1.0
+    return fit.microbatch_tokens * share * arch.total_params / arch.active_params
+
+
 def fused_kernels(job: Job) -> bool:
     """A fused cross-entropy (FOAK fused-ce or Liger fused-linear-ce) and the kernel bundle it ships with."""
     return job.effective_loss_kernel != "hf"
@@ -189,6 +212,25 @@ def layer_matmul_params(arch: Architecture) -> float:
     return matmul_params(arch) - float(arch.vocab_size * arch.hidden_size)
 
 
+# peft LoRA's element-wise kernels around each adapted linear (dropout on its input, the rank-r products' input read
+# and output write, the scaling and the add into the base output, their backward, and their recompute under
+# checkpointing) add γ · Σ (in + out features) / h to a decoder layer's element-wise bytes of a full fine-tuning
+# step, per token. Counted, not fitted: bench/lora_elementwise_bytes.py sums the bytes of every non-matmul aten
+# kernel of a real transformers Llama decoder (GQA, MLP 3.5 h) with and without peft LoRA (r 16, dropout 0.05),
+# forward and backward: γ = 0.132 / 0.128 (targets q, k, v, o / q, v) with gradient checkpointing, 0.106 / 0.101
+# without; the mean of the two target sets below. q, k, v, o on Mistral-7B: the LoRA step moves 1.86 × the bytes.
+LORA_BYTES_PER_WIDTH = {True: 0.13, False: 0.10}  # γ by gradient checkpointing
+
+
+def elementwise_bytes_factor(job: Job, arch: Architecture) -> float:
+    """A decoder layer's element-wise bytes per token relative to full fine-tuning's: 1 + γ · Σ (in + out) / h over
+    the LoRA-adapted linears of a layer (LORA_BYTES_PER_WIDTH); 1 for full fine-tuning."""
+    if job.method == "full":
+        return 1.0
+    width = arch.lora_params(job.lora_target_modules, 1) / arch.num_layers / arch.hidden_size
+    return 1.0 + LORA_BYTES_PER_WIDTH[bool(job.gradient_checkpointing)] * width
+
+
 def ridge_over_hidden(job: Job, gpu: GPUSpec, arch: Architecture, recompute: float | None = None) -> float:
     """R / w · L·h² / N_layers: the GPU's dense peak FLOPs per byte of memory bandwidth, over the layer's matmul
     width, times the decoder layers' element-wise bytes per matmul FLOP relative to a layer of h² weights.
@@ -197,10 +239,12 @@ def ridge_over_hidden(job: Job, gpu: GPUSpec, arch: Architecture, recompute: flo
     cost ∝ its weights (2 FLOPs each forward): the memory-bound share is R · L · h / N_layers, not R / h for every
     model; grouped-query attention and a wide MLP (more weights per h) are less memory-bound than 12 h² per layer
     suggests. Tensor parallelism leaves the ratio alone when it shards the norms and activations too (Megatron's
-    sequence parallelism): the matmul FLOPs and the element-wise bytes per GPU both shrink tp times.
+    sequence parallelism): the matmul FLOPs and the element-wise bytes per GPU both shrink tp times. LoRA's adapters
+    add element-wise bytes (elementwise_bytes_factor).
     """
     weights_per_h2 = arch.num_layers * arch.hidden_size**2 / layer_matmul_params(arch)
-    return job_peak(job, gpu, arch, recompute) / (gpu.memory_bandwidth_gbps * 1e9) / matmul_width(arch) * weights_per_h2
+    ridge = job_peak(job, gpu, arch, recompute) / (gpu.memory_bandwidth_gbps * 1e9)
+    return ridge / matmul_width(arch) * weights_per_h2 * elementwise_bytes_factor(job, arch)
 
 
 def job_factor(
@@ -231,7 +275,7 @@ def efficiency(
     stack = stack or stack_for(job.framework)
     x = micro_batch_tokens(job, placement)
     factor = job_factor(job, gpu, arch, fit, stack, recompute)
-    x0 = fit.microbatch_tokens * (fit.fused_memory_share if stack.fused_kernels else 1.0)
+    x0 = microbatch_overhead_tokens(arch, fit, stack)
     return min(factor * x / (x + x0), MAX_EFFICIENCY)
 
 

@@ -20,14 +20,16 @@ from autoconf.catalog import get_architecture, get_gpu
 from autoconf.errors import AutoconfError
 from autoconf.estimators.theory import collectives
 from autoconf.estimators.theory import throughput as tp
+from autoconf.estimators.theory.stacks import stack_for
 from autoconf.estimators.theory.weights import trainable_params
 from autoconf.schema import Job
 
 # Per-job constants, in this order: matmul FLOPs/token, the efficiency without its micro-batch term
 # (throughput.job_factor), the matmuls' peak FLOPs/s, parameter bytes gathered per FSDP all-gather, gradient bytes
 # reduce-scattered, intra-node GB/s, FSDP units (decoder layers), the in-node ring hop latency in µs
-# (collectives.RING_HOP_US by the GPU's link), attention seconds per token on one GPU (throughput.attention_seconds).
-CONSTANTS = 9
+# (collectives.RING_HOP_US by the GPU's link), attention seconds per token on one GPU (throughput.attention_seconds),
+# the per-micro-batch cost X0 in tokens (throughput.microbatch_overhead_tokens).
+CONSTANTS = 10
 
 
 @lru_cache(maxsize=65536)
@@ -43,7 +45,8 @@ def _constants(job: Job, gpu_model: str) -> tuple[float, ...]:
         matmuls, _ = tp.flops_parts(job, arch)
         return (matmuls, base, tp.matmul_peak(job, gpu, arch), arch.total_params * width,
                 trainable_params(job, arch) * width, gpu.intra_node_bandwidth_gbps, float(arch.num_layers), hop,
-                tp.attention_seconds(job, gpu, arch))
+                tp.attention_seconds(job, gpu, arch),
+                tp.microbatch_overhead_tokens(arch, tp.FITTED, stack_for(job.framework)))
     except (AutoconfError, ValueError):
         return (np.nan,) * CONSTANTS
 
@@ -64,11 +67,11 @@ def tokens_per_second(constants: np.ndarray, owner: np.ndarray, tokens_per_sampl
     """Tokens/s of candidate rows: row r is job ``owner[r]`` with global ``batch[r]`` on ``gpus[r]`` GPUs
     and ``accumulation[r]`` micro-steps; ``tokens_per_sample`` is per job. NaN where a job has no constants."""
     c = constants[owner]
-    flops, base, peak, shard, grads, intra, layers, hop, attention = (c[:, k] for k in range(CONSTANTS))
+    flops, base, peak, shard, grads, intra, layers, hop, attention, x0 = (c[:, k] for k in range(CONSTANTS))
     n, g, b = gpus.astype(float), accumulation.astype(float), batch.astype(float)
     tokens = b * tokens_per_sample[owner]
     micro = tokens / (n * g)  # throughput.micro_batch_tokens with dp = number_gpus
-    eff = np.minimum(base * micro / (micro + tp.FITTED.microbatch_tokens), tp.MAX_EFFICIENCY)
+    eff = np.minimum(base * micro / (micro + x0), tp.MAX_EFFICIENCY)
     compute = tokens * (flops / (peak * eff) + attention) / n  # compute_seconds, pp = 1: no bubble
     workers = np.ceil(n / np.minimum(n, gpus_per_node))
     bandwidth = np.where(workers <= 1, intra, np.minimum(intra, tp.INTER_NODE_BANDWIDTH_GBPS))
