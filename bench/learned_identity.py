@@ -13,7 +13,8 @@ phases, notes and errors exactly) of:
   over GPU counts (without it);
 * the 3,960-point seed sweep: ``autoconf-gpu sweep --estimator NAME`` over ``space_frame()`` (a fresh CLI process;
   the CSV cell by cell);
-* the 500 random jobs of bench/theory_identity.py: ``recommend_frame`` with and without ``number_gpus``.
+* the 500 random jobs of bench/theory_identity.py: ``recommend_frame`` with and without ``number_gpus``;
+* the seed space and the random jobs searched in strict mode (refused outside the version's training domain).
 
 The dump is a pickle outside the repository; nothing here reads the code under test to make expected values.
 """
@@ -94,6 +95,8 @@ def dump() -> dict[str, Any]:
         out[f"{name}_random_given_csv"] = recommend_frame(frame, est).to_csv(index=False)
         out[f"{name}_random_search_csv"] = recommend_frame(frame.drop(columns=["number_gpus"]), est).to_csv(
             index=False)
+        out[f"{name}_strict_csv"] = recommend_frame(pd.concat([space, frame.drop(columns=["number_gpus"])]), est,
+                                                    strict=True).to_csv(index=False)
     return out
 
 
