@@ -138,8 +138,10 @@ class LearnedEstimator(Estimator):
         found, errors = theory_columns(job, place, models, gpus, risk=False)
         th = as_batch(found, errors)
         cols = feature_columns(job, place, models, gpus, th)
-        notes = np.array([approximation_note(str(m)) for m in models.table], dtype=object)
-        batch = self._correct(th, cols, notes[models.codes], job.framework.astype(object), job.method)
+        notes = np.full(len(models.table), "", dtype=object)
+        for k in np.unique(models.codes[th.ok]).tolist():  # a refused row's model may not resolve at all
+            notes[k] = approximation_note(str(models.table[k]))
+        batch = self._correct(th, cols, notes[models.codes], job.framework, job.method)
         corrected = replace(found, parts=batch.parts, allocated=batch.allocated, reserved=batch.reserved,
                             peak=batch.peak, oom_risk=batch.oom_risk)
         return corrected, errors, batch

@@ -165,25 +165,23 @@ def feature_columns(job: JobColumns, place: PlacementColumns, models: Codes, gpu
     """Features of rows given as columns (``models``, ``gpus``: each row's names); rows the theory refused are NaN
     (they are never predicted). Python runs per distinct model, GPU and LoRA target list, never per row."""
     table = FeatureTable(np.full((job.size, len(ALL_FEATURES)), np.nan))
-    ok = np.flatnonzero(theory.ok)
+    answered = theory.ok
+    ok = np.flatnonzero(answered)
     if len(ok):
-        sub, where_ok = job.take(ok), place.take(ok)
-        for name, values in _job_columns(sub, where_ok, theory.micro_batch[ok]).items():
-            table.x[ok, INDEX[name]] = values
+        for name, values in _job_columns(job, place, theory.micro_batch).items():
+            table.x[ok, INDEX[name]] = values[ok]
         table.x[np.ix_(ok, _ARCH_INDEX)] = _per_code(models, ok, _arch_values)
         table.x[np.ix_(ok, _GPU_INDEX)] = _per_code(gpus, ok, _gpu_values)
-        trainable, modules = np.zeros(len(ok)), np.zeros(len(ok))
-        lora = sub.method != "full"
+        lora, targets = job.method != "full", job.lora_target_modules
         for k in np.unique(models.codes[ok]).tolist():
-            rows = np.flatnonzero(models.codes[ok] == k)
+            rows = ok[models.codes[ok] == k]
             name = str(models.table[k])
-            trainable[rows] = trainable_params(sub.take(rows), get_architecture(name)) / 1e9
+            table.x[rows, INDEX["trainable_params_b"]] = trainable_params(job.take(rows), get_architecture(name)) / 1e9
+            table.x[rows, INDEX["lora_modules"]] = 0.0
             adapted = rows[lora[rows]]  # full fine-tuning rows adapt nothing (their target list is never read)
-            for c in np.unique(sub.lora_target_modules.codes[adapted]).tolist():
-                modules[adapted[sub.lora_target_modules.codes[adapted] == c]] = _lora_modules(
-                    name, sub.lora_target_modules.table[c])
-        table.x[ok, INDEX["trainable_params_b"]] = trainable
-        table.x[ok, INDEX["lora_modules"]] = modules
+            for c in np.unique(targets.codes[adapted]).tolist():
+                table.x[adapted[targets.codes[adapted] == c], INDEX["lora_modules"]] = _lora_modules(
+                    name, targets.table[c])
     for part in (*TEXT_PARTS, "overhead"):  # the learned models were trained on the text parts
         table.set(f"theory_{part}_gib", theory.parts[part] / GIB)
     table.set("theory_allocated_gib", theory.allocated / GIB)
@@ -194,7 +192,7 @@ def feature_columns(job: JobColumns, place: PlacementColumns, models: Codes, gpu
         table.set("theory_peak_over_capacity", theory.peak / theory.capacity)
     phases = np.array(theory.phase)
     for p in PHASE_NAMES:
-        table.set(f"phase_{p}", np.where(theory.ok, (phases == p).astype(float), np.nan))
+        table.set(f"phase_{p}", np.where(answered, (phases == p).astype(float), np.nan))
     return table
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from autoconf.errors import NotBuiltError
 from autoconf.estimators.learned import versions as V
@@ -99,7 +100,9 @@ class VersionModel:
             return np.full(len(frameworks), _weight(card))
         table = {name: _weight(d) for name, d in card["frameworks"].items()}
         default = _weight(card.get("unseen", {"applied": False}))
-        return np.array([table.get(str(f), default) for f in frameworks], dtype=float)
+        inverse, names = pd.factorize(np.asarray(frameworks))  # each framework looked up once
+        weights: np.ndarray = np.array([table.get(str(f), default) for f in names.tolist()], dtype=float)[inverse]
+        return weights
 
     def pool(self, name: str, label: str) -> np.ndarray:
         """Held-out residuals ``name`` (e.g. hybrid_device) of stratum ``label`` if there are enough, else all."""
