@@ -9,11 +9,12 @@ placement, ``throughput_or_none`` on the row's Job elsewhere. The result is a ``
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from autoconf.catalog import approximation_note, get_architecture
 from autoconf.estimators.columns import FrameColumns
-from autoconf.estimators.learned.estimator import CorrectedBatch, LearnedEstimator
 from autoconf.estimators.theory import throughput_grid as grid
 from autoconf.estimators.theory.annotate import covered
 from autoconf.estimators.theory.memory import ALLOCATOR_PARTS, Found, memory_notes
@@ -22,6 +23,9 @@ from autoconf.estimators.theory.throughput import throughput_or_none
 from autoconf.estimators.theory.vector import phase_names, theory_columns
 from autoconf.recommend.search import BatchSearch, candidate_gpus, new_search
 from autoconf.schema import GIB, Calibration, Placement
+
+if TYPE_CHECKING:  # a theory sweep never loads the learned models' code
+    from autoconf.estimators.learned.estimator import CorrectedBatch, LearnedEstimator
 
 # words the grid's per-job constants do not read (throughput_grid.job_constants sets batch and accumulation to 1)
 _VARYING = ("batch_size", "gradient_accumulation_steps", "number_gpus", "gpus_per_worker", "per_device_batch_size")

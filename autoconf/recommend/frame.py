@@ -7,9 +7,10 @@ The batch form of autoconf/recommend/search.py used by ``autoconf-gpu sweep`` an
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pandas as pd
@@ -20,13 +21,15 @@ from autoconf.errors import AutoconfError, describe
 from autoconf.estimators.columns import frame_columns
 from autoconf.estimators.contract import Estimator
 from autoconf.estimators.frame import MEMORY_COLUMNS, OUTPUT_COLUMNS, VISION_COLUMNS, row_inputs
-from autoconf.estimators.learned.estimator import LearnedEstimator
 from autoconf.estimators.theory.estimator import TheoryEstimator
 from autoconf.estimators.theory.rows import PlacementColumns
 from autoconf.estimators.theory.vector import MemoryBatch, as_batch
 from autoconf.recommend.columns import memory, theory_search, tokens_per_second
 from autoconf.recommend.search import BatchSearch, new_search, recommend_batch
 from autoconf.schema import Job, Placement, sweep_arrays
+
+if TYPE_CHECKING:
+    from autoconf.estimators.learned.estimator import LearnedEstimator
 
 Progress = Callable[[int, int], None]
 FRAME_CHUNK = 1000  # jobs per batch call in recommend_frame: bounds memory, paces the progress bar
@@ -96,8 +99,7 @@ def recommend_frame(frame: pd.DataFrame, estimator: Estimator, *, max_gpus: int 
     theory subclass) row by row.
     """
     search_args = dict(max_gpus=max_gpus, gpus_per_node=gpus_per_node, max_oom_risk=max_oom_risk, strict=strict)
-    if type(estimator) is TheoryEstimator or isinstance(estimator, LearnedEstimator):
-        # rows are independent: THEORY_ROWS at a time bounds the memory
+    if _on_columns(estimator):  # rows are independent: THEORY_ROWS at a time bounds the memory
         parts = []
         for start in range(0, len(frame), THEORY_ROWS):
             parts.append(_theory_frame(frame.iloc[start:start + THEORY_ROWS], estimator, gpus_per_node, search_args))
@@ -129,12 +131,21 @@ def recommend_frame(frame: pd.DataFrame, estimator: Estimator, *, max_gpus: int 
     return _columns(frame, estimator, np.array(valid, dtype=np.int64), search, errors, fixed, given_out, gpus_per_node)
 
 
-def _theory_frame(frame: pd.DataFrame, estimator: TheoryEstimator | LearnedEstimator, gpus_per_node: int,
+def _on_columns(estimator: Estimator) -> bool:
+    """Theory (not a subclass), learned and hybrid read a frame as columns. A learned or hybrid estimator's module
+    is loaded when one exists, so a theory sweep never imports it."""
+    if type(estimator) is TheoryEstimator:
+        return True
+    learned = sys.modules.get("autoconf.estimators.learned.estimator")
+    return learned is not None and isinstance(estimator, learned.LearnedEstimator)
+
+
+def _theory_frame(frame: pd.DataFrame, estimator: Estimator, gpus_per_node: int,
                   search_args: dict[str, Any]) -> pd.DataFrame:
-    """recommend_frame for the theory, learned and hybrid estimators: rows read as columns, every candidate in one
-    batch."""
+    """recommend_frame for the estimators ``_on_columns``: rows read as columns, every candidate in one batch."""
     cols = frame_columns(frame)
-    learned = estimator if isinstance(estimator, LearnedEstimator) else None
+    theory = isinstance(estimator, TheoryEstimator)
+    learned = None if theory else cast("LearnedEstimator", estimator)
     calib = estimator.calibration if isinstance(estimator, TheoryEstimator) else None
     search = theory_search(cols, calib, learned=learned, **search_args)
     valid = np.flatnonzero(cols.ok)
