@@ -106,8 +106,13 @@ def csv_rows(text: str) -> tuple[list[str], list[list[str]]]:
     return list(frame.columns), [list(row) for row in frame.itertuples(index=False)]
 
 
+def _missing(value: object) -> bool:
+    return value is None or (isinstance(value, float) and value != value)  # v != v: NaN
+
+
 def write_sample(dump_dir: Path, target: Path) -> int:
-    """Every 60th measured row, every 10th random job and every 99th seed-sweep row of a dump, inputs and outputs."""
+    """Every 60th measured row, every 10th random job, every 99th seed-sweep row and every 89th strict-mode row
+    of a dump, inputs and outputs."""
     old = pickle.loads((dump_dir / DUMP).read_bytes())  # noqa: S301 - our own dump
     words = random_set()
     space = space_frame()
@@ -116,6 +121,8 @@ def write_sample(dump_dir: Path, target: Path) -> int:
     for name in ESTIMATORS:
         header, rows = csv_rows(old[f"{name}_sweep_csv"])
         random_header, given = csv_rows(old[f"{name}_random_given_csv"])
+        strict_header, strict = csv_rows(old[f"{name}_strict_csv"])
+        searched = pd.concat([space, pd.DataFrame(words).drop(columns=["number_gpus"])]).to_dict(orient="records")
         sample[name] = {
             "measurements": [{"row": i, "answer": old[f"{name}_measurements"][i]}
                              for i in range(0, len(old[f"{name}_measurements"]), 60)],
@@ -123,6 +130,9 @@ def write_sample(dump_dir: Path, target: Path) -> int:
             "sweep": [{"words": space.iloc[i].to_dict(), "cells": rows[i]} for i in range(0, len(rows), 99)],
             "random_header": random_header,
             "random": [{"words": words[i], "cells": given[i]} for i in range(0, len(words), 10)],
+            "strict_header": strict_header,
+            "strict": [{"words": {k: v for k, v in searched[i].items() if not _missing(v)}, "cells": strict[i]}
+                       for i in range(0, len(strict), 89)],
         }
     target.write_text(json.dumps(sample, indent=1, default=lambda v: v.item()) + "\n", encoding="utf-8")
     print(f"wrote {target}: per estimator {len(sample['hybrid']['measurements'])} measured rows, "

@@ -61,11 +61,13 @@ def test_measured_rows_answer_as_before(name: str) -> None:
         assert _same(old, answer(name, *row_to_inputs(rows[item["row"]]))), item["row"]
 
 
-@pytest.mark.parametrize(("name", "part"), [(n, p) for n in NAMES for p in ("sweep", "random")])
+@pytest.mark.parametrize(("name", "part"), [(n, p) for n in NAMES for p in ("sweep", "random", "strict")])
 def test_sweep_rows_are_written_as_before(name: str, part: str) -> None:
-    """Seed-sweep rows (searched over GPU counts) and random jobs (at their own number_gpus), as a sweep writes."""
+    """Seed-sweep rows (searched over GPU counts), random jobs (at their own number_gpus) and both searched in
+    strict mode (refused outside the version's training domain), as a sweep writes them."""
     items = SAMPLE[name][part]
-    header, rows = _rows(recommend_frame(pd.DataFrame([i["words"] for i in items]), get_estimator(name)))
+    frame = pd.DataFrame([i["words"] for i in items])
+    header, rows = _rows(recommend_frame(frame, get_estimator(name), strict=part == "strict"))
     old_header = SAMPLE[name][f"{part}_header"]
     assert header[-len(OUTPUT_COLUMNS):] == old_header[-len(OUTPUT_COLUMNS):] == list(OUTPUT_COLUMNS)
     for item, new in zip(items, rows, strict=True):  # the answer's columns (a sample holds fewer input columns)
