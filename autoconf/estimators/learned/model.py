@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from autoconf.errors import NotBuiltError
 from autoconf.estimators.learned import versions as V
 from autoconf.estimators.learned.domain import CorrectionDomain, TrainingDomain
 from autoconf.estimators.learned.fastpath import Forest
 from autoconf.estimators.learned.features import ALL_FEATURES, FeatureTable
+from autoconf.estimators.theory.rows import Table, lookup
 
 log = logging.getLogger(__name__)
 
@@ -100,8 +100,7 @@ class VersionModel:
             return np.full(len(frameworks), _weight(card))
         table = {name: _weight(d) for name, d in card["frameworks"].items()}
         default = _weight(card.get("unseen", {"applied": False}))
-        inverse, names = pd.factorize(np.asarray(frameworks))  # each framework looked up once
-        weights: np.ndarray = np.array([table.get(str(f), default) for f in names.tolist()], dtype=float)[inverse]
+        weights: np.ndarray = lookup(np.asarray(frameworks), Table(table, default))  # a mask per listed stack
         return weights
 
     def pool(self, name: str, label: str) -> np.ndarray:
