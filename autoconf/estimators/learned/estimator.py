@@ -5,7 +5,8 @@ their policy (``_inside``, ``_row_weights``, ``_risk``): learned applies every l
 row and states the OOM classifier's probability as ``oom_risk``; hybrid applies only the corrections
 that beat theory on held-out architectures, only inside the version's correction domain, and states
 a split-conformal risk.
-Both work on batches of rows (``memory_batch``): one tree evaluation per batch, never per row.
+Both work on batches of rows given as columns (``memory_columns``; ``memory_batch`` is the same on Job lists, one
+estimate a batch of one): theory over the columns, features from them, one tree evaluation per batch, never per row.
 """
 
 from __future__ import annotations
