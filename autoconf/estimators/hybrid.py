@@ -16,7 +16,6 @@ measured on its real shape. Outside the domain the spread (σ, or theory's resid
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import ClassVar
 
 import numpy as np
@@ -26,7 +25,7 @@ from autoconf.estimators.learned.features import FeatureTable
 from autoconf.estimators.learned.model import band, conformal_risk
 from autoconf.estimators.risk import sigma_risk
 from autoconf.estimators.theory.vector import MemoryBatch
-from autoconf.schema import EstimatorName, Job
+from autoconf.schema import EstimatorName
 
 
 class HybridEstimator(LearnedEstimator):
@@ -37,22 +36,22 @@ class HybridEstimator(LearnedEstimator):
     def _inside(self, cols: FeatureTable) -> np.ndarray:
         return self.model_.correction.contains(cols)
 
-    def _trusted(self, approximate: list[str]) -> np.ndarray:
+    def _trusted(self, approximate: np.ndarray) -> np.ndarray:
         """An approximate architecture is outside the correction domain: theory, with the wider margin."""
-        return np.array([not flag for flag in approximate], dtype=bool)
+        trusted: np.ndarray = approximate == ""
+        return trusted
 
     def _row_weights(self, target: str, frameworks: np.ndarray) -> np.ndarray:
         """The card's decision for each row's framework (hybrid.corrections; 0 = theory), shrinkage included."""
         return self.model_.gate_weights(target, frameworks)
 
     def _risk(self, cols: FeatureTable, peak: np.ndarray, th: MemoryBatch, inside: np.ndarray,
-              applied: np.ndarray, jobs: Sequence[Job]) -> np.ndarray:
+              applied: np.ndarray, methods: np.ndarray) -> np.ndarray:
         """2.x ("theory-sigma"): theory's risk (log-normal, σ per method from leave-one-source-out residuals) of the
         larger of this peak and theory's, less theory's releasable cached blocks; 1.x ("conformal"): split-conformal
         P(device peak > capacity) from held-out device residuals of runs in the same band."""
         capacity = th.capacity
         if self.model_.risk_model == "theory-sigma":
-            methods = np.array([job.method for job in jobs], dtype=object)
             return sigma_risk(np.fmax(peak, th.peak) - th.releasable_or_zero(), capacity, methods, inside,
                               self.model_.out_of_domain_scale)
         with np.errstate(invalid="ignore", divide="ignore"):

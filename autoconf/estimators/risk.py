@@ -55,7 +55,7 @@ def sigma_risk(need: np.ndarray, capacity: np.ndarray, methods: np.ndarray, insi
     known = np.isfinite(need) & np.isfinite(capacity)
     if not known.any():
         return np.full(len(need), np.nan)
-    sigma = np.asarray(theory_sigma(np.asarray(methods, dtype=object).astype(str)), dtype=float)
+    sigma = np.asarray(theory_sigma(np.asarray(methods).astype(str)), dtype=float)
     sigma = np.where(inside, sigma, sigma * scale)
     risk = np.full(len(need), np.nan)
     risk[known] = oom_probability(need[known], capacity[known], rel_sigma=sigma[known])

@@ -9,6 +9,8 @@ placement, ``throughput_or_none`` on the row's Job elsewhere. The result is a ``
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from autoconf.catalog import approximation_note, get_architecture
@@ -22,9 +24,14 @@ from autoconf.estimators.theory.vector import phase_names, theory_columns
 from autoconf.recommend.search import BatchSearch, candidate_gpus, new_search
 from autoconf.schema import GIB, Calibration, Placement
 
+if TYPE_CHECKING:  # a theory sweep never loads the learned models' code
+    from autoconf.estimators.learned.estimator import CorrectedBatch, LearnedEstimator
+
 # words the grid's per-job constants do not read (throughput_grid.job_constants sets batch and accumulation to 1)
 _VARYING = ("batch_size", "gradient_accumulation_steps", "number_gpus", "gpus_per_worker", "per_device_batch_size")
 ROW_CHUNK = 50_000  # rows (with all their candidate counts) per theory batch: bounds the memory of a large sweep
+# per learned/hybrid batch: each candidate also holds a row of every feature (features.ALL_FEATURES, float64)
+LEARNED_ROW_CHUNK = 10_000
 
 
 def _candidates(cols: FrameColumns, rows: np.ndarray, counts: list[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -37,9 +44,13 @@ def _candidates(cols: FrameColumns, rows: np.ndarray, counts: list[int]) -> tupl
     return rows[r], np.array(counts, dtype=np.int64)[c]
 
 
-def _theory(cols: FrameColumns, who: np.ndarray, place: PlacementColumns,
-            calib: Calibration | None) -> tuple[Found, dict[int, str]]:
-    return theory_columns(cols.jobs.take(who), place, cols.model_codes.take(who), cols.gpu_codes.take(who), calib)
+def memory(cols: FrameColumns, who: np.ndarray, place: PlacementColumns, calib: Calibration | None,
+           learned: LearnedEstimator | None = None) -> tuple[Found, dict[int, str], CorrectedBatch | None]:
+    """Memory of rows ``who`` at ``place``: theory's, or the learned/hybrid estimator's correction of it."""
+    jobs, models, gpus = cols.jobs.take(who), cols.model_codes.take(who), cols.gpu_codes.take(who)
+    if learned is not None:
+        return learned.memory_columns(jobs, place, models, gpus)
+    return (*theory_columns(jobs, place, models, gpus, calib), None)
 
 
 def search_placement(cols: FrameColumns, who: np.ndarray, counts: np.ndarray, gpus_per_node: int) -> PlacementColumns:
@@ -50,9 +61,10 @@ def search_placement(cols: FrameColumns, who: np.ndarray, counts: np.ndarray, gp
 
 
 def theory_search(cols: FrameColumns, calib: Calibration | None, *, max_gpus: int, gpus_per_node: int,
-                  max_oom_risk: float, strict: bool) -> BatchSearch:
-    """recommend_batch with the theory estimator over the read rows of ``cols`` (in their order), ROW_CHUNK rows
-    (with all their candidates) per theory batch."""
+                  max_oom_risk: float, strict: bool, learned: LearnedEstimator | None = None) -> BatchSearch:
+    """recommend_batch with the theory estimator (or ``learned``: the learned or hybrid one) over the read rows of
+    ``cols`` (in their order), ROW_CHUNK rows (LEARNED_ROW_CHUNK with a learned one) with all their candidates per
+    batch."""
     rows = np.flatnonzero(cols.ok)
     search = new_search(len(rows))
     pos = np.full(cols.size, -1, dtype=np.int64)
@@ -61,16 +73,20 @@ def theory_search(cols: FrameColumns, calib: Calibration | None, *, max_gpus: in
     flagged = np.flatnonzero(np.isin(cols.model, [m for m, note in notes.items() if note]) & cols.ok)
     pending = cols.ok.copy()
     if strict:  # theory's training domain: every catalogued architecture that is not approximated
+        version = None if learned is None else learned.model_version
         for i in flagged.tolist():
-            search.reasons[pos[i]] = f"outside the training domain of model version None: {notes[cols.model[i]]}"
+            search.reasons[pos[i]] = f"outside the training domain of model version {version}: {notes[cols.model[i]]}"
         pending[flagged] = False
+        if learned is not None:  # and the learned version's: what its training data covered
+            _outside_training(search, cols, pos, pending, learned)
     tried = np.zeros(cols.size, dtype=np.int64)  # GPU count of the placement stored (chosen or last tried)
     counts = list(candidate_gpus(max_gpus, gpus_per_node))
     todo = np.flatnonzero(pending)
     todo = todo[np.argsort(cols.model_codes.codes[todo], kind="stable")]  # a batch's pairs come grouped by model
-    for start in range(0, len(todo), ROW_CHUNK):
-        _search_chunk(search, cols, pos, todo[start:start + ROW_CHUNK], counts, calib, gpus_per_node, max_oom_risk,
-                      tried)
+    chunk = ROW_CHUNK if learned is None else LEARNED_ROW_CHUNK
+    for start in range(0, len(todo), chunk):
+        _search_chunk(search, cols, pos, todo[start:start + chunk], counts, calib, gpus_per_node, max_oom_risk,
+                      tried, learned)
     for i in np.flatnonzero(cols.ok).tolist():
         k = pos[i]
         if search.number_gpus[k] or search.errors[k] is not None or search.reasons[k]:
@@ -86,11 +102,26 @@ def theory_search(cols: FrameColumns, calib: Calibration | None, *, max_gpus: in
     return search
 
 
+def _outside_training(search: BatchSearch, cols: FrameColumns, pos: np.ndarray, pending: np.ndarray,
+                      learned: LearnedEstimator) -> None:
+    """Strict mode: rows outside the learned version's training domain are refused with its reason."""
+    rows = np.flatnonzero(pending)
+    gpus = cols.place["gpu_model"][rows].astype(str)
+    inside, why = learned.model_.training.check_columns(cols.model[rows].astype(str), cols.jobs.method[rows], gpus,
+                                                        cols.jobs.tokens_per_sample[rows], cols.jobs.batch_size[rows])
+    for i, reason in zip(rows[~inside].tolist(), why, strict=True):
+        search.reasons[pos[i]] = f"outside the training domain of model version {learned.model_version}: {reason}"
+    pending[rows[~inside]] = False
+
+
 def _search_chunk(search: BatchSearch, cols: FrameColumns, pos: np.ndarray, rows: np.ndarray, counts: list[int],
-                  calib: Calibration | None, gpus_per_node: int, max_oom_risk: float, tried: np.ndarray) -> None:
-    """Every candidate of ``rows`` in one theory batch; per row the first refused or fitting candidate decides."""
+                  calib: Calibration | None, gpus_per_node: int, max_oom_risk: float, tried: np.ndarray,
+                  learned: LearnedEstimator | None) -> None:
+    """Every candidate of ``rows`` in one batch; per row the first refused or fitting candidate decides. (With a
+    learned estimator too: waves of the next candidate of each undecided row, as recommend_batch reads them, cost
+    more in per-batch overhead than its trees save on the seed sweep.)"""
     who, count = _candidates(cols, rows, counts)
-    found, errors = _theory(cols, who, search_placement(cols, who, count, gpus_per_node), calib)
+    found, errors, batch = memory(cols, who, search_placement(cols, who, count, gpus_per_node), calib, learned)
     refused = np.zeros(len(who), dtype=bool)
     refused[list(errors)] = True
     first = _first(who, refused | (found.oom_risk <= max_oom_risk), cols.size)
@@ -116,7 +147,10 @@ def _search_chunk(search: BatchSearch, cols: FrameColumns, pos: np.ndarray, rows
     tried[stored] = count[pairs]
     fits = stored & stopped
     search.number_gpus[pos[fits]] = count[first[fits]]
-    _annotate(search, cols, pos, who, count, found, first[fits], gpus_per_node)
+    if batch is not None and learned is not None:
+        _annotate_learned(search, cols, pos, who, count, batch, first[fits], gpus_per_node, learned)
+    else:
+        _annotate(search, cols, pos, who, count, found, first[fits], gpus_per_node)
 
 
 def _first(who: np.ndarray, stop: np.ndarray, size: int) -> np.ndarray:
@@ -145,6 +179,18 @@ def _annotate(search: BatchSearch, cols: FrameColumns, pos: np.ndarray, who: np.
     if len(pairs):
         search.tokens_per_second[pos[chosen]] = tokens_per_second(
             cols, chosen, count[pairs], np.minimum(count[pairs], gpus_per_node), gpus_per_node)
+
+
+def _annotate_learned(search: BatchSearch, cols: FrameColumns, pos: np.ndarray, who: np.ndarray, count: np.ndarray,
+                      batch: CorrectedBatch, pairs: np.ndarray, gpus_per_node: int, learned: LearnedEstimator) -> None:
+    """Reasons (the estimator's notes after the first) and tokens/s (theory's × the learned ratio) of the chosen
+    placements."""
+    chosen = who[pairs]
+    for k, reason in zip(pos[chosen].tolist(), learned.reasons(batch, pairs), strict=True):
+        search.reasons[k] = reason
+    if len(pairs):
+        theory = tokens_per_second(cols, chosen, count[pairs], np.minimum(count[pairs], gpus_per_node), gpus_per_node)
+        search.tokens_per_second[pos[chosen]] = learned.tokens_columns(batch, pairs, theory, count[pairs])
 
 
 def tokens_per_second(cols: FrameColumns, who: np.ndarray, counts: np.ndarray, per_worker: np.ndarray,

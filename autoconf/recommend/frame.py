@@ -7,9 +7,10 @@ The batch form of autoconf/recommend/search.py used by ``autoconf-gpu sweep`` an
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pandas as pd
@@ -22,10 +23,13 @@ from autoconf.estimators.contract import Estimator
 from autoconf.estimators.frame import MEMORY_COLUMNS, OUTPUT_COLUMNS, VISION_COLUMNS, row_inputs
 from autoconf.estimators.theory.estimator import TheoryEstimator
 from autoconf.estimators.theory.rows import PlacementColumns
-from autoconf.estimators.theory.vector import MemoryBatch, as_batch, theory_columns
-from autoconf.recommend.columns import theory_search, tokens_per_second
+from autoconf.estimators.theory.vector import MemoryBatch, as_batch
+from autoconf.recommend.columns import memory, theory_search, tokens_per_second
 from autoconf.recommend.search import BatchSearch, new_search, recommend_batch
 from autoconf.schema import Job, Placement, sweep_arrays
+
+if TYPE_CHECKING:
+    from autoconf.estimators.learned.estimator import LearnedEstimator
 
 Progress = Callable[[int, int], None]
 FRAME_CHUNK = 1000  # jobs per batch call in recommend_frame: bounds memory, paces the progress bar
@@ -90,11 +94,12 @@ def recommend_frame(frame: pd.DataFrame, estimator: Estimator, *, max_gpus: int 
     """Batch columns of design §8: input columns + estimates + the recommendation, one row per input row.
 
     With ``number_gpus`` in a row the memory columns are for that placement; without it, for the
-    recommended one (or the largest tried when nothing fits). A bad row gets its ``error``. The theory
-    estimator reads the rows as columns (recommend/columns.py); the others row by row.
+    recommended one (or the largest tried when nothing fits). A bad row gets its ``error``. The theory, learned
+    and hybrid estimators read the rows as columns (recommend/columns.py); the others (traced, a calibrated
+    theory subclass) row by row.
     """
     search_args = dict(max_gpus=max_gpus, gpus_per_node=gpus_per_node, max_oom_risk=max_oom_risk, strict=strict)
-    if type(estimator) is TheoryEstimator:  # rows are independent: THEORY_ROWS at a time bounds the memory
+    if _on_columns(estimator):  # rows are independent: THEORY_ROWS at a time bounds the memory
         parts = []
         for start in range(0, len(frame), THEORY_ROWS):
             parts.append(_theory_frame(frame.iloc[start:start + THEORY_ROWS], estimator, gpus_per_node, search_args))
@@ -126,11 +131,23 @@ def recommend_frame(frame: pd.DataFrame, estimator: Estimator, *, max_gpus: int 
     return _columns(frame, estimator, np.array(valid, dtype=np.int64), search, errors, fixed, given_out, gpus_per_node)
 
 
-def _theory_frame(frame: pd.DataFrame, estimator: TheoryEstimator, gpus_per_node: int,
+def _on_columns(estimator: Estimator) -> bool:
+    """Theory (not a subclass), learned and hybrid read a frame as columns. A learned or hybrid estimator's module
+    is loaded when one exists, so a theory sweep never imports it."""
+    if type(estimator) is TheoryEstimator:
+        return True
+    learned = sys.modules.get("autoconf.estimators.learned.estimator")
+    return learned is not None and isinstance(estimator, learned.LearnedEstimator)
+
+
+def _theory_frame(frame: pd.DataFrame, estimator: Estimator, gpus_per_node: int,
                   search_args: dict[str, Any]) -> pd.DataFrame:
-    """recommend_frame for the theory estimator: rows read as columns, every candidate in one theory batch."""
+    """recommend_frame for the estimators ``_on_columns``: rows read as columns, every candidate in one batch."""
     cols = frame_columns(frame)
-    search = theory_search(cols, estimator.calibration, **search_args)
+    theory = isinstance(estimator, TheoryEstimator)
+    learned = None if theory else cast("LearnedEstimator", estimator)
+    calib = estimator.calibration if isinstance(estimator, TheoryEstimator) else None
+    search = theory_search(cols, calib, learned=learned, **search_args)
     valid = np.flatnonzero(cols.ok)
     fixed = np.flatnonzero(cols.ok & cols.given)
     given_out = None
@@ -138,14 +155,16 @@ def _theory_frame(frame: pd.DataFrame, estimator: TheoryEstimator, gpus_per_node
         p = cols.place
         place = PlacementColumns(p["number_gpus"][fixed], p["gpus_per_worker"][fixed], p["tp"][fixed], p["pp"][fixed],
                                  p["offload"][fixed], p["strategy"][fixed])
-        found, errs = theory_columns(cols.jobs.take(fixed), place, cols.model_codes.take(fixed),
-                                     cols.gpu_codes.take(fixed), estimator.calibration)
+        found, errs, corrected = memory(cols, fixed, place, calib, learned)
         ok = np.ones(len(fixed), dtype=bool)
         ok[list(errs)] = False
         tputs = np.full(len(fixed), np.nan)
         if ok.any():
+            at = np.flatnonzero(ok)
             tputs[ok] = tokens_per_second(cols, fixed[ok], place.number_gpus[ok], place.gpus_per_worker[ok],
-                                          GPUS_PER_NODE, place.take(np.flatnonzero(ok)))
+                                          GPUS_PER_NODE, place.take(at))
+            if learned is not None and corrected is not None:
+                tputs[ok] = learned.tokens_columns(corrected, at, tputs[ok], place.number_gpus[ok])
         given_out = as_batch(found, errs), tputs
     return _columns(frame, estimator, valid, search, list(cols.errors), fixed.tolist(), given_out, gpus_per_node)
 

@@ -20,6 +20,7 @@ from typing import Any, Protocol, cast, get_args
 
 import annotated_types
 import numpy as np
+import pandas as pd
 
 from autoconf.catalog import canonical_gpu, canonical_name, list_gpus, list_models
 from autoconf.schema import Job, Method
@@ -95,16 +96,31 @@ class TrainingDomain:
 
     def check(self, job: Job, gpu_model: str) -> tuple[bool, str]:
         """(inside, reason): the first field of the point that the training data never covered."""
-        model, gpu = _known(canonical_name, job.model), _known(canonical_gpu, gpu_model)
+        return self._check(job.model, job.method, gpu_model, job.tokens_per_sample, job.batch_size)
+
+    def check_columns(self, models: np.ndarray, methods: np.ndarray, gpus: np.ndarray, tokens: np.ndarray,
+                      batch: np.ndarray) -> tuple[np.ndarray, list[str]]:
+        """``check`` over rows given as columns: (inside per row, the reason of each row outside, in row order),
+        checked once per distinct point."""
+        key = pd.DataFrame({"m": models, "k": methods, "g": gpus, "t": tokens, "b": batch})
+        group = key.groupby(list(key.columns), sort=False).ngroup().to_numpy()
+        firsts = np.unique(group, return_index=True)[1]
+        found = [self._check(str(models[i]), str(methods[i]), str(gpus[i]), int(tokens[i]), int(batch[i]))
+                 for i in firsts.tolist()]
+        inside = np.array([ok for ok, _ in found], dtype=bool)[group]
+        return inside, [found[g][1] for g in group[~inside].tolist()]
+
+    def _check(self, name: str, method: str, gpu_model: str, tokens: int, batch: int) -> tuple[bool, str]:
+        model, gpu = _known(canonical_name, name), _known(canonical_gpu, gpu_model)
         checks = [
             (model in self.models, f"model {model} was not measured (measured: {', '.join(self.models)})"),
-            (job.method in self.methods, f"method {job.method} was not measured (measured: {', '.join(self.methods)})"),
+            (method in self.methods, f"method {method} was not measured (measured: {', '.join(self.methods)})"),
             (gpu in self.gpus, f"GPU {gpu} was not measured (measured: {', '.join(self.gpus)})"),
-            (self.tokens_per_sample[0] <= job.tokens_per_sample <= self.tokens_per_sample[1],
-             f"tokens_per_sample {job.tokens_per_sample} is outside the measured "
+            (self.tokens_per_sample[0] <= tokens <= self.tokens_per_sample[1],
+             f"tokens_per_sample {tokens} is outside the measured "
              f"{self.tokens_per_sample[0]}-{self.tokens_per_sample[1]}"),
-            (self.batch_size[0] <= job.batch_size <= self.batch_size[1],
-             f"batch_size {job.batch_size} is outside the measured {self.batch_size[0]}-{self.batch_size[1]}"),
+            (self.batch_size[0] <= batch <= self.batch_size[1],
+             f"batch_size {batch} is outside the measured {self.batch_size[0]}-{self.batch_size[1]}"),
         ]
         for ok, why in checks:
             if not ok:

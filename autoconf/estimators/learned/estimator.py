@@ -5,27 +5,30 @@ their policy (``_inside``, ``_row_weights``, ``_risk``): learned applies every l
 row and states the OOM classifier's probability as ``oom_risk``; hybrid applies only the corrections
 that beat theory on held-out architectures, only inside the version's correction domain, and states
 a split-conformal risk.
-Both work on batches of rows (``memory_batch``): one tree evaluation per batch, never per row.
+Both work on batches of rows given as columns (``memory_columns``; ``memory_batch`` is the same on Job lists, one
+estimate a batch of one): theory over the columns, features from them, one tree evaluation per batch, never per row.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import ClassVar
 
 import numpy as np
+import pandas as pd
 from pydantic import ValidationError
 
 from autoconf.catalog import approximation_note
 from autoconf.errors import AutoconfError, InvalidInputError
 from autoconf.estimators.contract import Annotations, Estimator
 from autoconf.estimators.learned import model as M
-from autoconf.estimators.learned.features import FeatureTable, feature_table, with_gpus
-from autoconf.estimators.theory.memory import estimate_memory
+from autoconf.estimators.learned.features import FeatureTable, feature_columns
+from autoconf.estimators.theory.memory import Found, estimate_memory
+from autoconf.estimators.theory.rows import Codes, JobColumns, PlacementColumns
 from autoconf.estimators.theory.throughput import throughput_or_none
-from autoconf.estimators.theory.vector import ALLOCATOR_PARTS, MemoryBatch, capacities, gpu_groups, theory_batch
+from autoconf.estimators.theory.vector import ALLOCATOR_PARTS, MemoryBatch, as_batch, theory_columns
 from autoconf.schema import Estimate, EstimatorName, Job, MemoryEstimate, Placement, ThroughputEstimate
 
 MEMORY_TARGETS = ("memory_allocated", "memory_reserved", "memory_device")  # one predictor per memory metric (2.x)
@@ -39,7 +42,8 @@ class CorrectedBatch(MemoryBatch):
     ratio_peak: np.ndarray = field(default_factory=lambda: np.zeros(0))
     cols: FeatureTable | None = None
     theory_peak: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    approximate: list[str] = field(default_factory=list)  # per row: "approximate architecture: <reason>" or ""
+    # per row: "approximate architecture: <reason>" or ""
+    approximate: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=object))
     frameworks: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=object))
     applied: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))  # a memory correction applied
 
@@ -98,12 +102,12 @@ class LearnedEstimator(Estimator):
         """Exponent on the learned ratio per row (0 = not applied): the learned estimator applies it whole."""
         return np.ones(len(frameworks)) if target in self.model_.forests else np.zeros(len(frameworks))
 
-    def _trusted(self, approximate: list[str]) -> np.ndarray:
+    def _trusted(self, approximate: np.ndarray) -> np.ndarray:
         """Rows whose architecture the correction may be applied to: learned applies it everywhere."""
         return np.ones(len(approximate), dtype=bool)
 
     def _risk(self, cols: FeatureTable, peak: np.ndarray, th: MemoryBatch, inside: np.ndarray,
-              applied: np.ndarray, jobs: Sequence[Job]) -> np.ndarray:
+              applied: np.ndarray, methods: np.ndarray) -> np.ndarray:
         risk = np.full(len(peak), np.nan)
         ok = np.isfinite(peak)
         if ok.any():
@@ -123,43 +127,39 @@ class LearnedEstimator(Estimator):
         return ratio
 
     def memory_batch(self, jobs: Sequence[Job], placements: Sequence[Placement]) -> CorrectedBatch:
-        """Corrected per-GPU memory of every row (errors per row, as theory_batch).
+        """Corrected per-GPU memory of every row (errors per row, as theory_batch): ``memory_columns`` of their
+        columns."""
+        return self.memory_columns(JobColumns.of(jobs), PlacementColumns.of(placements),
+                                   Codes.of([j.model for j in jobs]), Codes.of([p.gpu_model for p in placements]))[2]
 
-        Rows that differ only in the GPU (a sweep over GPU models of one generation) share their theory,
-        computed once and copied; capacity, GPU features, the learned ratios (2.x memory predictors read
-        the GPU) and the risk are per row.
-        """
-        groups = gpu_groups(jobs, placements)
-        if groups is None:
-            th = theory_batch(jobs, placements, risk=False)
-            return self._correct(jobs, th, feature_table(jobs, placements, th))
-        firsts, inverse = groups
-        one = theory_batch([jobs[i] for i in firsts], [placements[i] for i in firsts], risk=False)
-        one_cols = feature_table([jobs[i] for i in firsts], [placements[i] for i in firsts], one)
-        capacity = np.where(one.ok[inverse], capacities(placements), np.nan)
-        th = MemoryBatch(parts={k: v[inverse] for k, v in one.parts.items()}, allocated=one.allocated[inverse],
-                         reserved=one.reserved[inverse], peak=one.peak[inverse], phase=[one.phase[g] for g in inverse],
-                         capacity=capacity, oom_risk=np.full(len(jobs), np.nan), micro_batch=one.micro_batch[inverse],
-                         errors=[one.errors[g] for g in inverse],
-                         releasable=None if one.releasable is None else one.releasable[inverse])
-        cols = FeatureTable(one_cols.x[inverse])
-        with_gpus(cols, placements, th.peak, capacity)
-        return self._correct(jobs, th, cols)
+    def memory_columns(self, job: JobColumns, place: PlacementColumns, models: Codes,
+                       gpus: Codes) -> tuple[Found, dict[int, str], CorrectedBatch]:
+        """Theory of rows given as columns (vector.theory_columns), times the learned ratios this estimator applies;
+        the stated risk. Returns theory's Found with the corrected figures, the refused rows, and the batch."""
+        found, errors = theory_columns(job, place, models, gpus, risk=False)
+        th = as_batch(found, errors)
+        cols = feature_columns(job, place, models, gpus, th)
+        notes = np.full(len(models.table), "", dtype=object)
+        for k in np.unique(models.codes[th.ok]).tolist():  # a refused row's model may not resolve at all
+            notes[k] = approximation_note(str(models.table[k]))
+        batch = self._correct(th, cols, notes[models.codes], job.framework, job.method)
+        corrected = replace(found, parts=batch.parts, allocated=batch.allocated, reserved=batch.reserved,
+                            peak=batch.peak, oom_risk=batch.oom_risk)
+        return corrected, errors, batch
 
-    def _correct(self, jobs: Sequence[Job], th: MemoryBatch, cols: FeatureTable) -> CorrectedBatch:
+    def _correct(self, th: MemoryBatch, cols: FeatureTable, approximate: np.ndarray, frameworks: np.ndarray,
+                 methods: np.ndarray) -> CorrectedBatch:
         """Theory × the learned ratios this estimator applies, per row; the stated risk."""
-        approximate = [approximation_note(job.model) for job in jobs]
         inside = self._inside(cols) & th.ok & self._trusted(approximate)
-        frameworks = np.array([job.framework for job in jobs], dtype=object)
         weight = {t: self._weights(t, frameworks, inside) for t in MEMORY_TARGETS if t in self.model_.forests}
         ratio = {t: self._ratio(t, cols, w) for t, w in weight.items()}
         allocated, reserved, peak = corrected_peaks(th, ratio, weight)
-        applied = np.zeros(len(jobs), dtype=bool)
+        applied = np.zeros(len(th), dtype=bool)
         for w in weight.values():
             applied |= w > 0
         parts = {p: th.parts[p] * np.where(th.allocated > 0, allocated / th.allocated, 1.0) for p in ALLOCATOR_PARTS}
         parts["overhead"] = peak - allocated
-        risk = self._risk(cols, peak, th, inside, applied, jobs)
+        risk = self._risk(cols, peak, th, inside, applied, methods)
         with np.errstate(invalid="ignore", divide="ignore"):
             ratio_peak = peak / th.peak
         return CorrectedBatch(parts=parts, allocated=allocated, reserved=reserved, peak=peak, phase=th.phase,
@@ -172,14 +172,39 @@ class LearnedEstimator(Estimator):
         """Throughput of the selected rows: theory's, times the learned ratio where it applies."""
         idx = np.flatnonzero(rows)
         theory = [_theory_throughput(jobs[i], placements[i]) for i in idx.tolist()]
-        assert batch.cols is not None
         per_gpu = np.array([t.tokens_per_second_per_gpu if t else np.nan for t in theory])
+        ratio = self.throughput_ratio(batch, idx, per_gpu)
+        return [None if t is None else _scaled(t, float(r), self.name) for t, r in zip(theory, ratio, strict=True)]
+
+    def throughput_ratio(self, batch: CorrectedBatch, idx: np.ndarray, per_gpu: np.ndarray) -> np.ndarray:
+        """The learned tokens/s ratio of rows ``idx`` of ``batch`` (1 where not applied), given theory's tokens/s
+        per GPU of those rows (NaN where theory has none)."""
+        assert batch.cols is not None
         cols = batch.cols.rows(idx)
         cols.set("theory_tokens_per_second_per_gpu", per_gpu)
-        frameworks = batch.frameworks[idx] if len(batch.frameworks) else np.array([jobs[i].framework for i in idx.tolist()])
-        weight = self._weights("throughput", frameworks, batch.inside[idx] & np.isfinite(per_gpu))
-        ratio = self._ratio("throughput", cols, weight)
-        return [None if t is None else _scaled(t, float(r), self.name) for t, r in zip(theory, ratio, strict=True)]
+        weight = self._weights("throughput", batch.frameworks[idx], batch.inside[idx] & np.isfinite(per_gpu))
+        return self._ratio("throughput", cols, weight)
+
+    def tokens_columns(self, batch: CorrectedBatch, idx: np.ndarray, theory: np.ndarray,
+                       number_gpus: np.ndarray) -> np.ndarray:
+        """Tokens/s of rows ``idx`` of ``batch`` from theory's tokens/s of them on ``number_gpus`` GPUs (the columns
+        form of ``tokens_per_second``: ThroughputEstimate.tokens_per_second_per_gpu is tokens/s ÷ GPUs)."""
+        ratio = self.throughput_ratio(batch, idx, theory / number_gpus)
+        out: np.ndarray = theory * ratio
+        return out
+
+    def reasons(self, batch: CorrectedBatch, idx: np.ndarray) -> list[str]:
+        """"; ".join of ``row_notes`` after the first (a sweep's reason column) for rows ``idx``: the notes are made
+        once per distinct (correction state, framework, ratio as written, approximation) and shared."""
+        if not len(idx):
+            return []
+        key = pd.DataFrame({"inside": batch.inside[idx], "applied": batch.applied[idx],
+                            "framework": batch.frameworks[idx], "flag": batch.approximate[idx],
+                            "ratio": np.char.mod("%.3f", batch.ratio_peak[idx])})
+        group = key.groupby(list(key.columns), sort=False).ngroup().to_numpy()
+        firsts = np.unique(group, return_index=True)[1]
+        said = ["; ".join(self.row_notes(batch, int(i))[1:]) for i in idx[firsts].tolist()]
+        return [said[g] for g in group.tolist()]
 
     # ---- contract ------------------------------------------------------------------------------
     def estimate(self, job: Job, placement: Placement) -> Estimate:

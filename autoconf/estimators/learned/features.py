@@ -15,14 +15,14 @@ their meaning, and ignores the ones added since.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from autoconf.catalog import get_architecture, get_gpu
-from autoconf.estimators.theory.frameworks import resolve as resolve_profile
+from autoconf.estimators.theory.rows import Codes, JobColumns, PlacementColumns, is_in, lookup
 from autoconf.estimators.theory.vector import TEXT_PARTS, MemoryBatch
 from autoconf.estimators.theory.weights import DTYPE_BYTES, trainable_params
 from autoconf.schema import GIB, Job, Placement
@@ -86,11 +86,6 @@ def _arch_values(model: str) -> tuple[float, ...]:
             float(a.model_type == "gpt_bigcode"), float(a.tie_word_embeddings))
 
 
-@lru_cache(maxsize=4096)
-def _trainable_b(job: Job) -> float:
-    return trainable_params(job, get_architecture(job.model)) / 1e9
-
-
 @lru_cache(maxsize=64)
 def _gpu_values(name: str) -> tuple[float, float, float, float, float]:
     g = get_gpu(name)
@@ -98,40 +93,15 @@ def _gpu_values(name: str) -> tuple[float, float, float, float, float]:
             float(g.intra_node_link == "nvlink"), GENERATION.get(g.architecture, 0.0))
 
 
-@lru_cache(maxsize=4096)
-def _framework_values(job: Job) -> tuple[float, ...]:
-    r = resolve_profile(job)
-    p = r.profile
-    return (float(r.efficient_loading), float(p.full_copy_on_gpu), float(r.adapter_bytes), float(r.double_quant),
-            float(r.quantize_lm_head), float(p.quant_saves_input), float(r.optimizer_in_backward),
-            float(r.activation_offloading), float(r.expandable_segments), float(p.device_fit is not None))
-
-
 @lru_cache(maxsize=1024)
 def _lora_modules(model: str, targets: tuple[str, ...]) -> float:
     return float(len(get_architecture(model).lora_targets(targets)))
 
 
-def _job_values(job: Job, place: Placement, micro: int) -> tuple[float, ...]:
-    lora_modules = 0.0 if job.method == "full" else _lora_modules(job.model, job.lora_target_modules)
-    return (
-        float(job.method == "full"), float(job.method == "lora"), float(job.method == "qlora"),
-        float(DTYPE_BYTES[job.dtype]), float(job.dtype.startswith("amp")), job.tokens_per_sample, job.batch_size,
-        micro, micro * job.tokens_per_sample, job.gradient_accumulation_steps, float(job.gradient_checkpointing),
-        float(job.attention == "eager"), float(job.effective_loss_kernel == "fused-ce"),
-        float(job.effective_loss_kernel == "fused-linear-ce"), float(job.packing),
-        job.lora_r if job.method != "full" else 0.0,
-        lora_modules, place.number_gpus, place.dp, float(place.effective_strategy in SHARDED and place.dp > 1),
-        place.tp, place.pp,
-    )
-
-
 INDEX = {name: k for k, name in enumerate(ALL_FEATURES)}
-# Columns filled row by row, in the order of _job_values + _arch_values + trainable + _framework_values +
-# _gpu_values (JOB then ARCH lead ALL_FEATURES; trainable_params_b is overwritten by the job-specific count).
 _GPU_COLUMNS = ("capacity_gib", "gpu_bf16_tflops", "gpu_bandwidth_tbps", "gpu_nvlink", "gpu_generation")
-_ROW_COLUMNS = [*range(len(JOB_FEATURES) + len(ARCH_FEATURES)), INDEX["trainable_params_b"],
-                *(INDEX[n] for n in FRAMEWORK_FEATURES), *(INDEX[n] for n in _GPU_COLUMNS)]
+_ARCH_INDEX = np.array([INDEX[n] for n in ARCH_FEATURES], dtype=np.int64)
+_GPU_INDEX = np.array([INDEX[n] for n in _GPU_COLUMNS], dtype=np.int64)
 
 
 class FeatureTable:
@@ -158,32 +128,60 @@ class FeatureTable:
         return pd.DataFrame(self.x[:, [INDEX[n] for n in names]], columns=list(names))
 
 
-def with_gpus(table: FeatureTable, placements: Sequence[Placement], peak: np.ndarray, capacity: np.ndarray) -> None:
-    """Overwrite the GPU-dependent columns for each row's own GPU (rows copied from another GPU's row)."""
-    ok = np.isfinite(capacity)
-    values = np.full((len(placements), len(_GPU_COLUMNS)), np.nan)
-    if ok.any():
-        values[ok] = np.array([_gpu_values(placements[i].gpu_model) for i in np.flatnonzero(ok).tolist()])
-    table.x[:, _ROW_COLUMNS[-len(_GPU_COLUMNS):]] = values
-    with np.errstate(invalid="ignore", divide="ignore"):
-        table.set("theory_peak_over_capacity", np.where(ok, peak / capacity, np.nan))
+def _per_code(codes: Codes, rows: np.ndarray, fn: Callable[[Any], tuple[float, ...]]) -> np.ndarray:
+    """``fn`` of each distinct value of ``codes`` that ``rows`` use (once per value), spread over ``rows``."""
+    used = np.unique(codes.codes[rows])
+    values = np.zeros((len(codes.table), len(fn(codes.table[used[0]]))))
+    for k in used.tolist():
+        values[k] = fn(codes.table[k])
+    out: np.ndarray = values[codes.codes[rows]]
+    return out
 
 
-def feature_table(
-    jobs: Sequence[Job], placements: Sequence[Placement], theory: MemoryBatch,
-    theory_tokens_per_gpu: np.ndarray | None = None,
-) -> FeatureTable:
-    """Features of every row; rows the theory refused are NaN (they are never predicted)."""
-    n = len(jobs)
-    x = np.full((n, len(ALL_FEATURES)), np.nan)
-    ok = np.flatnonzero(theory.ok)
+def _job_columns(job: JobColumns, place: PlacementColumns, micro: np.ndarray) -> dict[str, np.ndarray]:
+    """JOB_FEATURES and the framework behaviours (frameworks.resolve: the Job's settings, else its profile's)."""
+    lora = job.method != "full"
+    s, p = job.settings, job.settings.profile
+    return {
+        "method_full": job.method == "full", "method_lora": job.method == "lora", "method_qlora": job.method == "qlora",
+        "dtype_bytes": lookup(job.dtype, DTYPE_BYTES), "amp": np.char.startswith(job.dtype, "amp"),
+        "tokens_per_sample": job.tokens_per_sample, "batch_size": job.batch_size, "micro_batch": micro,
+        "micro_batch_tokens": micro * job.tokens_per_sample, "gradient_accumulation_steps": job.gradient_accumulation_steps,
+        "gradient_checkpointing": job.gradient_checkpointing, "attention_eager": job.attention == "eager",
+        "loss_fused_ce": job.effective_loss_kernel == "fused-ce",
+        "loss_fused_linear_ce": job.effective_loss_kernel == "fused-linear-ce", "packing": job.packing,
+        "lora_r": np.where(lora, job.lora_r, 0), "number_gpus": place.number_gpus, "data_parallel": place.dp,
+        "weights_sharded": is_in(place.effective_strategy, SHARDED) & (place.dp > 1), "tp": place.tp, "pp": place.pp,
+        "fw_efficient_loading": s.efficient_loading, "fw_full_copy_on_gpu": p.full_copy_on_gpu,
+        "fw_adapter_bytes": s.adapter_bytes, "fw_double_quant": s.double_quant, "fw_quantize_lm_head": s.quantize_lm_head,
+        "fw_quant_saves_input": p.quant_saves_input, "fw_optimizer_in_backward": s.optimizer_in_backward,
+        "fw_activation_offloading": s.activation_offloading, "fw_expandable_segments": s.expandable_segments,
+        "fw_device_fit": p.has_fit,
+    }
+
+
+def feature_columns(job: JobColumns, place: PlacementColumns, models: Codes, gpus: Codes,
+                    theory: MemoryBatch) -> FeatureTable:
+    """Features of rows given as columns (``models``, ``gpus``: each row's names); rows the theory refused are NaN
+    (they are never predicted). Python runs per distinct model, GPU and LoRA target list, never per row."""
+    table = FeatureTable(np.full((job.size, len(ALL_FEATURES)), np.nan))
+    answered = theory.ok
+    ok = np.flatnonzero(answered)
     if len(ok):
-        micro = theory.micro_batch.tolist()
-        rows = [_job_values(jobs[i], placements[i], micro[i]) + _arch_values(jobs[i].model)
-                + (_trainable_b(jobs[i]),) + _framework_values(jobs[i]) + _gpu_values(placements[i].gpu_model)
-                for i in ok.tolist()]
-        x[np.ix_(ok, _ROW_COLUMNS)] = np.array(rows, dtype=np.float64)
-    table = FeatureTable(x)
+        for name, values in _job_columns(job, place, theory.micro_batch).items():
+            table.x[ok, INDEX[name]] = values[ok]
+        table.x[np.ix_(ok, _ARCH_INDEX)] = _per_code(models, ok, _arch_values)
+        table.x[np.ix_(ok, _GPU_INDEX)] = _per_code(gpus, ok, _gpu_values)
+        lora, targets = job.method != "full", job.lora_target_modules
+        for k in np.unique(models.codes[ok]).tolist():
+            rows = ok[models.codes[ok] == k]
+            name = str(models.table[k])
+            table.x[rows, INDEX["trainable_params_b"]] = trainable_params(job.take(rows), get_architecture(name)) / 1e9
+            table.x[rows, INDEX["lora_modules"]] = 0.0
+            adapted = rows[lora[rows]]  # full fine-tuning rows adapt nothing (their target list is never read)
+            for c in np.unique(targets.codes[adapted]).tolist():
+                table.x[adapted[targets.codes[adapted] == c], INDEX["lora_modules"]] = _lora_modules(
+                    name, targets.table[c])
     for part in (*TEXT_PARTS, "overhead"):  # the learned models were trained on the text parts
         table.set(f"theory_{part}_gib", theory.parts[part] / GIB)
     table.set("theory_allocated_gib", theory.allocated / GIB)
@@ -194,7 +192,17 @@ def feature_table(
         table.set("theory_peak_over_capacity", theory.peak / theory.capacity)
     phases = np.array(theory.phase)
     for p in PHASE_NAMES:
-        table.set(f"phase_{p}", np.where(theory.ok, (phases == p).astype(float), np.nan))
+        table.set(f"phase_{p}", np.where(answered, (phases == p).astype(float), np.nan))
+    return table
+
+
+def feature_table(
+    jobs: Sequence[Job], placements: Sequence[Placement], theory: MemoryBatch,
+    theory_tokens_per_gpu: np.ndarray | None = None,
+) -> FeatureTable:
+    """Features of Job/Placement rows (``feature_columns`` of their columns), theory tokens/s per GPU if given."""
+    table = feature_columns(JobColumns.of(jobs), PlacementColumns.of(placements), Codes.of([j.model for j in jobs]),
+                            Codes.of([p.gpu_model for p in placements]), theory)
     if theory_tokens_per_gpu is not None:
         table.set("theory_tokens_per_second_per_gpu", np.asarray(theory_tokens_per_gpu, dtype=float))
     return table

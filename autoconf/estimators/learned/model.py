@@ -24,6 +24,7 @@ from autoconf.estimators.learned import versions as V
 from autoconf.estimators.learned.domain import CorrectionDomain, TrainingDomain
 from autoconf.estimators.learned.fastpath import Forest
 from autoconf.estimators.learned.features import ALL_FEATURES, FeatureTable
+from autoconf.estimators.theory.rows import Table, lookup
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +100,8 @@ class VersionModel:
             return np.full(len(frameworks), _weight(card))
         table = {name: _weight(d) for name, d in card["frameworks"].items()}
         default = _weight(card.get("unseen", {"applied": False}))
-        return np.array([table.get(str(f), default) for f in frameworks], dtype=float)
+        weights: np.ndarray = lookup(np.asarray(frameworks), Table(table, default))  # a mask per listed stack
+        return weights
 
     def pool(self, name: str, label: str) -> np.ndarray:
         """Held-out residuals ``name`` (e.g. hybrid_device) of stratum ``label`` if there are enough, else all."""
