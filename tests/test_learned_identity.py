@@ -4,7 +4,8 @@ tests/fixtures/learned_identity_sample.json holds inputs and outputs produced by
 hybrid sweeps ran on columns (one Job per row; commit 2732b7e), written by
 ``python bench/learned_identity.py --sample DUMP_DIR JSON`` from a dump that code made with ``--write``. The full
 comparison (every measured row, the 3,960-point sweep through the CLI, 500 random jobs, both estimators) is
-``bench/learned_identity.py --check``.
+``bench/learned_identity.py --check``. Tokens/s is left out: the throughput model changed after the sample was
+made (issue 22).
 """
 
 from __future__ import annotations
@@ -26,11 +27,12 @@ from bench.learned_identity import answer
 
 SAMPLE = json.loads((Path(__file__).parent / "fixtures" / "learned_identity_sample.json").read_text(encoding="utf-8"))
 NAMES = ("hybrid", "learned")
+NOT_COMPARED = "tokens_per_second"  # the throughput model changed after the sample was made (issue 22's sources round)
 
 
 def _same(old: Any, new: Any) -> bool:  # noqa: ANN401
     if isinstance(old, dict):
-        return old.keys() == new.keys() and all(_same(old[k], new[k]) for k in old)
+        return old.keys() == new.keys() and all(_same(old[k], new[k]) for k in old if k != NOT_COMPARED)
     if isinstance(old, list | tuple):
         return len(old) == len(new) and all(_same(a, b) for a, b in zip(old, new, strict=True))
     if isinstance(old, float) and not isinstance(old, bool):
@@ -71,5 +73,5 @@ def test_sweep_rows_are_written_as_before(name: str, part: str) -> None:
     old_header = SAMPLE[name][f"{part}_header"]
     assert header[-len(OUTPUT_COLUMNS):] == old_header[-len(OUTPUT_COLUMNS):] == list(OUTPUT_COLUMNS)
     for item, new in zip(items, rows, strict=True):  # the answer's columns (a sample holds fewer input columns)
-        old = [_cell(c) for c in item["cells"][-len(OUTPUT_COLUMNS):]]
-        assert _same(old, new[-len(OUTPUT_COLUMNS):]), item["words"]
+        old = dict(zip(OUTPUT_COLUMNS, [_cell(c) for c in item["cells"][-len(OUTPUT_COLUMNS):]], strict=True))
+        assert _same(old, dict(zip(OUTPUT_COLUMNS, new[-len(OUTPUT_COLUMNS):], strict=True))), item["words"]
