@@ -75,7 +75,10 @@ def _fill(driver: Any, fields: dict[str, Any], gpus: int | str) -> None:
     for name, value in {**fields, "number_gpus": gpus}.items():
         el = driver.find_element("id", f"f-{name}")
         if el.tag_name == "select":
-            Select(el).select_by_value(str(value))
+            Select(el).select_by_value(str(value).lower() if isinstance(value, bool) else str(value))
+        elif el.get_attribute("type") == "checkbox":
+            if el.is_selected() is not value:
+                el.click()
         else:
             el.clear()
             el.send_keys(str(value))
@@ -383,3 +386,34 @@ def test_a_new_job_field_appears_on_the_page(driver: Any) -> None:
         assert _wait(driver, "answer") == "error"
         assert "warmup_ratio=0.1" in driver.current_url
         assert "Extra inputs are not permitted" in driver.find_element("id", "err-warmup_ratio").text
+
+
+# Advanced controls of each kind: a select, a checkbox, a default/on/off select, a list, a number.
+ADVANCED = {"attention": "sdpa", "packing": True, "double_quant": False, "lora_target_modules": "q_proj, k_proj, v_proj",
+            "lora_alpha": 32}
+
+
+def test_advanced_controls_and_the_command_lines(driver: Any, base: str) -> None:
+    """Each kind of control sends its field typed as the API reads it, and the answer's command lines (flags
+    generated from the same fields) give the CLI the same job, placement and memory as the REST answer."""
+    import shlex
+    import subprocess
+
+    fields, gpus = JOBS[0]
+    _open(driver, base)
+    _fill(driver, {**fields, **ADVANCED}, gpus)
+    driver.find_element("id", "submit").click()
+    assert _wait(driver, "answer") == "done"
+    sent = json.loads(driver.find_element("id", "repro-body").get_attribute("textContent"))
+    assert sent == {**fields, **ADVANCED, "lora_target_modules": ["q_proj", "k_proj", "v_proj"], "number_gpus": gpus}
+    est = httpx.post(f"{base}/api/estimate", json=sent, timeout=60).json()["results"][0]
+    rec = httpx.post(f"{base}/api/recommend", json=sent, timeout=60).json()["results"][0]
+    estimate, recommend = driver.find_element("id", "repro-cli").get_attribute("textContent").splitlines()
+    run = [sys.executable, "-m", "autoconf.interfaces.cli"]
+    cli_est = json.loads(subprocess.run([*run, *shlex.split(estimate)[1:], "--json"], capture_output=True, text=True,
+                                        check=True, timeout=120).stdout)
+    assert cli_est["job"] == est["job"] and cli_est["placement"]["number_gpus"] == gpus
+    assert cli_est["memory"]["peak_bytes"] == pytest.approx(est["memory"]["total_memory_gib"] * 2**30, rel=1e-9)
+    cli_rec = json.loads(subprocess.run([*run, *shlex.split(recommend)[1:], "--json"], capture_output=True, text=True,
+                                        check=True, timeout=120).stdout)
+    assert cli_rec["number_gpus"] == rec["number_gpus"] and cli_rec["estimate"]["job"] == est["job"]
