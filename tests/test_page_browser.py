@@ -187,12 +187,19 @@ def test_compare_across_gpus(driver: Any, base: str) -> None:
         assert float(_value(driver, f"cmp-{i}-cost")[0]) == pytest.approx(est["cost"]["cost_usd"], rel=1e-12)
 
 
-def test_sweep_heat_map_matches_recommend(driver: Any, base: str) -> None:
-    """Each cell of the heat map is the fewest GPUs that /api/recommend gives for that cell's job."""
+SWEEP_JOBS = [{"model": "llama3.1-8b", "method": "full", "gpu_model": GPU, "estimator": "theory"},
+              {"model": "llama3.1-8b", "method": "lora", "gpu_model": GPU, "estimator": "theory", "attention": "eager",
+               "lora_target_modules": "q_proj, k_proj, v_proj, o_proj", "packing": True}]
+
+
+@pytest.mark.parametrize("form", SWEEP_JOBS, ids=["full", "lora-advanced"])
+def test_sweep_heat_map_matches_recommend(driver: Any, base: str, form: dict[str, Any]) -> None:
+    """Each cell of the heat map is the fewest GPUs that /api/recommend gives for that cell's job (every field of
+    the form, Advanced ones included)."""
     tokens, batches = [1024, 8192], [8, 64]
-    fields = {"model": "llama3.1-8b", "method": "full", "gpu_model": GPU, "estimator": "theory"}
+    fields = {k: [w.strip() for w in v.split(",")] if k == "lora_target_modules" else v for k, v in form.items()}
     _open(driver, base)
-    _fill(driver, fields, "recommend")
+    _fill(driver, form, "recommend")
     driver.find_element("id", "tab-sweep").click()
     for element_id, values in (("s-tokens_per_sample", tokens), ("s-batch_size", batches)):
         box = driver.find_element("id", element_id)
@@ -274,7 +281,9 @@ def test_bad_config_upload_is_422(base: str, content: bytes, words: str) -> None
 @pytest.mark.parametrize("change, loc", [({"tokens_per_sample": list(range(1, 12))}, ["tokens_per_sample"]),
                                          ({"batch_size": []}, ["batch_size"]),
                                          ({"model": "llama3.1-8bx"}, ["model"]),
-                                         ({"gpu_model": "H900"}, ["gpu_model"])])
+                                         ({"gpu_model": "H900"}, ["gpu_model"]),
+                                         ({"attention": "flsh"}, ["attention"]),
+                                         ({"warmup_ratio": 0.1}, ["warmup_ratio"])])
 def test_sweep_route_rejects_with_the_field(base: str, change: dict[str, Any], loc: list[str]) -> None:
     body = {"model": "llama3.1-8b", "gpu_model": GPU, "tokens_per_sample": [1024], "batch_size": [8], **change}
     res = httpx.post(f"{base}/api/sweep", json=body, timeout=60)

@@ -422,14 +422,15 @@ function listOf(id) {
   return $(id).value.split(",").map((v) => v.trim()).filter((v) => v !== "").map((v) => (NUMBER.test(v) ? Number(v) : v));
 }
 
+/* The form's job (every Job field it holds), GPU and sharding, the search's options, over the two axes. */
 function sweepBody() {
   const b = jobBody();
-  const body = { model: b.model, gpu_model: b.gpu_model, tokens_per_sample: listOf("s-tokens_per_sample"),
-    batch_size: listOf("s-batch_size") };
-  for (const key of ["method", "dtype", "strategy", "estimator", "max_gpus", "gpus_per_node", "max_oom_risk"]) {
-    if (b[key] !== undefined) body[key] = b[key];
+  const body = {};
+  for (const f of FORM_FIELDS) {
+    const keep = f.part === "job" || ["gpu_model", "strategy", "estimator", "max_gpus", "gpus_per_node", "max_oom_risk"].includes(f.name);
+    if (keep && b[f.name] !== undefined) body[f.name] = b[f.name];
   }
-  return body;
+  return { ...body, tokens_per_sample: listOf("s-tokens_per_sample"), batch_size: listOf("s-batch_size") };
 }
 
 async function runSweep() {
