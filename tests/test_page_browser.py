@@ -426,3 +426,21 @@ def test_advanced_controls_and_the_command_lines(driver: Any, base: str) -> None
     cli_rec = json.loads(subprocess.run([*run, *shlex.split(recommend)[1:], "--json"], capture_output=True, text=True,
                                         check=True, timeout=120).stdout)
     assert cli_rec["number_gpus"] == rec["number_gpus"] and cli_rec["estimate"]["job"] == est["job"]
+
+
+def test_compare_across_a_field_with_choices(driver: Any, base: str) -> None:
+    """Compare offers every field with choices (from /api/form) and fills in all its choices."""
+    from selenium.webdriver.support.ui import Select
+
+    fields, gpus = JOBS[0]
+    _open(driver, base)
+    _fill(driver, fields, gpus)
+    driver.find_element("id", "tab-compare").click()
+    Select(driver.find_element("id", "c-dim")).select_by_value("attention")
+    assert driver.find_element("id", "c-values").get_attribute("value") == "flash, sdpa, eager"
+    driver.find_element("id", "c-run").click()
+    assert _wait(driver, "compare") == "done"
+    for i, name in enumerate(("flash", "sdpa", "eager")):
+        body = {**fields, "attention": name, "number_gpus": gpus}
+        est = httpx.post(f"{base}/api/estimate", json=body, timeout=60).json()["results"][0]
+        assert float(_value(driver, f"cmp-{i}-total")[0]) == pytest.approx(est["memory"]["total_memory_gib"], rel=1e-12)

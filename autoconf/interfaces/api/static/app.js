@@ -5,7 +5,7 @@
 
 const $ = (id) => document.getElementById(id);
 const NUMBER = /^-?\d+(\.\d+)?([eE][+-]?\d+)?$/;
-const COMPARE_DEFAULTS = { method: "full, lora, qlora", number_gpus: "1, 2, 4, 8" };
+const COMPARE_DEFAULTS = { number_gpus: "1, 2, 4, 8" };  // a field with choices compares all of them
 const PREFERRED_GPUS = ["NVIDIA-A100-80GB-PCIe", "NVIDIA-H100-80GB-HBM3", "L40S", "NVIDIA-L40S", "NVIDIA-L4"];
 
 class InputError extends Error {
@@ -99,6 +99,10 @@ function buildForm(fields) {
     groups.get(f.group).append(fieldBlock(f));
   }
   if ($("f-model")) $("f-model").closest(".field").after($("config-upload"));
+  const dims = $("c-dim"), known = [...dims.options].map((o) => o.value);
+  for (const f of fields.filter((x) => x.control === "select" && x.choices.length && !known.includes(x.name))) {
+    dims.add(new Option(f.label, f.name));  // compare across any field with choices
+  }
 }
 
 /* A value as the API should get it: numbers as numbers, booleans as booleans, lists as lists. */
@@ -459,7 +463,10 @@ function showView(name) {
 
 function setCompareDefaults() {
   const dim = $("c-dim").value;
-  if (dim === "gpu_model") {
+  const field = FORM_FIELDS.find((f) => f.name === dim && f.choices && f.choices.length);
+  if (field) {
+    $("c-values").value = field.choices.join(", ");
+  } else if (dim === "gpu_model") {
     const known = [...$("f-gpu_model").options].map((o) => o.value);
     $("c-values").value = PREFERRED_GPUS.filter((g) => known.includes(g)).slice(0, 3).join(", ") || known.slice(0, 3).join(", ");
   } else {
