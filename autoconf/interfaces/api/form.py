@@ -14,16 +14,14 @@ starting values, the catalogue lists) is in the tables below.
 
 from __future__ import annotations
 
-import types
 import typing
 from typing import Any
 
-from annotated_types import Ge, Gt, Le, Lt
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from autoconf.interfaces.api.inputs import RequestOptions
-from autoconf.schema import Job, Placement, is_flag
+from autoconf.schema import Job, Placement, is_flag, not_none
 from autoconf.schema.words import _choices
 
 # The request options the page offers (the others need server files or texts: the REST body has them).
@@ -32,37 +30,29 @@ OPTIONS = ("estimator", "num_samples", "epochs", "num_checkpoints", "price_per_g
 MAIN = ("model", "gpu_model", "method", "number_gpus", "tokens_per_sample", "batch_size")  # above "Advanced"
 GROUP_ORDER = ("training stack", "placement", "answer")  # the Job's own groups go after the training stack's
 START = {"model": "llama3.1-8b", "method": "lora", "number_gpus": "recommend", "num_samples": 10000}
-SOURCES = {"model": "models", "gpu_model": "gpus"}  # lists the page fills from /api/models and /api/gpus
+SOURCES = {"model": ("text", "models"), "gpu_model": ("select", "gpus")}  # filled from /api/models, /api/gpus
 WORDS = {"number_gpus": ["recommend", 1, 2, 4, 8, 16]}  # a number or a word: a text input with these suggestions
 WORD_HELP = {"number_gpus": "A number, or 'recommend': the fewest GPUs that fit."}
-LABELS = {"gpu_model": "GPU", "number_gpus": "GPU count", "dtype": "precision", "strategy": "sharding",
+LABELS = {"gpu_model": "GPU", "number_gpus": "GPUs", "dtype": "precision", "strategy": "sharding",
           "offload": "CPU offload", "tp": "tensor parallel", "pp": "pipeline parallel", "lora_r": "LoRA rank",
           "price_per_gpu_hour_usd": "USD per GPU-hour"}
 UNITS = {"num_samples": "samples", "price_per_gpu_hour_usd": "USD", "max_gpus": "GPUs", "gpus_per_node": "GPUs",
          "max_oom_risk": "probability"}  # units of the request options (the Job's and Placement's: metadata)
 
 
-def _scalar(annotation: object) -> object:
-    """``X`` of ``X | None``; the annotation itself otherwise."""
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        kept = [a for a in typing.get_args(annotation) if a is not type(None)]
-        return kept[0] if len(kept) == 1 else annotation
-    return annotation
+# (bound, constraint attribute, step to the nearest allowed integer): pydantic's ge / gt / le / lt constraints
+BOUNDS = (("min", "ge", 0), ("min", "gt", 1), ("max", "le", 0), ("max", "lt", -1))
 
 
 def _bounds(info: FieldInfo) -> dict[str, float]:
     """min / max of a number field from its constraints (a strict bound of an integer is the next integer)."""
     out: dict[str, float] = {}
-    whole = _scalar(info.annotation) is int
-    for c in info.metadata:
-        if isinstance(c, Ge) or (isinstance(c, Gt) and not whole):
-            out["min"] = float(c.ge if isinstance(c, Ge) else c.gt)  # type: ignore[arg-type]
-        elif isinstance(c, Gt):
-            out["min"] = float(c.gt) + 1  # type: ignore[arg-type]
-        elif isinstance(c, Le) or (isinstance(c, Lt) and not whole):
-            out["max"] = float(c.le if isinstance(c, Le) else c.lt)  # type: ignore[arg-type]
-        elif isinstance(c, Lt):
-            out["max"] = float(c.lt) - 1  # type: ignore[arg-type]
+    whole = not_none(info.annotation) is int
+    for constraint in info.metadata:
+        for bound, attribute, step in BOUNDS:
+            value = getattr(constraint, attribute, None)
+            if value is not None:
+                out[bound] = float(value) + (step if whole else 0)
     return {k: int(v) if v.is_integer() else v for k, v in out.items()}
 
 
@@ -73,12 +63,12 @@ def _control(name: str, info: FieldInfo) -> dict[str, Any]:
     if name in WORDS:
         return {"control": "text", "suggestions": WORDS[name]}
     if name in SOURCES:
-        return {"control": "select" if name == "gpu_model" else "text", "source": SOURCES[name], "choices": []}
+        return {"control": SOURCES[name][0], "source": SOURCES[name][1], "choices": []}
     if is_flag(annotation):
         return {"control": "checkbox" if isinstance(default, bool) else "tristate"}
     if words:
         return {"control": "select", "choices": list(words)}
-    kind = _scalar(annotation)
+    kind = not_none(annotation)
     if kind in (int, float):
         return {"control": "number", "step": 1 if kind is int else "any", **_bounds(info)}
     if typing.get_origin(kind) is tuple:
@@ -90,8 +80,10 @@ def _spec(name: str, info: FieldInfo, part: str, group: str) -> dict[str, Any]:
     extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
     default = None if info.default is PydanticUndefined else info.default
     text = " ".join(filter(None, [info.description, WORD_HELP.get(name)]))
-    spec = {"name": name, "part": part, "label": LABELS.get(name, name.replace("_", " ")), "help": text,
-            "unit": extra.get("unit", UNITS.get(name, "")), "group": str(extra.get("group", group)),
+    label = LABELS.get(name, name.replace("_", " "))
+    unit = str(extra.get("unit", UNITS.get(name, "")))
+    spec = {"name": name, "part": part, "label": label, "help": text,
+            "unit": unit, "group": str(extra.get("group", group)),
             "main": name in MAIN, "required": info.is_required(),
             "default": list(default) if isinstance(default, tuple) else default, **_control(name, info)}
     if name in START:

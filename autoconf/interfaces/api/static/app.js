@@ -57,7 +57,8 @@ function fieldBlock(f) {
   const label = document.createElement("label");
   label.htmlFor = input.id;
   label.title = f.help;
-  label.innerHTML = `${esc(f.label)}${f.unit ? ` <small>${esc(f.unit)}</small>` : ""}`;
+  const unit = f.unit && !f.label.toLowerCase().includes(f.unit.toLowerCase()) ? f.unit : "";  // not "GPUs GPUs"
+  label.innerHTML = `${esc(f.label)}${unit ? ` <small>${esc(unit)}</small>` : ""}`;
   if (f.control === "checkbox") label.prepend(input, " ");
   div.append(label);
   if (f.control !== "checkbox") div.append(input);
