@@ -18,6 +18,8 @@ from urllib.parse import urlparse
 import httpx
 import pytest
 
+from autoconf.schema import Job, Placement
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._browser import chromium, find_browser, requested_urls, serve  # noqa: E402
 
@@ -73,7 +75,10 @@ def _fill(driver: Any, fields: dict[str, Any], gpus: int | str) -> None:
     for name, value in {**fields, "number_gpus": gpus}.items():
         el = driver.find_element("id", f"f-{name}")
         if el.tag_name == "select":
-            Select(el).select_by_value(str(value))
+            Select(el).select_by_value(str(value).lower() if isinstance(value, bool) else str(value))
+        elif el.get_attribute("type") == "checkbox":
+            if el.is_selected() is not value:
+                el.click()
         else:
             el.clear()
             el.send_keys(str(value))
@@ -141,7 +146,10 @@ def test_bad_model_gets_the_api_message_beside_the_field(driver: Any, base: str)
     assert driver.find_element("id", "f-model").get_attribute("value") == detail["suggestions"][0]
 
 
-@pytest.mark.parametrize("field, bad", [("tokens_per_sample", "-1"), ("batch_size", "many"), ("number_gpus", "3")])
+# Number controls are <input type=number> with the field's bounds (the browser then takes no letters), but the page
+# leaves the checking to the API: out-of-bounds and fractional values reach it and its message shows beside the field.
+@pytest.mark.parametrize("field, bad", [("tokens_per_sample", "-1"), ("batch_size", "2.5"), ("lora_dropout", "1"),
+                                        ("number_gpus", "3")])
 def test_bad_numbers_get_the_api_message(driver: Any, base: str, field: str, bad: str) -> None:
     fields = {**JOBS[0][0], "tp": 2} if field == "number_gpus" else {**JOBS[0][0], field: bad}
     _open(driver, base)
@@ -149,7 +157,7 @@ def test_bad_numbers_get_the_api_message(driver: Any, base: str, field: str, bad
     driver.find_element("id", "submit").click()
     assert _wait(driver, "answer") == "error"
     body = {**fields, "number_gpus": int(bad) if field == "number_gpus" else 2}
-    body = {k: int(v) if isinstance(v, str) and v.lstrip("-").isdigit() else v for k, v in body.items()}
+    body = {k: json.loads(v) if isinstance(v, str) and k in (field, "number_gpus") else v for k, v in body.items()}
     res = httpx.post(f"{base}/api/estimate", json=body, timeout=60)
     assert res.status_code == 422
     detail = res.json()["detail"][0]
@@ -179,12 +187,19 @@ def test_compare_across_gpus(driver: Any, base: str) -> None:
         assert float(_value(driver, f"cmp-{i}-cost")[0]) == pytest.approx(est["cost"]["cost_usd"], rel=1e-12)
 
 
-def test_sweep_heat_map_matches_recommend(driver: Any, base: str) -> None:
-    """Each cell of the heat map is the fewest GPUs that /api/recommend gives for that cell's job."""
+SWEEP_JOBS = [{"model": "llama3.1-8b", "method": "full", "gpu_model": GPU, "estimator": "theory"},
+              {"model": "llama3.1-8b", "method": "lora", "gpu_model": GPU, "estimator": "theory", "attention": "eager",
+               "lora_target_modules": "q_proj, k_proj, v_proj, o_proj", "packing": True}]
+
+
+@pytest.mark.parametrize("form", SWEEP_JOBS, ids=["full", "lora-advanced"])
+def test_sweep_heat_map_matches_recommend(driver: Any, base: str, form: dict[str, Any]) -> None:
+    """Each cell of the heat map is the fewest GPUs that /api/recommend gives for that cell's job (every field of
+    the form, Advanced ones included)."""
     tokens, batches = [1024, 8192], [8, 64]
-    fields = {"model": "llama3.1-8b", "method": "full", "gpu_model": GPU, "estimator": "theory"}
+    fields = {k: [w.strip() for w in v.split(",")] if k == "lora_target_modules" else v for k, v in form.items()}
     _open(driver, base)
-    _fill(driver, fields, "recommend")
+    _fill(driver, form, "recommend")
     driver.find_element("id", "tab-sweep").click()
     for element_id, values in (("s-tokens_per_sample", tokens), ("s-batch_size", batches)):
         box = driver.find_element("id", element_id)
@@ -266,7 +281,9 @@ def test_bad_config_upload_is_422(base: str, content: bytes, words: str) -> None
 @pytest.mark.parametrize("change, loc", [({"tokens_per_sample": list(range(1, 12))}, ["tokens_per_sample"]),
                                          ({"batch_size": []}, ["batch_size"]),
                                          ({"model": "llama3.1-8bx"}, ["model"]),
-                                         ({"gpu_model": "H900"}, ["gpu_model"])])
+                                         ({"gpu_model": "H900"}, ["gpu_model"]),
+                                         ({"attention": "flsh"}, ["attention"]),
+                                         ({"warmup_ratio": 0.1}, ["warmup_ratio"])])
 def test_sweep_route_rejects_with_the_field(base: str, change: dict[str, Any], loc: list[str]) -> None:
     body = {"model": "llama3.1-8b", "gpu_model": GPU, "tokens_per_sample": [1024], "batch_size": [8], **change}
     res = httpx.post(f"{base}/api/sweep", json=body, timeout=60)
@@ -324,3 +341,106 @@ def test_compare_bad_gpu_name_beside_the_values(driver: Any, base: str) -> None:
     assert detail["loc"] == ["gpu_model"]
     assert f"H900: {detail['msg']}" in driver.find_element("id", "err-c-values").text
     assert driver.find_element("id", "err-gpu_model").text == ""  # the form's own GPU is fine
+
+
+CONTROLS = {"select": ("select", None), "tristate": ("select", None), "checkbox": ("input", "checkbox"),
+            "number": ("input", "number"), "list": ("input", "text"), "text": ("input", "text")}
+
+
+def test_every_served_field_has_its_control(driver: Any, base: str) -> None:
+    """The form is built from /api/form: each served field is a control of its kind with its bounds, in its group."""
+    fields = httpx.get(f"{base}/api/form", timeout=30).json()["fields"]
+    assert {f["name"] for f in fields} >= {*Job.model_fields, *Placement.model_fields}
+    _open(driver, base)
+    for f in fields:
+        el = driver.find_element("id", f"f-{f['name']}")
+        tag, kind = CONTROLS[f["control"]]
+        assert (el.tag_name, el.get_attribute("type") if kind else None) == (tag, kind), f["name"]
+        assert el.get_attribute("name") == f["name"] and el.get_attribute("title") == f["help"]
+        for key in ("min", "max", "step"):
+            if key in f:
+                assert el.get_attribute(key) == str(f[key]), (f["name"], key)
+        where = "fields-main" if f["main"] else "fields-advanced"
+        assert driver.execute_script(f"return !!arguments[0].closest('#{where}')", el), f["name"]
+        if not f["main"]:
+            group = driver.execute_script("return arguments[0].closest('fieldset').dataset.group", el)
+            assert group == f["group"], f["name"]
+        if f["control"] == "checkbox":
+            assert el.is_selected() is f["default"], f["name"]
+
+
+# A Job field the schema does not have, added in the server process before the app is built.
+NEW_FIELD = """
+from pydantic import Field
+import autoconf.interfaces.api.form as form
+class NewJob(form.Job):
+    warmup_ratio: float = Field(0.0, ge=0, le=1, description="Fraction of steps with a rising learning rate.",
+                                json_schema_extra={"unit": "fraction"})
+form.Job = NewJob
+"""
+
+
+def test_a_new_job_field_appears_on_the_page(driver: Any) -> None:
+    """A Job field with no page edit is a control of the training stack's group and is sent under its name (the
+    real REST body does not know it yet: its 422 shows beside the new control)."""
+    with serve(prelude=NEW_FIELD) as other:
+        _open(driver, other)
+        el = driver.find_element("id", "f-warmup_ratio")
+        assert (el.get_attribute("type"), el.get_attribute("min"), el.get_attribute("max")) == ("number", "0", "1")
+        assert driver.execute_script("return arguments[0].closest('fieldset').dataset.group", el) == "training stack"
+        label = driver.find_element("css selector", "label[for=f-warmup_ratio]").text
+        assert label == "warmup ratio fraction"
+        _fill(driver, {**JOBS[0][0], "warmup_ratio": 0.1}, 2)
+        driver.find_element("id", "submit").click()
+        assert _wait(driver, "answer") == "error"
+        assert "warmup_ratio=0.1" in driver.current_url
+        assert "Extra inputs are not permitted" in driver.find_element("id", "err-warmup_ratio").text
+
+
+# Advanced controls of each kind: a select, a checkbox, a default/on/off select, a list, a number.
+ADVANCED = {"attention": "sdpa", "packing": True, "double_quant": False, "lora_target_modules": "q_proj, k_proj, v_proj",
+            "lora_alpha": 32}
+
+
+def test_advanced_controls_and_the_command_lines(driver: Any, base: str) -> None:
+    """Each kind of control sends its field typed as the API reads it, and the answer's command lines (flags
+    generated from the same fields) give the CLI the same job, placement and memory as the REST answer."""
+    import shlex
+    import subprocess
+
+    fields, gpus = JOBS[0]
+    _open(driver, base)
+    _fill(driver, {**fields, **ADVANCED}, gpus)
+    driver.find_element("id", "submit").click()
+    assert _wait(driver, "answer") == "done"
+    sent = json.loads(driver.find_element("id", "repro-body").get_attribute("textContent"))
+    assert sent == {**fields, **ADVANCED, "lora_target_modules": ["q_proj", "k_proj", "v_proj"], "number_gpus": gpus}
+    est = httpx.post(f"{base}/api/estimate", json=sent, timeout=60).json()["results"][0]
+    rec = httpx.post(f"{base}/api/recommend", json=sent, timeout=60).json()["results"][0]
+    estimate, recommend = driver.find_element("id", "repro-cli").get_attribute("textContent").splitlines()
+    run = [sys.executable, "-m", "autoconf.interfaces.cli"]
+    cli_est = json.loads(subprocess.run([*run, *shlex.split(estimate)[1:], "--json"], capture_output=True, text=True,
+                                        check=True, timeout=120).stdout)
+    assert cli_est["job"] == est["job"] and cli_est["placement"]["number_gpus"] == gpus
+    assert cli_est["memory"]["peak_bytes"] == pytest.approx(est["memory"]["total_memory_gib"] * 2**30, rel=1e-9)
+    cli_rec = json.loads(subprocess.run([*run, *shlex.split(recommend)[1:], "--json"], capture_output=True, text=True,
+                                        check=True, timeout=120).stdout)
+    assert cli_rec["number_gpus"] == rec["number_gpus"] and cli_rec["estimate"]["job"] == est["job"]
+
+
+def test_compare_across_a_field_with_choices(driver: Any, base: str) -> None:
+    """Compare offers every field with choices (from /api/form) and fills in all its choices."""
+    from selenium.webdriver.support.ui import Select
+
+    fields, gpus = JOBS[0]
+    _open(driver, base)
+    _fill(driver, fields, gpus)
+    driver.find_element("id", "tab-compare").click()
+    Select(driver.find_element("id", "c-dim")).select_by_value("attention")
+    assert driver.find_element("id", "c-values").get_attribute("value") == "flash, sdpa, eager"
+    driver.find_element("id", "c-run").click()
+    assert _wait(driver, "compare") == "done"
+    for i, name in enumerate(("flash", "sdpa", "eager")):
+        body = {**fields, "attention": name, "number_gpus": gpus}
+        est = httpx.post(f"{base}/api/estimate", json=body, timeout=60).json()["results"][0]
+        assert float(_value(driver, f"cmp-{i}-total")[0]) == pytest.approx(est["memory"]["total_memory_gib"], rel=1e-12)

@@ -50,7 +50,7 @@ from autoconf.schema.kinds import (
     Strategy,
 )
 from autoconf.schema.placement import Placement
-from autoconf.schema.words import FALSE_WORDS, TRUE_WORDS, Words, is_flag, read_flag, read_word
+from autoconf.schema.words import FALSE_WORDS, TRUE_WORDS, Words, is_flag, not_none, read_flag, read_word
 
 __all__ = [
     "ALIASES", "Answer", "DEFAULT_LORA_TARGETS", "FALSE_WORDS", "FRAMEWORKS", "GIB", "PER_DEVICE_BATCH", "TRUE_WORDS", "Attention",
@@ -58,5 +58,5 @@ __all__ = [
     "MemoryEstimate", "Method", "Offload", "Optimizer", "OptimizerImpl", "Phase", "Placement", "Recommendation",
     "Strategy", "ThroughputEstimate", "TimeEstimate", "Words", "canonical_words", "field_metadata", "is_flag",
     "job_and_placement",
-    "job_of_words", "read_flag", "read_word", "sweep_arrays", "sweep_columns",
+    "job_of_words", "not_none", "read_flag", "read_word", "sweep_arrays", "sweep_columns",
 ]

@@ -10,7 +10,9 @@ CLI flags, REST bodies and sweep columns take every field by its name, and besid
   ``ado_default``: ado's default where it is not the field's (ado's SFTTrainer stack; 0 for "none");
 * ``from``: a knob of a training config read by ``--from`` (``True``: of the field's name; else the knob's name),
   listed in what the answer says was read or defaulted;
-* ``group``: the heading the CLI lists the field's flag under (default: the training stack's).
+* ``group``: the heading the CLI lists the field's flag under, and the page its control (default: the training
+  stack's);
+* ``unit``: what a number counts, shown beside the page's control (api/form.py).
 """
 
 from __future__ import annotations
@@ -62,15 +64,15 @@ class Job(_Input):
     )
     tokens_per_sample: int = Field(
         4096, gt=0, le=2_097_152, description="Sequence length per sample (padded), tokens.",
-        json_schema_extra={"aliases": ["seq_len"], "from": "seq_len"})
+        json_schema_extra={"aliases": ["seq_len"], "from": "seq_len", "unit": "tokens"})
     batch_size: int = Field(
         16, gt=0, le=1_048_576,
         description="Global batch per optimizer step across all GPUs (as in ado's SFTTrainer).",
-        json_schema_extra={"from": "micro_batch"},
+        json_schema_extra={"from": "micro_batch", "unit": "samples"},
     )
     gradient_accumulation_steps: int = Field(1, ge=1, le=4096, description="Micro-steps per optimizer step.",
                                              json_schema_extra={"aliases": ["grad_accum"], "ado": [1, "fixed-batch"],
-                                                                "from": "grad_accum"})
+                                                                "from": "grad_accum", "unit": "micro-steps"})
     lora_r: int = Field(8, gt=0, le=4096, description="LoRA rank (lora and qlora only).",
                         json_schema_extra={"aliases": ["lora_rank"], "ado": [5, "all"], "from": True})
     lora_alpha: float = Field(16.0, gt=0, description="LoRA alpha (does not change memory).")
@@ -115,11 +117,11 @@ class Job(_Input):
     # --- vision-language models (ignored for text models, which refuse images_per_sample > 0) -------
     images_per_sample: int = Field(
         0, ge=0, le=64, description="Images per training sample (0 = text-only, even for a vision-language model).",
-        json_schema_extra={"ado": [7, "all"], "group": VISION})
+        json_schema_extra={"ado": [7, "all"], "group": VISION, "unit": "images"})
     image_resolution: int | None = Field(
         None, gt=0, le=16384,
         description="Longer image side in pixels (default: the model's image_size; 448 for dynamic-resolution Qwen-VL).",
-        json_schema_extra={"ado": [8, "all"], "ado_default": 0, "group": VISION})
+        json_schema_extra={"ado": [8, "all"], "ado_default": 0, "group": VISION, "unit": "pixels"})
     freeze_vision: bool = Field(
         True, description="Keep the vision tower frozen (the LLaVA and Qwen2-VL fine-tuning recipes' default).",
         json_schema_extra={"ado": [9, "all"], "group": VISION})
@@ -148,7 +150,8 @@ class Job(_Input):
         False, description="Checkpoints hold the trained weights only, no optimizer states (HF TrainingArguments "
         "save_only_model; the run cannot resume from them): smaller, faster checkpoint writes in the job's time.")
     sequence_parallel: int = Field(
-        1, ge=1, le=1024, description="Sequence/context-parallel degree: GPUs that split one sample's tokens.")
+        1, ge=1, le=1024, description="Sequence/context-parallel degree: GPUs that split one sample's tokens.",
+        json_schema_extra={"unit": "GPUs"})
 
     @model_validator(mode="before")
     @classmethod

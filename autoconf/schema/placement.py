@@ -13,10 +13,11 @@ class Placement(_Input):
     """Where and how the job is spread: GPUs, workers, sharding and parallelism."""
 
     gpu_model: str = Field(description="GPU name in ado's spelling (e.g. NVIDIA-A100-80GB-PCIe) or an alias.")
-    number_gpus: int = Field(1, ge=1, le=defaults.NUMBER_GPUS_LIMIT, description="Total GPUs across all workers.")
+    number_gpus: int = Field(1, ge=1, le=defaults.NUMBER_GPUS_LIMIT, description="Total GPUs across all workers.",
+                             json_schema_extra={"unit": "GPUs"})
     gpus_per_worker: int | None = Field(
-        None, ge=1, le=defaults.GPUS_PER_NODE, description="GPUs per worker (node); default min(number_gpus, 8)."
-    )
+        None, ge=1, le=defaults.GPUS_PER_NODE, description="GPUs per worker (node); default min(number_gpus, 8).",
+        json_schema_extra={"unit": "GPUs"})
     strategy: Strategy | None = Field(
         None,
         description="Data-parallel sharding: ddp, fsdp (full shard), fsdp-shard-grad-op, fsdp-hybrid, "
@@ -30,10 +31,10 @@ class Placement(_Input):
         "divides the pipeline bubble.")
     intra_node_gbps: float | None = Field(
         None, gt=0, le=10_000, description="GPU-to-GPU bandwidth inside a node, GB/s per GPU one direction "
-        "(default: the GPU's NVLink / PCIe figure in the catalogue).")
+        "(default: the GPU's NVLink / PCIe figure in the catalogue).", json_schema_extra={"unit": "GB/s"})
     inter_node_gbps: float | None = Field(
         None, gt=0, le=10_000, description="Network bandwidth between nodes, GB/s per node one direction "
-        "(default 25: two 100 Gb/s Ethernet NICs; DGX H100 InfiniBand 8 x 400 Gb/s = 400).")
+        "(default 25: two 100 Gb/s Ethernet NICs; DGX H100 InfiniBand 8 x 400 Gb/s = 400).", json_schema_extra={"unit": "GB/s"})
 
     @model_validator(mode="after")
     def _check_degrees(self) -> Placement:

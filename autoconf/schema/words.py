@@ -42,6 +42,14 @@ def _choices(annotation: object) -> tuple[str, ...] | None:
     return None
 
 
+def not_none(annotation: object) -> object:
+    """``X`` of ``X | None`` (an optional field's type); the annotation itself otherwise."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        kept = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return kept[0] if len(kept) == 1 else annotation
+    return annotation
+
+
 def is_flag(annotation: object) -> bool:
     """True for a boolean field (``bool`` or ``bool | None``)."""
     return annotation is bool or annotation == bool | None

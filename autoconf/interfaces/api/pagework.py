@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import pandas as pd
-from pydantic import Field
+from pydantic import Field, create_model
 
 from autoconf.defaults import GPUS_PER_NODE, MAX_GPUS, MAX_GPUS_LIMIT, MAX_OOM_RISK
 from autoconf.errors import InvalidInputError
@@ -19,18 +19,16 @@ from autoconf.interfaces.api.guard import BodyError, parse_json
 from autoconf.interfaces.api.inputs import parse_body
 from autoconf.interfaces.api.uploads import MAX_CONFIG_BYTES, store_config
 from autoconf.recommend.frame import recommend_frame
-from autoconf.schema import DType, EstimatorName, Method, Strategy, Words
+from autoconf.schema import EstimatorName, Job, Strategy, Words
 
 MAX_AXIS = 10  # values per sweep axis: 10 × 10 cells keep one request under a second with theory
+SWEPT = ("tokens_per_sample", "batch_size")
+OPTIONS = ("estimator", "max_gpus", "gpus_per_node", "max_oom_risk")  # of the search, not of a cell's job
 
 
-class SweepBody(Words):
-    """One model and GPU over tokens_per_sample × batch_size; the other Job fields as in the flat body."""
-
+class _Sweep(Words):
     model: str = Field(min_length=1, max_length=4096, description="Catalogue name, alias or parameter count.")
     gpu_model: str = Field(min_length=1, max_length=128, description="GPU name or alias.")
-    method: Method = "full"
-    dtype: DType = "bf16"
     strategy: Strategy | None = None
     tokens_per_sample: list[int] = Field(min_length=1, max_length=MAX_AXIS, description="Sweep axis: tokens.")
     batch_size: list[int] = Field(min_length=1, max_length=MAX_AXIS, description="Sweep axis: global batch.")
@@ -40,11 +38,23 @@ class SweepBody(Words):
     max_oom_risk: float = Field(MAX_OOM_RISK, ge=0, le=1)
 
 
-def _first_cell(body: SweepBody) -> dict[str, Any]:
+SweepBody = create_model(  # type: ignore[call-overload]  # pydantic's overloads cannot type **field definitions
+    "SweepBody",
+    __base__=_Sweep,
+    __doc__="One model and GPU over tokens_per_sample × batch_size; every other Job field as in the flat body "
+    "(generated from the Job's fields: the sweep view sends what the form holds).",
+    **{n: (i.annotation, i) for n, i in Job.model_fields.items() if n not in (*SWEPT, *_Sweep.model_fields)},
+)
+
+
+def _job_words(body: Any) -> dict[str, Any]:  # noqa: ANN401 - a SweepBody (generated, no static type)
+    """The words of every cell's job: the body without the axes and the search's options (None: left out)."""
+    return body.model_dump(exclude={*SWEPT, *OPTIONS}, exclude_unset=True, exclude_none=True)  # type: ignore[no-any-return]
+
+
+def _first_cell(body: Any) -> dict[str, Any]:  # noqa: ANN401 - a SweepBody
     """The flat body of the sweep's first cell: checks model, GPU and the job fields with the API's messages."""
-    job = body.model_dump(exclude={"tokens_per_sample", "batch_size", "max_gpus", "gpus_per_node", "max_oom_risk",
-                                   "estimator", "strategy"}, exclude_none=True)
-    return {**job, "tokens_per_sample": body.tokens_per_sample[0], "batch_size": body.batch_size[0],
+    return {**_job_words(body), "tokens_per_sample": body.tokens_per_sample[0], "batch_size": body.batch_size[0],
             "estimator": "theory"}
 
 
@@ -68,9 +78,8 @@ def sweep_for(body: Any) -> dict[str, Any]:
     sweep = SweepBody.model_validate(body)
     results_for(parse_body(_first_cell(sweep)), ("memory",))  # unknown names -> 422 with the closest names
     estimator, notes = pick_estimator(sweep.estimator, None)
-    rows = [{"model": sweep.model, "method": sweep.method, "dtype": sweep.dtype, "gpu_model": sweep.gpu_model,
-             "strategy": sweep.strategy, "tokens_per_sample": t, "batch_size": b}
-            for b in sweep.batch_size for t in sweep.tokens_per_sample]
+    words = _job_words(sweep)
+    rows = [{**words, "tokens_per_sample": t, "batch_size": b} for b in sweep.batch_size for t in sweep.tokens_per_sample]
     out = recommend_frame(pd.DataFrame(rows), estimator, max_gpus=sweep.max_gpus, gpus_per_node=sweep.gpus_per_node,
                           max_oom_risk=sweep.max_oom_risk)
     cells = [_cell(r) for r in out.astype(object).where(out.notna(), None).to_dict(orient="records")]

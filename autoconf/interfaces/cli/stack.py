@@ -11,32 +11,23 @@ profile's value (docs/frameworks.md); a new Job field is a flag here without an 
 from __future__ import annotations
 
 import argparse
-import types
 import typing
 from collections.abc import Iterable
 from typing import Any
 
 from autoconf import defaults
 from autoconf.interfaces.cli.dialect import BoolWord
-from autoconf.schema import ALIASES, Framework, Job, field_metadata, is_flag
+from autoconf.schema import ALIASES, Framework, Job, field_metadata, is_flag, not_none
 from autoconf.schema.words import _choices
 
 GROUPS = field_metadata("group")  # field -> its flags' heading (the Job's metadata), else the training stack's
 GENERATED = "_job_flags"  # the Namespace attribute listing the generated flags' fields
 
 
-def _scalar(annotation: object) -> object:
-    """``X`` of ``X | None``; the annotation itself otherwise."""
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        kept = [a for a in typing.get_args(annotation) if a is not type(None)]
-        return kept[0] if len(kept) == 1 else annotation
-    return annotation
-
-
 def _flag(name: str) -> dict[str, Any]:
     """argparse keywords of the flag of the Job field ``name``."""
     info = Job.model_fields[name]
-    annotation = _scalar(info.annotation)
+    annotation = not_none(info.annotation)
     words = _choices(info.annotation)
     if is_flag(info.annotation):
         return {"action": BoolWord}

@@ -1,29 +1,135 @@
-/* The autoconf-gpu page: reads the form, calls the REST routes (/api/estimate, /api/recommend, /api/sweep)
-   and shows their answers; a 422's message goes beside the field it names. No library, no build step. */
+/* The autoconf-gpu page: builds the job form from /api/form (the fields' metadata), reads it, calls the REST
+   routes (/api/estimate, /api/recommend, /api/sweep) and shows their answers; a 422's message goes beside the
+   field it names. No library, no build step. */
 "use strict";
 
 const $ = (id) => document.getElementById(id);
 const NUMBER = /^-?\d+(\.\d+)?([eE][+-]?\d+)?$/;
-const COMPARE_DEFAULTS = { method: "full, lora, qlora", number_gpus: "1, 2, 4, 8" };
+const COMPARE_DEFAULTS = { number_gpus: "1, 2, 4, 8" };  // a field with choices compares all of them
 const PREFERRED_GPUS = ["NVIDIA-A100-80GB-PCIe", "NVIDIA-H100-80GB-HBM3", "L40S", "NVIDIA-L40S", "NVIDIA-L4"];
 
 class InputError extends Error {
   constructor(detail) { super("invalid input"); this.detail = detail; }
 }
 
-/* A value as the API should get it: numbers as numbers, "true"/"false" as booleans, anything else as typed. */
+/* ---- the form, built from /api/form ------------------------------------------------------------ */
+let FORM_FIELDS = [];  // the served list of fields, kept for the command lines of the answer
+/* One control per field of the served list (autoconf/interfaces/api/form.py): choices as a select, a boolean as a
+   checkbox, a boolean whose default is the framework profile's as default / on / off, a number with its bounds,
+   step and unit, a list of words as comma-separated text. Its id is f-<name>, its message's err-<name>. */
+function control(f) {
+  const tag = ["select", "tristate"].includes(f.control) ? "select" : "input";
+  const input = document.createElement(tag);
+  input.id = `f-${f.name}`;
+  input.name = f.name;
+  input.dataset.control = f.control;
+  input.title = f.help;
+  const start = f.start !== undefined ? f.start : (f.main ? f.default : null);
+  if (f.control === "tristate") {
+    input.innerHTML = '<option value="">default (the stack\'s)</option><option value="true">on</option><option value="false">off</option>';
+  } else if (f.control === "select") {
+    const blank = f.main ? "" : `<option value="">default${f.default === null ? "" : ` (${esc(f.default)})`}</option>`;
+    input.innerHTML = blank + f.choices.map((c) => `<option value="${esc(c)}">${esc(c)}</option>`).join("");
+  } else if (f.control === "checkbox") {
+    input.type = "checkbox";
+    input.dataset.default = String(f.default);
+    input.checked = f.default;
+  } else {
+    input.type = f.control === "number" ? "number" : "text";
+    if (f.control === "number") {
+      input.step = f.step;
+      if (f.min !== undefined) input.min = f.min;
+      if (f.max !== undefined) input.max = f.max;
+      input.inputMode = f.step === 1 ? "numeric" : "decimal";
+    }
+    const shown = Array.isArray(f.default) ? f.default.join(", ") : f.default;
+    input.placeholder = shown === null ? "default" : String(shown);
+  }
+  if (f.required) input.required = true;
+  if (start !== null && f.control !== "checkbox") input.value = String(start);
+  return input;
+}
+
+function fieldBlock(f) {
+  const div = document.createElement("div");
+  const input = control(f);
+  div.className = `field ${f.control}${f.control === "list" || f.source || (f.control === "text" && !f.suggestions) ? " wide" : ""}`;
+  const label = document.createElement("label");
+  label.htmlFor = input.id;
+  label.title = f.help;
+  const unit = f.unit && !f.label.toLowerCase().includes(f.unit.toLowerCase()) ? f.unit : "";  // not "GPUs GPUs"
+  label.innerHTML = `${esc(f.label)}${unit ? ` <small>${esc(unit)}</small>` : ""}`;
+  if (f.control === "checkbox") label.prepend(input, " ");
+  div.append(label);
+  if (f.control !== "checkbox") div.append(input);
+  if (f.source) div.dataset.source = f.source;
+  const words = f.suggestions || (f.source === "models" ? [] : null);
+  if (words) {
+    const list = document.createElement("datalist");
+    list.id = `list-${f.name}`;
+    list.innerHTML = words.map((w) => `<option value="${esc(w)}">${esc(w)}</option>`).join("");
+    input.setAttribute("list", list.id);
+    div.append(list);
+  }
+  if (f.main) {
+    const hint = document.createElement("div");
+    hint.className = "hint";
+    hint.textContent = f.help;
+    div.append(hint);
+  }
+  const err = document.createElement("div");
+  err.className = "err";
+  err.id = `err-${f.name}`;
+  div.append(err);
+  return div;
+}
+
+/* The main fields above "Advanced", the others in one fieldset per group (the CLI's headings), in field order. */
+function buildForm(fields) {
+  FORM_FIELDS = fields;
+  const groups = new Map();
+  for (const f of fields) {
+    if (f.main) { $("fields-main").append(fieldBlock(f)); continue; }
+    if (!groups.has(f.group)) {
+      const set = document.createElement("fieldset");
+      set.dataset.group = f.group;
+      set.innerHTML = `<legend>${esc(f.group)}</legend><div class="grid"></div>`;
+      $("fields-advanced").append(set);
+      groups.set(f.group, set.querySelector(".grid"));
+    }
+    groups.get(f.group).append(fieldBlock(f));
+  }
+  if ($("f-model")) $("f-model").closest(".field").after($("config-upload"));
+  const dims = $("c-dim"), known = [...dims.options].map((o) => o.value);
+  for (const f of fields.filter((x) => x.control === "select" && x.choices.length && !known.includes(x.name))) {
+    dims.add(new Option(f.label, f.name));  // compare across any field with choices
+  }
+}
+
+/* A value as the API should get it: numbers as numbers, booleans as booleans, lists as lists. */
 function typed(el) {
+  if (el.dataset.control === "checkbox") return el.checked;
   const raw = el.value.trim();
-  if (el.dataset.type === "bool") return raw === "true";
+  if (el.dataset.control === "tristate") return raw === "true";
+  if (el.dataset.control === "list") return raw.split(",").map((v) => v.trim()).filter((v) => v !== "");
   return NUMBER.test(raw) ? Number(raw) : raw;
+}
+
+/* Whether the control holds a value to send: not empty, a checkbox not at its default (the API's defaults apply). */
+function given(el) {
+  if (el.dataset.control === "checkbox") return String(el.checked) !== el.dataset.default;
+  return el.value.trim() !== "";
+}
+
+function controls() {
+  return $("job").querySelectorAll("input[name], select[name]");
 }
 
 /* The flat body of the form (fields left empty are left out: the API's defaults apply). */
 function jobBody() {
   const body = {};
-  for (const el of $("job").querySelectorAll("input[name], select[name]")) {
-    if (el.value.trim() === "" || el.name === "number_gpus") continue;
-    body[el.name] = typed(el);
+  for (const el of controls()) {
+    if (given(el) && el.name !== "number_gpus") body[el.name] = typed(el);
   }
   return body;
 }
@@ -160,6 +266,23 @@ function shellQuote(value) {
   return /^[\w@%+=:,./-]+$/.test(text) ? text : `'${text.replace(/'/g, "'\\''")}'`;
 }
 
+/* Fields `autoconf-gpu estimate` spells its own way (the VRAM-budget CLI's, docs/dialects.md); each other Job field
+   is `--<field-name>` on both verbs, generated from the same metadata as this form (interfaces/cli/stack.py). */
+const ESTIMATE_OWN = ["model", "gpu_model", "tokens_per_sample", "batch_size", "gradient_accumulation_steps", "method",
+  "lora_r", "gradient_checkpointing"];
+const RECOMMEND_OPTIONS = ["max_gpus", "gpus_per_node", "max_oom_risk"];
+
+function flag(name, value) {
+  const dashed = name.replace(/_/g, "-");
+  if (value === true || value === false) return [value ? `--${dashed}` : `--no-${dashed}`];
+  return [`--${dashed}`, ...(Array.isArray(value) ? value : [value]).map(shellQuote)];
+}
+
+function jobFields(b, skip) {
+  return FORM_FIELDS.filter((f) => f.part === "job" && b[f.name] !== undefined && !skip.includes(f.name))
+    .flatMap((f) => flag(f.name, b[f.name]));
+}
+
 /* `autoconf-gpu estimate` (per-device batch × dp × grad. accumulation = the global batch) and `recommend`. */
 function cliCommands(b) {
   const est = b.estimator || "hybrid", ga = b.gradient_accumulation_steps || 1;
@@ -173,20 +296,18 @@ function cliCommands(b) {
   if (pp > 1) e.push("--pp", pp);
   if (b.method === "lora" || b.method === "qlora") e.push(`--${b.method}`);
   if (b.lora_r) e.push("--lora-rank", b.lora_r);
-  for (const [key, flag] of [["dtype", "--dtype"], ["strategy", "--strategy"], ["attention", "--attention"], ["optimizer", "--optimizer"]]) {
-    if (b[key]) e.push(flag, shellQuote(b[key]));
-  }
+  if (b.strategy) e.push("--strategy", shellQuote(b.strategy));
+  if (b.offload && b.offload !== "none") e.push("--cpu-offload-optimizer", ...(b.offload === "optimizer+params" ? ["--cpu-offload-params"] : []));
   if (b.gradient_checkpointing === false) e.push("--no-grad-checkpoint");
-  if (b.fused_loss === true) e.push("--fused-loss");
-  const r = ["autoconf-gpu recommend", "--model", shellQuote(b.model), "--method", b.method || "full", "--gpu", shellQuote(b.gpu_model),
-    "--tokens-per-sample", b.tokens_per_sample || 4096, "--batch-size", b.batch_size || 16, "--estimator", est];
-  if (b.dtype) r.push("--dtype", b.dtype);
-  if (b.lora_r) r.push("--lora-r", b.lora_r);
-  if (ga > 1) r.push("--gradient-accumulation-steps", ga);
-  if (b.max_gpus) r.push("--max-gpus", b.max_gpus);
-  if (b.max_oom_risk !== undefined) r.push("--max-oom-risk", b.max_oom_risk);
-  const note = Number.isInteger(perDevice) ? "" : `# batch ${b.batch_size} is not a multiple of dp × grad. accumulation: the CLI needs a per-device batch\n`;
-  return `${note}${e.join(" ")}\n${r.join(" ")}`;
+  e.push(...jobFields(b, ESTIMATE_OWN));
+  const r = ["autoconf-gpu recommend", "--gpu", shellQuote(b.gpu_model), ...jobFields(b, []), "--estimator", est];
+  for (const key of RECOMMEND_OPTIONS) if (b[key] !== undefined) r.push(...flag(key, b[key]));
+  const notes = [];
+  if (!Number.isInteger(perDevice)) notes.push(`# batch ${b.batch_size} is not a multiple of dp × grad. accumulation: the CLI needs a per-device batch`);
+  const left = FORM_FIELDS.filter((f) => f.part === "placement" && b[f.name] !== undefined
+    && !["gpu_model", "number_gpus", "tp", "pp", "strategy", "offload"].includes(f.name)).map((f) => f.name);
+  if (left.length) notes.push(`# not on the command line (send them in the REST body): ${left.join(", ")}`);
+  return [...notes, e.join(" "), r.join(" ")].join("\n");
 }
 
 function curlCommands(body) {
@@ -199,8 +320,8 @@ function curlCommands(body) {
 /* The form's non-empty fields as a URL fragment: a link that fills the form and answers again. */
 function formLink() {
   const params = new URLSearchParams();
-  for (const el of $("job").querySelectorAll("input[name], select[name]")) {
-    if (el.value.trim() !== "") params.set(el.name, el.value.trim());
+  for (const el of controls()) {
+    if (given(el)) params.set(el.name, el.dataset.control === "checkbox" ? String(el.checked) : el.value.trim());
   }
   return `${window.location.origin}/#${params.toString()}`;
 }
@@ -210,7 +331,8 @@ function fillFromLink() {
   const params = new URLSearchParams(window.location.hash.slice(1));
   for (const [name, value] of params) {
     const el = $("job").querySelector(`[name="${CSS.escape(name)}"]`);
-    if (el && el.type !== "file") el.value = value;
+    if (el && el.dataset.control === "checkbox") el.checked = value === "true";
+    else if (el && el.type !== "file") el.value = value;
   }
   if ([...params.keys()].some((k) => k !== "model" && k !== "gpu_model" && $(`f-${k}`) && $(`f-${k}`).closest("details"))) {
     $("advanced").open = true;
@@ -305,14 +427,15 @@ function listOf(id) {
   return $(id).value.split(",").map((v) => v.trim()).filter((v) => v !== "").map((v) => (NUMBER.test(v) ? Number(v) : v));
 }
 
+/* The form's job (every Job field it holds), GPU and sharding, the search's options, over the two axes. */
 function sweepBody() {
   const b = jobBody();
-  const body = { model: b.model, gpu_model: b.gpu_model, tokens_per_sample: listOf("s-tokens_per_sample"),
-    batch_size: listOf("s-batch_size") };
-  for (const key of ["method", "dtype", "strategy", "estimator", "max_gpus", "gpus_per_node", "max_oom_risk"]) {
-    if (b[key] !== undefined) body[key] = b[key];
+  const body = {};
+  for (const f of FORM_FIELDS) {
+    const keep = f.part === "job" || ["gpu_model", "strategy", "estimator", "max_gpus", "gpus_per_node", "max_oom_risk"].includes(f.name);
+    if (keep && b[f.name] !== undefined) body[f.name] = b[f.name];
   }
-  return body;
+  return { ...body, tokens_per_sample: listOf("s-tokens_per_sample"), batch_size: listOf("s-batch_size") };
 }
 
 async function runSweep() {
@@ -341,7 +464,10 @@ function showView(name) {
 
 function setCompareDefaults() {
   const dim = $("c-dim").value;
-  if (dim === "gpu_model") {
+  const field = FORM_FIELDS.find((f) => f.name === dim && f.choices && f.choices.length);
+  if (field) {
+    $("c-values").value = field.choices.join(", ");
+  } else if (dim === "gpu_model") {
     const known = [...$("f-gpu_model").options].map((o) => o.value);
     $("c-values").value = PREFERRED_GPUS.filter((g) => known.includes(g)).slice(0, 3).join(", ") || known.slice(0, 3).join(", ");
   } else {
@@ -349,16 +475,23 @@ function setCompareDefaults() {
   }
 }
 
-async function loadCatalogue() {
+/* The form from /api/form, then the catalogue's names into the controls whose field names a source. */
+async function loadForm() {
+  const json = (url) => fetch(url).then((r) => (r.ok ? r.json() : Promise.reject(new Error(`${url} answered HTTP ${r.status}`))));
   try {
-    const [models, gpus] = await Promise.all([fetch("/api/models").then((r) => r.json()), fetch("/api/gpus").then((r) => r.json())]);
+    buildForm((await json("/api/form")).fields);
+    const [models, gpus] = await Promise.all([json("/api/models"), json("/api/gpus")]);
     const names = models.models.flatMap((m) => [m.name, ...m.aliases]);
-    $("models").innerHTML = [...new Set(names)].map((n) => `<option value="${esc(n)}">`).join("");
-    const select = $("f-gpu_model"), chosen = select.value;
-    select.innerHTML = gpus.gpus.map((g) => `<option value="${esc(g.name)}">${esc(g.name)} (${g.memory_gib.toFixed(0)} GiB)</option>`).join("");
-    select.value = gpus.gpus.some((g) => g.name === chosen) ? chosen : gpus.gpus[0].name;
+    for (const list of document.querySelectorAll('[data-source="models"] datalist')) {
+      list.innerHTML = [...new Set(names)].map((n) => `<option value="${esc(n)}">`).join("");
+    }
+    for (const select of document.querySelectorAll('[data-source="gpus"] select')) {
+      const preferred = PREFERRED_GPUS.find((g) => gpus.gpus.some((x) => x.name === g));
+      select.innerHTML = gpus.gpus.map((g) => `<option value="${esc(g.name)}">${esc(g.name)} (${g.memory_gib.toFixed(0)} GiB)</option>`).join("");
+      select.value = preferred || gpus.gpus[0].name;
+    }
   } catch (err) {
-    $("page-error").textContent = `The catalogue could not be loaded: ${err.message}`;
+    $("page-error").textContent = `The form or the catalogue could not be loaded: ${err.message}`;
     $("page-error").hidden = false;
   }
   setCompareDefaults();
@@ -390,5 +523,5 @@ document.addEventListener("DOMContentLoaded", () => {
   $("f-config").addEventListener("change", onConfigFile);
   for (const tab of document.querySelectorAll(".tab")) tab.addEventListener("click", () => showView(tab.dataset.view));
   window.addEventListener("error", (e) => { $("page-error").textContent = `Page error: ${e.message}`; $("page-error").hidden = false; });
-  loadCatalogue();
+  loadForm();
 });
