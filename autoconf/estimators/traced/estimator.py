@@ -85,8 +85,10 @@ def untraceable_reason(job: Job, placement: Placement) -> str | None:
         # expert's nn.Linear
         return ("QLoRA of MoE experts: transformers 5 keeps them as 3-D parameters, which its bitsandbytes conversion "
                 "(nn.Linear only) leaves unquantised")
-    if arch_experts(job) and job.dtype in ("fp16", "amp-fp16"):
-        return "MoE experts in fp16: torch's grouped_mm (the traced experts) takes bf16 only on CPU"
+    if arch_experts(job) and job.dtype != "bf16":
+        # amp keeps fp32 weights and CPU autocast does not cast _grouped_mm: it refuses fp32 inputs too
+        return (f"MoE experts in {job.dtype}: torch's grouped_mm (the traced experts) takes bf16 inputs only on CPU "
+                "(CPU autocast does not cast it)")
     if job.optimizer not in TRACED_OPTIMIZERS:
         return f"optimizer {job.optimizer} is not traced (traced: {', '.join(TRACED_OPTIMIZERS)})"
     if job.optimizer_state_dtype == "fp32" and job.method == "full" and job.dtype in ("bf16", "fp16"):
