@@ -167,12 +167,13 @@ def fill(todo: dict[str, tuple[dict[str, Any], str, int]], budget_s: float) -> l
     return failed
 
 
-def score(rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """Per-row errors (both estimators, every metric the row measured), the OOM-gate check per row, and the
-    rows with traced's mode and fallback reason."""
-    answers = {name: estimate_rows(name, rows) for name in ("theory", "traced")}
-    modes = [("theory", why) if (why := own_kernels(kernels)) else mode_of(a)
-             for a, kernels in zip(answers["traced"], rows["kernels"], strict=True)]
+def score(rows: pd.DataFrame, names: tuple[str, ...] = ("theory", "traced")) -> tuple[pd.DataFrame, pd.DataFrame,
+                                                                                        pd.DataFrame]:
+    """Per-row errors (each estimator of ``names``, every metric the row measured), the OOM-gate check per row,
+    and the rows with traced's mode and fallback reason (no mode without traced)."""
+    answers = {name: estimate_rows(name, rows) for name in names}
+    modes = [("theory", why) if (why := own_kernels(kernels)) else mode_of(a) if "traced" in answers else ("", "")
+             for a, kernels in zip(answers.get("traced", answers["theory"]), rows["kernels"], strict=True)]
     rows = rows.assign(mode=[m for m, _ in modes], reason=[r for _, r in modes])
     parts, gate = [], []
     for name, found in answers.items():
@@ -192,7 +193,7 @@ def score(rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
         oom = rows["status"].to_numpy() == "oom"
         said_fits = [not isinstance(a, str) and a.memory.oom_risk <= MAX_OOM_RISK for a in found]
         gate.append(rows[list(KEEP)].assign(
-            estimator=name, oom=oom, said_fits=said_fits, answered=ok))
+            row=rows.index, estimator=name, oom=oom, said_fits=said_fits, answered=ok))
     return pd.concat(parts, ignore_index=True), pd.concat(gate, ignore_index=True), rows
 
 
@@ -206,6 +207,19 @@ def table(errors: pd.DataFrame, by: list[str]) -> pd.DataFrame:
 
 
 TRACED_MODES = ("step", "rank", "replica")
+ESTIMATORS = ("traced", "theory", "theory before")  # "theory before": --theory-before, the code before the corrections
+
+
+def before(prefix: Path, rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Theory's errors and gate as saved (``--save``) by the code before this round's corrections, on today's rows
+    and modes (rows are matched by their position in the loaded tables, so the data must be the same)."""
+    errors = pd.read_csv(f"{prefix}-errors.csv")
+    gate = pd.read_csv(f"{prefix}-gate.csv")
+    out = []
+    for frame in (errors, gate):
+        frame = frame[(frame["estimator"] == "theory") & frame["row"].isin(rows.index)]
+        out.append(frame.assign(estimator="theory before", mode=rows.loc[frame["row"], "mode"].to_numpy()))
+    return out[0], out[1]
 
 
 def _stats(errors: pd.DataFrame) -> dict[str, float]:
@@ -225,13 +239,14 @@ def headline(errors: pd.DataFrame, gate: pd.DataFrame) -> pd.DataFrame:
     out = []
     for (source, metric), part in groups:
         line: dict[str, object] = {"source": source, "metric": metric}
-        for name in ("traced", "theory"):
+        names = [n for n in ESTIMATORS if n in set(errors["estimator"])]
+        for name in names:
             mine = part[part["estimator"] == name]
             line["n"] = len(mine)
             line.update({f"{name} {k}": v for k, v in _stats(mine).items()})
         if metric == "every metric" or source != "all":
             rows = gate if source == "all" else gate[gate["source"] == source]
-            for name in ("traced", "theory"):
+            for name in names:
                 mine = rows[rows["estimator"] == name]
                 line["OOM runs"] = int(mine["oom"].sum())
                 line[f"{name} OOM called fits"] = int((mine["oom"] & mine["said_fits"]).sum())
@@ -239,7 +254,7 @@ def headline(errors: pd.DataFrame, gate: pd.DataFrame) -> pd.DataFrame:
     frame = pd.DataFrame(out)
     # the OOM columns belong to a source, not to a metric: shown on its first line only
     first = ~frame.duplicated("source") | (frame["metric"] == "every metric")
-    for column in ("OOM runs", "traced OOM called fits", "theory OOM called fits"):
+    for column in [c for c in frame if c.startswith("OOM") or c.endswith("OOM called fits")]:
         frame[column] = frame[column].where(first, None).astype("Int64").astype(str).replace("<NA>", "")
     return frame
 
@@ -308,7 +323,12 @@ def main(argv: list[str] | None = None) -> int:
                              "the cached rows")
     parser.add_argument("--write", action="store_true",
                         help="write section scores of docs/traced_vs_theory.md and traced-scores of docs/accuracy.md")
-    parser.add_argument("--save", type=Path, default=None, metavar="CSV", help="also write the per-row errors here")
+    parser.add_argument("--save", type=Path, default=None, metavar="PREFIX",
+                        help="also write the per-row errors and gate checks to PREFIX-errors.csv, PREFIX-gate.csv")
+    parser.add_argument("--theory-only", action="store_true", help="score theory alone (for --save, then "
+                        "--theory-before: the code before a theory change)")
+    parser.add_argument("--theory-before", type=Path, default=None, metavar="PREFIX",
+                        help="add theory's scores as saved by the code before the corrections (--save PREFIX there)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
     rows = load(args.rows)
@@ -319,12 +339,16 @@ def main(argv: list[str] | None = None) -> int:
         ready = pending(rows)[0]
         skipped = int((~ready).sum())
         rows = rows[ready]
-    errors, gate, rows = score(rows)
+    errors, gate, rows = score(rows, ("theory",) if args.theory_only else ("theory", "traced"))
+    if args.theory_before:
+        old_errors, old_gate = before(args.theory_before, rows)
+        errors, gate = pd.concat([errors, old_errors], ignore_index=True), pd.concat([gate, old_gate], ignore_index=True)
     head, details = render(errors, gate, rows, time.perf_counter() - start, skipped)
     markdown = head + "\n" + details
     print(markdown)
     if args.save:
-        errors.to_csv(args.save, index=False)
+        errors.to_csv(f"{args.save}-errors.csv", index=False)
+        gate.to_csv(f"{args.save}-gate.csv", index=False)
     if args.write:
         update_section(REPORT, "scores", "## Traced and theory on measured rows\n\n" + markdown)
         update_section(ACCURACY, "traced-scores", "## Traced and theory on every traceable measured row\n\n" + head +
