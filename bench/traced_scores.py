@@ -1,19 +1,24 @@
 """Traced against theory on every scored measured row whose stack the tracer can run, in each row's own metric.
 
-    python bench/traced_scores.py [--rows data/measurements.csv data/probe/*.csv] [--cached-only | --trace-budget S] [--write]
+    python bench/traced_scores.py [--rows data/measurements.csv data/probe/*.csv] [--cached-only | --trace-budget S]
+        [--theory-before PREFIX] [--save PREFIX] [--write]
 
 Rows: the scored ok/oom rows of data/measurements.csv and the rows of data/probe/ (our own H100 rows, all
 scored). Each row is answered by theory and by traced; traced says how it answered (its notes), which sorts the
 rows into: **step** (one GPU: a traced training step), **rank** (several GPUs: one rank traced on a fake
 process group), **replica** (several GPUs with a strategy or stack the ranks do not follow: one traced replica,
-sharded by theory) and **theory** (untraceable: the note says why; counted apart, never as traced). Memory is
-compared in the row's own metrics (torch allocated / reserved, the NVML or nvidia-smi device figure;
-``autoconf.evaluation.accuracy.PREDICTED_FOR_METRIC``); on oom rows the OOM gate is checked
-(``oom_risk <= defaults.MAX_OOM_RISK`` = "fits" = dangerous). Both estimators are scored on the same rows.
+sharded by theory) and **theory** (untraceable: the note says why, or the row's fms-acceleration plugin replaces
+the model code; counted apart, never as traced). Memory is compared on completed runs in the row's own metrics
+(torch allocated / reserved, the NVML or nvidia-smi device figure; ``autoconf.evaluation.accuracy.
+PREDICTED_FOR_METRIC``); OOM runs are checked at the gate (``oom_risk <= defaults.MAX_OOM_RISK`` = "fits" =
+dangerous). Both estimators are scored on the same rows.
 
-Traces are cached (``$AUTOCONF_CACHE/traced``); ``--cached-only`` answers a row by traced only where its trace is
-cached (the rest are listed as not traced), so a report can be rendered inside a CPU budget and resumed later.
-``--write`` puts the Markdown into section ``scores`` of docs/traced_vs_theory.md.
+Traces are cached (``$AUTOCONF_CACHE/traced``). ``--trace-budget S`` first traces the uncached fits, the most rows
+per unit of CPU first, for at most S seconds (progress on stderr; each fit is cached as it completes, so a later
+run resumes), then scores the rows whose traces are cached; ``--cached-only`` traces nothing new. The rows left are
+counted as not traced. ``--theory-before PREFIX`` adds theory's scores saved (``--save PREFIX --theory-only``) by the
+code before a theory correction. ``--write`` puts the Markdown into section ``scores`` of docs/traced_vs_theory.md
+and its headline into section ``traced-scores`` of docs/accuracy.md.
 """
 
 from __future__ import annotations
@@ -260,7 +265,7 @@ def headline(errors: pd.DataFrame, gate: pd.DataFrame) -> pd.DataFrame:
 
 
 def render(errors: pd.DataFrame, gate: pd.DataFrame, rows: pd.DataFrame, seconds: float,
-           skipped: int) -> tuple[str, str]:
+           skipped: int, before_label: str = "") -> tuple[str, str]:
     """The headline (every source, both estimators, the gate) and the details (modes, methods, untraceable rows,
     the gate per mode, the largest traced errors)."""
     traced = errors[errors["mode"].isin(TRACED_MODES)]
@@ -270,7 +275,8 @@ def render(errors: pd.DataFrame, gate: pd.DataFrame, rows: pd.DataFrame, seconds
         "over-prediction). Modes: **step** = a traced training step on one GPU, **rank** = one rank traced on a fake "
         "process group, **replica** = one traced replica sharded by theory (strategies or stacks the rank traces do "
         "not follow), **theory** = untraceable (reasons below). Theory is scored on the same rows in each line. "
-        f"Regenerate: `python bench/traced_scores.py --write` ({seconds:.0f} s this run, traces cached).", "",
+        f"Regenerate: `python bench/traced_scores.py --trace-budget 3600 --write` ({seconds:.0f} s this run, traces "
+        f"cached).{' *theory before*: ' + before_label + '.' if before_label else ''}", "",
         "### Every scored traceable row, by source: traced and theory on the same rows", "",
         "Memory errors on completed (ok) runs in each metric the row measured; an OOM run's figure is where it "
         "stopped, so OOM runs are scored at the gate only (*OOM called fits* = oom_risk ≤ "
@@ -329,6 +335,8 @@ def main(argv: list[str] | None = None) -> int:
                         "--theory-before: the code before a theory change)")
     parser.add_argument("--theory-before", type=Path, default=None, metavar="PREFIX",
                         help="add theory's scores as saved by the code before the corrections (--save PREFIX there)")
+    parser.add_argument("--before-label", default="theory at the code before this round's corrections",
+                        help="what --theory-before is, for the report")
     args = parser.parse_args(argv)
     start = time.perf_counter()
     rows = load(args.rows)
@@ -343,7 +351,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.theory_before:
         old_errors, old_gate = before(args.theory_before, rows)
         errors, gate = pd.concat([errors, old_errors], ignore_index=True), pd.concat([gate, old_gate], ignore_index=True)
-    head, details = render(errors, gate, rows, time.perf_counter() - start, skipped)
+    label = args.before_label if args.theory_before else ""
+    head, details = render(errors, gate, rows, time.perf_counter() - start, skipped, label)
     markdown = head + "\n" + details
     print(markdown)
     if args.save:
