@@ -95,10 +95,17 @@ def test_adapter_dtype_follows_the_framework() -> None:
     assert peft.optimizer - tune.optimizer == pytest.approx(adapters * (8 - 4))  # AdamW zeros_like(adapter)
 
 
-@pytest.mark.parametrize("kernel, per_token", [("hf", 12 * 128256), ("chunked", 4 * 128256), ("fused-ce", 8 * 128256),
+@pytest.mark.parametrize("kernel, per_token", [("hf", 12 * 128256), ("chunked", 5 * 128256), ("fused-ce", 8 * 128256),
                                                ("fused-linear-ce", 64 * 4096)])
 def test_loss_bytes_per_token_by_kernel(kernel: str, per_token: float) -> None:
+    # chunked (torchtune, 8 chunks): 4·V saved fp32 log-softmax + one chunk's 8·V backward transients / 8
     assert ce.loss_bytes_per_token(Job(model=LLAMA, loss_kernel=kernel), get_architecture(LLAMA)) == per_token
+
+
+def test_litgpt_chunks_add_no_per_token_transient() -> None:
+    # LitGPT's 128-position chunks: its one-chunk transient does not grow with the tokens
+    job = Job(model=LLAMA, loss_kernel="chunked", framework="litgpt")
+    assert ce.loss_bytes_per_token(job, get_architecture(LLAMA)) == 4 * 128256
 
 
 @pytest.mark.parametrize("framework, per_vocab", [("fms-hf-tuning", 8), ("llm-foundry", 4)])

@@ -33,6 +33,13 @@ ERRORS = (ValueError, TypeError, ArithmeticError)
 NOT_COMPARED = "tokens_per_second"  # changed since by the throughput model (see above)
 
 
+@pytest.fixture(autouse=True)
+def _memory_as_at_the_sample(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Memory formulas changed since the sample, switched off here so that the rest is compared as it was:
+    torchtune's chunked loss holds one chunk's backward transients (+1·V per token, theory/loss.py, issue 20)."""
+    monkeypatch.setattr("autoconf.estimators.theory.loss.CHUNK_TRANSIENT_BYTES_PER_VOCAB", 0.0)
+
+
 def _same(old: Any, new: Any) -> bool:  # noqa: ANN401
     if isinstance(old, dict):
         return old.keys() == new.keys() and all(_same(old[k], new[k]) for k in old if k != NOT_COMPARED)

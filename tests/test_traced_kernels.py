@@ -141,6 +141,8 @@ def test_untraceable_job_is_a_one_line_error(args: list[str], why: str, capsys: 
 @pytest.mark.parametrize(("fields", "why"), [
     ({"method": "lora", "loss_kernel": "fused-ce"}, "fused-ce loss kernel"),
     ({"model": "mixtral-8x7b-instruct-v0.1", "method": "lora", "dtype": "fp16"}, "grouped_mm"),
+    ({"model": "mixtral-8x7b-instruct-v0.1", "method": "full", "dtype": "amp-bf16"}, "MoE experts in amp-bf16"),
+    ({"model": "mixtral-8x7b-instruct-v0.1", "method": "qlora"}, "QLoRA of MoE experts"),
     ({"method": "full", "optimizer": "paged-adamw"}, "optimizer paged-adamw"),
 ])
 def test_untraceable_job_raises_in_the_api(fields: dict[str, object], why: str) -> None:

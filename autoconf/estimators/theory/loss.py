@@ -7,7 +7,8 @@ training steps (docs/traced_vs_theory.md) and the measured rows named at each co
   → exactly 12·V bytes per token at the loss peak (traced; the fms-acceleration LoRA rows agree to 4 %).
 * chunked cross-entropy (torchtune's CEWithChunkedOutputLoss, LitGPT's chunked_cross_entropy): the
   log-softmax of every chunk is saved (fp32 in torchtune, 4·V; bf16 in LitGPT plus its bf16 logits,
-  2·V + 2·V), while the fp32 upcast and its gradient exist for one chunk at a time → 4·V per token.
+  2·V + 2·V), while the fp32 upcast and its gradient exist for one chunk at a time → 4·V per token, plus
+  in torchtune the first chunk's backward transients (HF's 8·V on 1/8 of the tokens: + 1·V; traced).
 * samples of varying length (``Job.samples_vary_in_length``): a reserved-only term, not a tensor
   (``loss_segment_bytes_per_token``, LOSS_SEGMENT_NOTE below).
 
@@ -24,6 +25,14 @@ from autoconf.schema import Calibration
 
 LOSS_BYTES_PER_VOCAB = 12  # 4 saved fp32 log-softmax + 8 transient fp32 gradients
 CHUNKED_BYTES_PER_VOCAB = 4  # saved log-softmax of every chunk; upcasts one chunk at a time (module docstring)
+# torchtune's CEWithChunkedOutputLoss splits the output into num_output_chunks = 8 (torchtune/modules/loss/
+# ce_chunked_output_loss.py) and the backward of the last chunk's cross-entropy starts while every chunk's saved
+# log-softmax is alive: the same 8·V fp32 transients as HF's loss (LOSS_BYTES_PER_VOCAB − the 4 saved) on 1/8 of
+# the tokens, +1·V per token. Seen in the traces (docs/traced_vs_theory.md, findings: the traced backward peak
+# holds 5.00·V per token for llama3.1-8b, 5.03·V for qwen3-4b; our H100 rows measure it). LitGPT's chunks are
+# 128 positions each, so its transient does not grow with the tokens: not added for it.
+TORCHTUNE_OUTPUT_CHUNKS = 8
+CHUNK_TRANSIENT_BYTES_PER_VOCAB = (LOSS_BYTES_PER_VOCAB - CHUNKED_BYTES_PER_VOCAB) / TORCHTUNE_OUTPUT_CHUNKS
 # FOAK's fused cross-entropy (a Triton kernel over the materialised bf16 logits) avoids the fp32 upcast
 # copies: the fms-acceleration A100 rows grow by 8·V bytes per token beyond the checkpoints (Mistral-7B,
 # V=32000: 8.1 GiB per 16k tokens; Llama-3-8B, V=128256: 19.9 GiB per 16k tokens).
@@ -49,8 +58,8 @@ def loss_bytes_per_token(job: AnyJob, arch: Architecture, calib: Calibration | N
     # a profile without its own figure (None; 0 in columns) uses the HF models' FUSED_CE_BYTES_PER_VOCAB
     fused = np.where(stated > 0, stated, FUSED_CE_BYTES_PER_VOCAB) if isinstance(stated, np.ndarray) else (
         stated or FUSED_CE_BYTES_PER_VOCAB)
-    per_vocab = where(kernel == "fused-ce", fused, where(kernel == "chunked", CHUNKED_BYTES_PER_VOCAB,
-                                                         LOSS_BYTES_PER_VOCAB))
+    chunked = CHUNKED_BYTES_PER_VOCAB + where(job.framework == "litgpt", 0.0, CHUNK_TRANSIENT_BYTES_PER_VOCAB)
+    per_vocab = where(kernel == "fused-ce", fused, where(kernel == "chunked", chunked, LOSS_BYTES_PER_VOCAB))
     if arch.final_logit_softcap:  # gemma2: cap·tanh(logits / cap) saves tanh's bf16 output for backward (2·V)
         per_vocab = per_vocab + SOFTCAP_BYTES_PER_VOCAB
     return where(kernel == "fused-linear-ce", FUSED_LINEAR_CE_BYTES_PER_HIDDEN * arch.hidden_size,

@@ -78,8 +78,17 @@ def untraceable_reason(job: Job, placement: Placement) -> str | None:
                 "traced QLoRA is transformers' bitsandbytes path")
     if job.method == "qlora" and resolve(job).quantize_lm_head:
         return "QLoRA with a 4-bit lm_head: transformers' bitsandbytes loader keeps the head unquantised"
-    if arch_experts(job) and job.dtype in ("fp16", "amp-fp16"):
-        return "MoE experts in fp16: torch's grouped_mm (the traced experts) takes bf16 only on CPU"
+    if job.method == "qlora" and arch_experts(job):
+        # transformers/integrations/bitsandbytes.py replace_with_bnb_linear: `type(module) is nn.Linear` only; the
+        # experts are 3-D parameters (e.g. MixtralExperts.gate_up_proj), so they would stay bf16 (then fp32 under
+        # peft's kbit upcast, which grouped_mm refuses), where the stacks that measured MoE QLoRA quantised each
+        # expert's nn.Linear
+        return ("QLoRA of MoE experts: transformers 5 keeps them as 3-D parameters, which its bitsandbytes conversion "
+                "(nn.Linear only) leaves unquantised")
+    if arch_experts(job) and job.dtype != "bf16":
+        # amp keeps fp32 weights and CPU autocast does not cast _grouped_mm: it refuses fp32 inputs too
+        return (f"MoE experts in {job.dtype}: torch's grouped_mm (the traced experts) takes bf16 inputs only on CPU "
+                "(CPU autocast does not cast it)")
     if job.optimizer not in TRACED_OPTIMIZERS:
         return f"optimizer {job.optimizer} is not traced (traced: {', '.join(TRACED_OPTIMIZERS)})"
     if job.optimizer_state_dtype == "fp32" and job.method == "full" and job.dtype in ("bf16", "fp16"):

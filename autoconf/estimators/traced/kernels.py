@@ -111,7 +111,8 @@ def kernel_loss(model: torch.nn.Module, ids: torch.Tensor, kernel: str, on_hidde
     """The training loss with loss kernel ``kernel`` (chunked or fused-linear-ce); ``on_hidden(hidden)`` is
     called on the final hidden states before the loss (the tracker's phase switch)."""
     lm = causal_lm(model)
-    hidden = lm.model(input_ids=ids).last_hidden_state
+    # the decoder under its own name (transformers' base_model_prefix: "model" for llama, "transformer" for gpt_bigcode)
+    hidden = getattr(lm, lm.base_model_prefix)(input_ids=ids).last_hidden_state
     on_hidden(hidden)
     head = lm.get_output_embeddings()
     labels = shifted_labels(ids)
