@@ -240,6 +240,23 @@ def test_tensor_parallel_lora_rank_holds_its_shards_by_hand(dp: int, strategy: s
 
 
 @pytest.mark.slow
+def test_tensor_parallel_by_fsdp_full_fine_tuning_by_hand() -> None:
+    """Full fine-tuning, tp 2 × fsdp 2: every bf16 parameter split by tp (norms whole) then by FSDP2 over fsdp;
+    gradients the same; AdamW's two bf16 moments and one fp32 step per tensor, at the steady optimizer step."""
+    arch = get_architecture(TINY)
+    h, f, v, layers = arch.hidden_size, arch.intermediate_size, arch.vocab_size, arch.num_layers
+    kv = arch.num_kv_heads * arch.head_dim
+    local = (2 * v * h + layers * (2 * h * h + 2 * kv * h + 3 * h * f)) // 4 + (2 * layers + 1) * h // 2
+    tensors = 2 + layers * 9 + 1  # embedding, head, 7 linears + 2 norms per layer, final norm
+    spec = {**trace_spec(_job("full"), arch), "world": 2, "strategy": "tp", "shape": list(SHAPE),
+            "expandable_segments": False, "dp": 2, "dp_strategy": "fsdp"}
+    summary = trace_ranks(spec)
+    rotary = 2 * (arch.head_dim // 2) * 4
+    assert _phase(summary, 0, "load")["parts"] == [2 * local + rotary, 0, 0, 0, 0]
+    assert _phase(summary, 2, "optimizer")["parts"][:3] == [2 * local + rotary, 2 * local, 2 * 2 * local + 4 * tensors]
+
+
+@pytest.mark.slow
 def test_tensor_parallel_by_fsdp_estimate_reports_the_rank_trace() -> None:
     """tp 2 × fsdp 2 on 4 GPUs (global batch 2: micro-batch 1): the estimator answers from the same rank trace."""
     job = _job("lora").model_copy(update={"batch_size": 2})
