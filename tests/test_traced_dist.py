@@ -263,3 +263,21 @@ def test_tensor_parallel_by_fsdp_estimate_reports_the_rank_trace() -> None:
     memory = get_estimator("traced").estimate(job, Placement(gpu_model=GPU, number_gpus=4, tp=2, strategy="fsdp")).memory
     assert any("rank 0 of 4" in n and "2-way tensor parallel × 2-way fsdp" in n for n in memory.notes)
     assert memory.peak_allocated_bytes == trace_ranks(_tp_spec(2, 2))["allocated_peak"]
+
+
+@pytest.mark.slow
+def test_tensor_parallel_by_uneven_fsdp_traces_the_last_rank() -> None:
+    """tp 2 × fsdp 3: FSDP2 splits each rank's tensor-parallel shard in ceil(rows / 3)-row chunks, so the last rank
+    (5) keeps shorter adapter shards and AdamW states (fp32 m and v) for fewer rows: lora_A (8 rows, whole over tp)
+    chunks 3, 3, 2; q's lora_B (32 local rows) 11, 11, 10; v's lora_B (16 local rows) 6, 6, 4. The estimator
+    traces ranks 0 and 5 and reports the larger."""
+    arch = get_architecture(TINY)
+    h, r = arch.hidden_size, _job("lora").lora_r
+    first, last = trace_ranks(_tp_spec(2, 3)), trace_ranks({**_tp_spec(2, 3), "rank": 5})
+    missing = arch.num_layers * (2 * 1 * h + 1 * r + 2 * r)  # elements: two lora_A rows, q's and v's lora_B rows
+    states = _phase(first, 2, "optimizer")["parts"][2] - _phase(last, 2, "optimizer")["parts"][2]
+    assert states == 2 * 4 * missing
+    job = _job("lora").model_copy(update={"batch_size": 3})
+    memory = get_estimator("traced").estimate(job, Placement(gpu_model=GPU, number_gpus=6, tp=2, strategy="fsdp")).memory
+    assert any("ranks traced: 0, 5" in n for n in memory.notes)
+    assert memory.peak_allocated_bytes == max(first["allocated_peak"], last["allocated_peak"])

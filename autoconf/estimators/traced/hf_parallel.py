@@ -64,6 +64,7 @@ def parallel_model(spec: dict[str, Any], rank: int) -> nn.Module:
     from transformers.distributed.utils import TransformersDeviceMesh
 
     replicate, shard, tp = mesh_sizes(spec)
+    _forget_meshes()
     if dist.is_initialized():
         dist.destroy_process_group()
     dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=replicate * shard * tp)
@@ -85,6 +86,16 @@ def parallel_model(spec: dict[str, Any], rank: int) -> nn.Module:
     if config.dp_size > 1:
         apply_fully_sharded_data_parallelism(model, manager, fsdp_plan, {})
     return adapted
+
+
+def _forget_meshes() -> None:
+    """Drop DTensor's sharding-propagation caches before a new world. They key on specs whose meshes compare equal
+    across worlds of the same shape whatever the rank (DeviceMesh equality: layout and rank map), so a serving
+    worker's next trace of another rank would get the previous world's mesh back, whose sub-groups are gone."""
+    from torch.distributed.tensor._sharding_prop import ShardingPropagator
+
+    torch._C._clear_DTensor_sharding_propagator_cache()  # the C++ dispatch fast path's
+    ShardingPropagator._propagate_tensor_meta_cached.cache_clear()
 
 
 def by_mesh(params: list[torch.Tensor]) -> list[list[torch.Tensor]]:
