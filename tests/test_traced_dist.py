@@ -200,3 +200,84 @@ def test_tensor_parallel_estimate_is_a_rank_trace() -> None:
     assert memory.estimator == "traced" and any("2-way tensor parallel" in n for n in memory.notes)
     one = get_estimator("traced").estimate(_job("full"), Placement(gpu_model=GPU)).memory
     assert memory.allocated_bytes < one.allocated_bytes
+
+
+def _tp_lora_static(arch_name: str, tp: int, fsdp: int, r: int) -> tuple[int, int, int]:
+    """Hand-derived bytes one rank of tp × fsdp holds for a LoRA job (q_proj, v_proj adapters): bf16 base weights,
+    fp32 adapters (= their gradients), fused AdamW's two fp32 moments and one fp32 step per adapter tensor.
+    transformers splits q/k/v/gate/up by output rows, o/down by input columns, the embedding and head by
+    vocabulary rows (each over tp); the norms stay whole. peft shards lora_B of a colwise layer by rows over tp
+    and keeps lora_A whole. FSDP2 then splits every tensor's rows over fsdp."""
+    arch = get_architecture(arch_name)
+    h, f, v, layers = arch.hidden_size, arch.intermediate_size, arch.vocab_size, arch.num_layers
+    kv = arch.num_kv_heads * arch.head_dim
+    split = 2 * v * h + layers * (2 * h * h + 2 * kv * h + 3 * h * f)
+    whole = (2 * layers + 1) * h
+    base = split // (tp * fsdp) + whole // fsdp
+    adapters = layers * (r * h + h * r // tp + r * h + kv * r // tp) // fsdp  # q: A r×h, B h×r; v: A r×h, B kv×r
+    rotary = 2 * (arch.head_dim // 2) * 4  # inv_freq, original_inv_freq (fp32)
+    weights = 2 * base + 4 * adapters + rotary
+    return weights, 4 * adapters, 2 * 4 * adapters + 4 * 4 * layers
+
+
+def _tp_spec(tp: int, dp: int = 1, strategy: str = "fsdp") -> dict:
+    """The estimator's rank spec for the tiny LoRA job (its tests below reuse the traces)."""
+    spec = {**trace_spec(_job("lora"), get_architecture(TINY)), "world": tp, "strategy": "tp", "shape": list(SHAPE),
+            "expandable_segments": False}
+    return {**spec, "dp": dp, "dp_strategy": strategy} if dp > 1 else spec
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("dp", "strategy", "fsdp"), [(1, "fsdp", 1), (2, "fsdp", 2), (2, "ddp", 1)])
+def test_tensor_parallel_lora_rank_holds_its_shards_by_hand(dp: int, strategy: str, fsdp: int) -> None:
+    """LoRA on 2-way tensor parallel, alone and inside 2-way data parallel (FSDP2 shards every tensor of the rank
+    again over dp; DDP-like replicas hold what tensor parallel alone holds): weights at load, and weights,
+    gradients and AdamW states at the steady optimizer step, by hand."""
+    summary = trace_ranks(_tp_spec(2, dp, strategy))
+    weights, grads, states = _tp_lora_static(TINY, 2, fsdp, _job("lora").lora_r)
+    assert _phase(summary, 0, "load")["parts"] == [weights, 0, 0, 0, 0]
+    assert _phase(summary, 2, "optimizer")["parts"][:3] == [weights, grads, states]
+
+
+@pytest.mark.slow
+def test_tensor_parallel_by_fsdp_full_fine_tuning_by_hand() -> None:
+    """Full fine-tuning, tp 2 × fsdp 2: every bf16 parameter split by tp (norms whole) then by FSDP2 over fsdp;
+    gradients the same; AdamW's two bf16 moments and one fp32 step per tensor, at the steady optimizer step."""
+    arch = get_architecture(TINY)
+    h, f, v, layers = arch.hidden_size, arch.intermediate_size, arch.vocab_size, arch.num_layers
+    kv = arch.num_kv_heads * arch.head_dim
+    local = (2 * v * h + layers * (2 * h * h + 2 * kv * h + 3 * h * f)) // 4 + (2 * layers + 1) * h // 2
+    tensors = 2 + layers * 9 + 1  # embedding, head, 7 linears + 2 norms per layer, final norm
+    spec = {**trace_spec(_job("full"), arch), "world": 2, "strategy": "tp", "shape": list(SHAPE),
+            "expandable_segments": False, "dp": 2, "dp_strategy": "fsdp"}
+    summary = trace_ranks(spec)
+    rotary = 2 * (arch.head_dim // 2) * 4
+    assert _phase(summary, 0, "load")["parts"] == [2 * local + rotary, 0, 0, 0, 0]
+    assert _phase(summary, 2, "optimizer")["parts"][:3] == [2 * local + rotary, 2 * local, 2 * 2 * local + 4 * tensors]
+
+
+@pytest.mark.slow
+def test_tensor_parallel_by_fsdp_estimate_reports_the_rank_trace() -> None:
+    """tp 2 × fsdp 2 on 4 GPUs (global batch 2: micro-batch 1): the estimator answers from the same rank trace."""
+    job = _job("lora").model_copy(update={"batch_size": 2})
+    memory = get_estimator("traced").estimate(job, Placement(gpu_model=GPU, number_gpus=4, tp=2, strategy="fsdp")).memory
+    assert any("rank 0 of 4" in n and "2-way tensor parallel × 2-way fsdp" in n for n in memory.notes)
+    assert memory.peak_allocated_bytes == trace_ranks(_tp_spec(2, 2))["allocated_peak"]
+
+
+@pytest.mark.slow
+def test_tensor_parallel_by_uneven_fsdp_traces_the_last_rank() -> None:
+    """tp 2 × fsdp 3: FSDP2 splits each rank's tensor-parallel shard in ceil(rows / 3)-row chunks, so the last rank
+    (5) keeps shorter adapter shards and AdamW states (fp32 m and v) for fewer rows: lora_A (8 rows, whole over tp)
+    chunks 3, 3, 2; q's lora_B (32 local rows) 11, 11, 10; v's lora_B (16 local rows) 6, 6, 4. The estimator
+    traces ranks 0 and 5 and reports the larger."""
+    arch = get_architecture(TINY)
+    h, r = arch.hidden_size, _job("lora").lora_r
+    first, last = trace_ranks(_tp_spec(2, 3)), trace_ranks({**_tp_spec(2, 3), "rank": 5})
+    missing = arch.num_layers * (2 * 1 * h + 1 * r + 2 * r)  # elements: two lora_A rows, q's and v's lora_B rows
+    states = _phase(first, 2, "optimizer")["parts"][2] - _phase(last, 2, "optimizer")["parts"][2]
+    assert states == 2 * 4 * missing
+    job = _job("lora").model_copy(update={"batch_size": 3})
+    memory = get_estimator("traced").estimate(job, Placement(gpu_model=GPU, number_gpus=6, tp=2, strategy="fsdp")).memory
+    assert any("ranks traced: 0, 5" in n for n in memory.notes)
+    assert memory.peak_allocated_bytes == max(first["allocated_peak"], last["allocated_peak"])

@@ -128,7 +128,7 @@ def test_liger_stand_in_allocations_by_hand(trained_head: bool) -> None:
 @pytest.mark.parametrize(("args", "why"), [
     (["--loss-kernel", "fused-ce"], "fused-ce loss kernel"),
     (["--framework", "unsloth"], "unsloth's fused Triton cross-entropy"),
-    (["--tp", "2"], "tensor/pipeline parallel"),
+    (["--tp", "2", "--dp", "2", "--strategy", "fsdp-shard-grad-op"], "data-parallel strategy fsdp-shard-grad-op"),
 ])
 def test_untraceable_job_is_a_one_line_error(args: list[str], why: str, capsys: pytest.CaptureFixture[str]) -> None:
     from autoconf.interfaces.cli import main

@@ -5,8 +5,9 @@ group of the job's world size (torch's ``FakeStore`` and ``fake`` backend: colle
 and move no data, their output buffers are allocated as on a GPU), builds the device mesh, then wraps
 the transformers model (LoRA by peft where asked) as the HF Trainer does through accelerate:
 
-FSDP2 as accelerate's ``fsdp2_prepare_model`` wraps it, DDP, or tensor parallelism with transformers' own plan
-(``tp``: torch's ColwiseParallel / RowwiseParallel as torchtitan applies them; autoconf/estimators/traced/wrap.py), with
+FSDP2 as accelerate's ``fsdp2_prepare_model`` wraps it, DDP (autoconf/estimators/traced/wrap.py), or tensor
+parallelism as transformers shards a model at load (``tp``: its own plan and styles, peft's LoRA on the shards,
+FSDP2 or replicas over the data-parallel dimension; autoconf/estimators/traced/hf_parallel.py), with
 ``MixedPrecisionPolicy()`` for pure-dtype training and the autocast dtype as ``param_dtype`` and
 ``reduce_dtype`` for amp-* (accelerate's ``set_mixed_precision``). With FSDP2 the Trainer keeps this
 wrapping for LoRA too: it applies peft's ``fsdp_auto_wrap_policy`` only when it delays the optimizer's
@@ -44,12 +45,12 @@ from typing import Any
 import numpy as np
 import torch
 import transformers.masking_utils
-from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 from torch.overrides import TorchFunctionMode
 
 from autoconf.estimators.traced.allocator import replay
 from autoconf.estimators.traced.hf_config import DTYPES
+from autoconf.estimators.traced.hf_parallel import by_mesh, clip_by_mesh, parallel_model, split_by_mesh
 from autoconf.estimators.traced.model import build_optimizer, finish, meta_model
 from autoconf.estimators.traced.step import (
     ACTIVATIONS,
@@ -63,7 +64,7 @@ from autoconf.estimators.traced.step import (
     StepHooks,
     _no_packed_sequences,
 )
-from autoconf.estimators.traced.wrap import ACTIVE, RankBytes, join_world, patch_fsdp, wrap_ddp, wrap_fsdp2, wrap_tp
+from autoconf.estimators.traced.wrap import ACTIVE, RankBytes, join_world, patch_fsdp, wrap_ddp, wrap_fsdp2
 
 # Phase codes of the samples: step.py's four, then these (the estimator maps them to schema phases).
 CLIP, LOAD, SAVE = 4, 5, 6
@@ -121,13 +122,10 @@ def update(model: torch.nn.Module, opt: torch.optim.Optimizer, tracker: RankByte
     """Clip the gradients, step the optimizer, drop the gradients (the Trainer's ``zero_grad``)."""
     tracker.set_phase(CLIP, OPTIMIZER)
     trained: list[torch.Tensor] = [p for p in model.parameters() if p.requires_grad]
-    # tensor parallel: sharded (DTensor) and whole parameters are clipped as two groups (torch's foreach
-    # clipping cannot scale plain tensors by a DTensor norm); the bytes are the same (per-tensor norms, in place)
-    sharded: list[torch.Tensor] = [p for p in trained if isinstance(p, DTensor)]
-    groups = [sharded, [p for p in trained if not isinstance(p, DTensor)]] if sharded else [trained]
-    for group in groups:
-        if group:
-            torch.nn.utils.clip_grad_norm_(group, MAX_GRAD_NORM)
+    if len(by_mesh(trained)) > 1:  # tensor parallel: parameters on several meshes, clipped as the Trainer does
+        clip_by_mesh(trained, MAX_GRAD_NORM)
+    else:
+        torch.nn.utils.clip_grad_norm_(trained, MAX_GRAD_NORM)
     tracker.set_phase(OPT_STEP, OPTIMIZER)
     opt.step()
     tracker.sample()
@@ -147,8 +145,8 @@ def first_update(model: torch.nn.Module, opt: torch.optim.Optimizer, tracker: Ra
 
 
 def save_checkpoint(model: torch.nn.Module, opt: torch.optim.Optimizer, strategy: str, tracker: RankBytes) -> None:
-    """accelerate's save for several processes: full state dicts offloaded to the host (FSDP2); DDP's
-    ``state_dict()`` holds references only."""
+    """accelerate's save for several processes: full state dicts offloaded to the host (FSDP2; the model's only
+    under tensor parallelism); DDP's ``state_dict()`` holds references only."""
     tracker.enter(3, SAVE, WEIGHTS)
     with HostCopies(tracker):
         if strategy in ("ddp", "single"):
@@ -161,7 +159,10 @@ def save_checkpoint(model: torch.nn.Module, opt: torch.optim.Optimizer, strategy
             )
             options = StateDictOptions(full_state_dict=True, cpu_offload=True)
             state = [get_model_state_dict(model, options=options)]
-            state.append(get_optimizer_state_dict(model, opt, options=options))
+            # tensor parallel: the Trainer saves no optimizer state of a model sharded at load (trainer.py:
+            # "Resuming is not supported for models sharded at load time", save_only_model)
+            if strategy != "tp":
+                state.append(get_optimizer_state_dict(model, opt, options=options))
     tracker.sample()
     del state
     tracker.sample()
@@ -177,16 +178,18 @@ def trace_rank(spec: dict[str, Any]) -> dict[str, Any]:
     transformers.masking_utils.find_packed_sequence_indices = _no_packed_sequences
     torch.manual_seed(0)
     start = time.perf_counter()
-    mesh = join_world(world, int(spec.get("rank", 0)), int(spec.get("replicas", 1)))
-    model = meta_model(spec)
     tracker = RankBytes()
     ACTIVE[:] = [tracker]
     replicated: Any = contextlib.nullcontext()
-    if strategy == "tp":
+    if strategy == "tp":  # transformers' own sharding at load, peft, FSDP2 over dp (hf_parallel.py)
         from torch.distributed.tensor.experimental import implicit_replication
 
-        model, replicated = wrap_tp(model, mesh), implicit_replication()
-    elif strategy not in ("ddp", "single"):
+        patch_fsdp()
+        model, replicated = parallel_model(spec, int(spec.get("rank", 0))), implicit_replication()
+    else:
+        mesh = join_world(world, int(spec.get("rank", 0)), int(spec.get("replicas", 1)))
+        model = meta_model(spec)
+    if strategy not in ("ddp", "single", "tp"):
         patch_fsdp()
         model = wrap_fsdp2(model, mesh, reshard=strategy != "fsdp-shard-grad-op", amp=DTYPES[spec["dtype"]][1])
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
@@ -201,6 +204,8 @@ def trace_rank(spec: dict[str, Any]) -> dict[str, Any]:
         finish(inner, spec)
         tracker.sample()
         opt = build_optimizer(inner, spec)
+        if strategy == "tp":
+            split_by_mesh(opt)
         hooks = StepHooks(inner, spec["arch"]["num_layers"])
         clock["load"] = time.perf_counter() - start - sum(clock.values())
         if spec.get("short_first_step"):

@@ -276,12 +276,15 @@ class TracedEstimator(Estimator):
         memory, summary = rank_memory(job, placement, arch, trace_spec(job, arch), batch)
         peak = summary["peak"]
         phase = PHASE_TEXT.get(peak["phase"], peak["phase"])
-        strategy = f"{placement.tp}-way tensor parallel" if placement.tp > 1 else placement.effective_strategy
+        strategy: str = f"{placement.effective_strategy} as the HF Trainer wraps it"
+        if placement.tp > 1:
+            strategy = (f"{placement.tp}-way tensor parallel" + (f" × {placement.dp}-way {placement.effective_strategy}"
+                        if placement.dp > 1 else "") + " as transformers shards it at load")
         notes = [
             f"traced: rank {summary['rank']} of {placement.number_gpus} on a fake process group (ranks traced: "
-            f"{', '.join(map(str, summary['ranks']))}; the largest), {strategy} as the HF "
-            f"Trainer wraps it (torch {summary['versions']['torch']}, transformers "
-            f"{summary['versions']['transformers']}), micro-batch {batch} × {job.tokens_per_sample}; peak in "
+            f"{', '.join(map(str, summary['ranks']))}; the largest), {strategy} (torch "
+            f"{summary['versions']['torch']}, transformers {summary['versions']['transformers']}), "
+            f"micro-batch {batch} × {job.tokens_per_sample}; peak in "
             f"step {peak['step']} {phase}" if peak["step"] in (1, 2) else
             f"traced: rank {summary['rank']} of {placement.number_gpus}, {strategy}; peak in the {phase}",
             "reserved: the traced allocations replayed through a model of the CUDA caching allocator; device adds "

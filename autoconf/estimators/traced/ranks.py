@@ -35,8 +35,10 @@ from autoconf.estimators.traced.cache import cache_dir
 from autoconf.estimators.traced.fit import TRACE_TIMEOUT_S, TraceFailed
 from autoconf.schema import Job, MemoryEstimate, Phase, Placement
 
-RANK_VERSION = 2  # part of the cache key: bump when the rank trace changes meaning
+RANK_VERSION = 3  # part of the cache key: bump when the rank trace changes meaning
 STRATEGIES = ("ddp", "fsdp", "fsdp-shard-grad-op", "fsdp-hybrid")  # data-parallel dist.STRATEGIES (+ "tp")
+# Data parallelism around tensor parallelism (hf_parallel.DP_STRATEGIES: transformers' DistributedConfig sizes)
+TP_DP_STRATEGIES = ("fsdp", "ddp", "fsdp-hybrid")
 # Stacks whose multi-GPU step is the HF Trainer's through accelerate (FSDP2 wrapping of dist.py, or DDP).
 ACCELERATE_STACKS = ("hf-trainer", "peft")
 # dist.PHASES -> schema Phase: clipping is part of the optimizer phase; a checkpoint save happens between
@@ -52,10 +54,11 @@ def rank_unsupported(job: Job, placement: Placement) -> str | None:
     if placement.pp > 1:
         return "pipeline parallel splits"
     if placement.tp > 1:
-        if placement.dp > 1:
-            return f"tensor parallel combined with {placement.dp}-way data parallel (traced: tensor parallel alone)"
-        if job.method != "full":
-            return "tensor parallel with LoRA adapters (traced: full fine-tuning)"
+        if placement.dp > 1 and strategy not in TP_DP_STRATEGIES:
+            return (f"tensor parallel with data-parallel strategy {strategy} "
+                    f"(traced with tensor parallel: {', '.join(TP_DP_STRATEGIES)})")
+        if strategy == "fsdp-hybrid" and placement.dp > 1 and placement.dp % placement.workers:
+            return f"fsdp-hybrid over {placement.workers} node(s) of {placement.dp}-way data parallel (needs equal nodes)"
     elif strategy not in STRATEGIES:
         return f"strategy {strategy} (rank traces cover {', '.join(STRATEGIES)})"
     if strategy == "fsdp-hybrid" and (placement.workers < 2 or placement.number_gpus % placement.workers):
@@ -178,15 +181,21 @@ def rank_memory(job: Job, placement: Placement, arch: Architecture, spec: dict[s
     the shards are uneven, the last rank; the largest of them."""
     expandable = resolve(job).expandable_segments
     world, strategy = placement.dp, str(placement.effective_strategy)
-    if placement.tp > 1:
-        world, strategy = placement.tp, "tp"
     rank_spec = {**spec, "world": world, "strategy": strategy, "shape": [batch, job.tokens_per_sample],
                  "expandable_segments": expandable}
     shards = world
     if strategy == "fsdp-hybrid":
         rank_spec["replicas"] = placement.workers
         shards = world // placement.workers
-    ranks = [0, shards - 1] if strategy not in ("ddp", "tp") and uneven(spec, shards) else [0]
+    ranks = [0, shards - 1] if strategy != "ddp" and uneven(spec, shards) else [0]
+    if placement.tp > 1:  # a (dp_replicate, fsdp, tp) mesh, tp innermost: world is the tp degree (hf_parallel.py)
+        rank_spec.update(world=placement.tp, strategy="tp")
+        ranks = [0]
+        if placement.dp > 1:
+            rank_spec.update(dp=placement.dp, dp_strategy=strategy)
+            sharded = shards if strategy != "ddp" else 1
+            # FSDP2 pads uneven shards: the last rank's states are shorter, its load copies the padding
+            ranks = [0, placement.tp * placement.dp - 1] if sharded > 1 and uneven(spec, sharded * placement.tp) else [0]
     summaries = [trace_ranks({**rank_spec, "rank": r} if r else rank_spec) for r in ranks]
     return largest_rank(job, placement, ranks, summaries, expandable)
 

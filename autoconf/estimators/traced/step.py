@@ -108,6 +108,8 @@ class LiveBytes(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
             self.events.append((block, nbytes, self.stream))
 
     def reclassify(self, tensor: torch.Tensor, category: int) -> None:
+        if isinstance(tensor, DTensor):  # a tensor-parallel gradient: the rank's local shard
+            tensor = tensor._local_tensor
         record = self.records.get(id(tensor.untyped_storage()))
         if record is None:
             self.track(tensor, category)

@@ -109,36 +109,6 @@ def wrap_fsdp2(model: torch.nn.Module, mesh: Any, reshard: bool, amp: torch.dtyp
     return model
 
 
-def tp_plan(model: torch.nn.Module) -> dict[str, Any]:
-    """transformers' own tensor-parallel plan of the model (``model._tp_plan``, which post_init builds from the
-    config's ``base_model_tp_plan`` under the base prefix, the head's and the embedding's entries) as torch
-    ParallelStyles, as torchtitan applies them: colwise → ``ColwiseParallel`` (output sharded on the last
-    dimension, local), rowwise → ``RowwiseParallel`` (its output all-reduced), ``colwise_gather_output`` →
-    ``ColwiseParallel`` with a replicated (gathered) output, ``embedding_rowwise`` → ``RowwiseParallel`` of the
-    vocabulary rows with replicated input and output (torchtitan's ``tok_embeddings`` without sequence parallel)."""
-    from torch.distributed.tensor import Replicate
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
-
-    styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel,
-              "colwise_gather_output": lambda: ColwiseParallel(output_layouts=Replicate()),
-              "embedding_rowwise": lambda: RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate())}
-    entries: dict[str, str] = dict(getattr(model, "_tp_plan", None) or {})
-    unknown = sorted({v for v in entries.values() if v not in styles})
-    if not entries or unknown:
-        raise ValueError(f"no tensor-parallel plan traced for {type(model).__name__}"
-                         + (f" (styles {', '.join(unknown)})" if unknown else ""))
-    return {key: styles[style]() for key, style in entries.items()}  # type: ignore[operator]
-
-
-def wrap_tp(model: torch.nn.Module, mesh: Any) -> torch.nn.Module:
-    """Tensor parallelism on the 1-D mesh with the model's own plan (tp_plan); the parameters it does not
-    split (norms) stay whole plain tensors on every rank (the step runs under ``implicit_replication``)."""
-    from torch.distributed.tensor.parallel import parallelize_module
-
-    parallelize_module(model, mesh, tp_plan(model))
-    return model
-
-
 def wrap_ddp(model: torch.nn.Module) -> torch.nn.Module:
     from torch.distributed.algorithms.ddp_comm_hooks.debugging_hooks import noop_hook
     from torch.nn.parallel import distributed as ddp_module
