@@ -157,16 +157,22 @@ def _missing(value: object) -> bool:
 
 
 def stated_recompute(row: pd.Series) -> float:
-    """The share of layers a selective-checkpointing row recomputes, from the MFU and HFU its source states for
-    its GPU: HFU counts the recomputed forward (2 of the 6 FLOPs per weight per token), so HFU / MFU = 1 + f / 3
-    (fms-fsdp README: "HFU ... includes the recomputation"). NaN when the row is not selective or states neither."""
+    """The share of layers a selective-checkpointing row recomputes, from the MFU and HFU its source states: HFU
+    counts the recomputed forward (2 of the 6 FLOPs per weight per token), so HFU / MFU = 1 + f / 3 (fms-fsdp
+    README: "HFU ... includes the recomputation"). NaN when the row is not selective or states neither.
+
+    The share is the configuration's, not the GPU's: fms-fsdp says "we use the exact same scripts and
+    configurations for these GPUs" (README at ed74fd5, A100 and H100), yet its two-decimal MFU / HFU give different shares per GPU for
+    the same cell (13B compiled: 0.39 on A100, 0.21 on H100; 70B: 1.04 and 0.71). Each GPU's pair is one reading
+    of the same f, so f is the mean of the shares every stated GPU's pair gives (13B compiled: 0.30).
+    """
     if "selective" not in str(row.get("kernels") or ""):
         return math.nan
-    gpu = "H100" if "H100" in str(row.get("gpu_model")) else "A100"
-    for tag, mfu, hfu in _MFU_HFU.findall(str(row.get("notes") or "")):
-        if tag == gpu and float(mfu) > 0:
-            return min(max(3.0 * (float(hfu) / float(mfu) - 1.0), 0.0), 1.0)
-    return math.nan
+    shares = [3.0 * (float(hfu) / float(mfu) - 1.0)
+              for _, mfu, hfu in _MFU_HFU.findall(str(row.get("notes") or "")) if float(mfu) > 0]
+    if not shares:
+        return math.nan
+    return min(max(sum(shares) / len(shares), 0.0), 1.0)
 
 
 def _recompute(value: object) -> float | None:

@@ -85,7 +85,7 @@ FITTED = EfficiencyFit(
     by_method={'full': 0.7945, 'lora': 0.7623, 'qlora': 0.7535},
     microbatch_tokens=1990.5, fused_loss_factor=1.1538, moe_factor=1.0828, rows=1465,
     memory_bound=67.3551, attention_cost=0.0000,
-    stack_factor=0.6727, compile_factor=1.0647, fused_memory_share=0.00, fp8_factor=0.7446,
+    stack_factor=0.6727, compile_factor=1.0670, fused_memory_share=0.00, fp8_factor=0.7446,
     fitted_on='1465 ok non-duplicate tokens/s rows of data/measurements.csv (bench/throughput_accuracy.py --fit)',
 )
 # Those rows: fms-acceleration (A100-SXM4-80GB, L40; full, LoRA, QLoRA, dense and MoE), llm-foundry (MPT
