@@ -30,6 +30,13 @@ NAMES = ("hybrid", "learned")
 NOT_COMPARED = "tokens_per_second"  # the throughput model changed after the sample was made (issue 22's sources round)
 
 
+@pytest.fixture(autouse=True)
+def _memory_as_at_the_sample(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Memory formulas changed since the sample, switched off here as in tests/test_theory_identity.py: torchtune's
+    chunked loss holds one chunk's backward transients (+1·V per token, theory/loss.py, issue 20)."""
+    monkeypatch.setattr("autoconf.estimators.theory.loss.CHUNK_TRANSIENT_BYTES_PER_VOCAB", 0.0)
+
+
 def _same(old: Any, new: Any) -> bool:  # noqa: ANN401
     if isinstance(old, dict):
         return old.keys() == new.keys() and all(_same(old[k], new[k]) for k in old if k != NOT_COMPARED)
