@@ -47,10 +47,10 @@ ERRORS = (ValueError, TypeError, ArithmeticError)
 DUMP = "learned_outputs.pkl"
 
 
-def answer(name: str, job: Any, place: Any) -> dict[str, Any] | str:  # noqa: ANN401
+def answer(name: str, job: Any, place: Any, version: str | None = None) -> dict[str, Any] | str:  # noqa: ANN401
     """One row through ``estimate``: every memory field and notes, and tokens/s (or the error text)."""
     try:
-        est = get_estimator(name).estimate(job, place)
+        est = get_estimator(name, version).estimate(job, place)
     except ERRORS as exc:
         return "error: " + describe(exc, with_input=False)
     out = est.memory.model_dump(mode="json")

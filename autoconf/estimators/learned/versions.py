@@ -36,6 +36,7 @@ PINNED_MANIFESTS: dict[str, str] = {
     "1.0.0": "8b9ea533c1b5321c48ca73541aac1d36c5e7ff5129db5e902ac3a78cef9f9b1f",
     "2.0.0": "054178f1643c8992d4bccc484027a7516c4c17bfb7b26c1b6b5466fef0322a3f",
     "2.1.0": "a93f2c8dfd5b56ad67aae613a172eee471463891392dbf5b070ab51524fe9f59",
+    "2.2.0": "08221cc876519efa4045ff41bf4f56c815b8a6fb3c778622ba9df6f928a43d0b",
 }
 
 
