@@ -27,7 +27,8 @@ allocates what the GPU code allocates):
 * **Devices.** accelerate shards only on accelerator devices: its state is told it runs ``MULTI_GPU`` on the
   fake process group, with ``cpu`` as the device. ``Module.to`` to the device a module is on only changes dtypes
   (FakeTensorMode keeps weak references to fake parameters, so torch refuses to swap them). DDP is built without
-  device ids, without its initial broadcast, with torch's no-op communication hook (dist.py's reasons).
+  device ids, without its initial broadcast, with torch's no-op communication hook, its steps as under ``no_sync()``
+  (dist.py's reasons).
 """
 
 from __future__ import annotations
@@ -222,6 +223,9 @@ def _accelerate_on_fake_gpus() -> None:
         with ACTIVE[-1].charged(GRADIENTS) if ACTIVE else contextlib.nullcontext():  # the reducer's buckets
             plain(self, module, **kwargs)
         self.register_comm_hook(None, noop_hook)
+        # as under no_sync(): the reducer's in-place bucket all-reduce and its bucket rebuild before step 2's
+        # forward read data; its buckets stay allocated as built, so the bytes do not change (dist.py)
+        self.require_backward_grad_sync = False
 
     setattr(ddp_module.DistributedDataParallel, "__init__", ddp_init)  # noqa: B010
     _addresses()
@@ -344,7 +348,7 @@ def peft_config(spec: dict[str, Any]) -> Any:
     targets = list(spec["lora_target_modules"])
     return peft.LoraConfig(r=spec["lora_r"], lora_alpha=spec["lora_alpha"], lora_dropout=spec["lora_dropout"],
                            target_modules="all-linear" if "all-linear" in targets else targets,
-                           use_dora=spec["method"] == "dora", task_type="CAUSAL_LM")
+                           use_dora=bool(spec.get("dora")), task_type="CAUSAL_LM")
 
 
 class _Steps:
