@@ -68,38 +68,61 @@ MODEL_DTYPE = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32", "amp-bf16": "fp32
 
 
 class FakeReads(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's __init_subclass__ is unannotated
-    """Under fake tensors: value reads answer 1 (booleans 0), boolean masks select every position. Inactive on a
-    real run (the tests' reference)."""
+    """A boolean index or ``masked_select`` is CUDA's: ``nonzero`` of the mask ((N, ndim) int64), then an integer
+    index. Under fake tensors (``fake``) the mask selects every position and value reads answer 1 (booleans: true
+    for an all-ones padding mask, as on the unpadded synthetic batch, else false: no NaN, no overflow);
+    on a real run (the tests' reference) the values are read."""
 
-    def __init__(self, active: bool) -> None:
+    def __init__(self, fake: bool) -> None:
         super().__init__()  # type: ignore[no-untyped-call]  # TorchDispatchMode.__init__ is unannotated
-        self.active = active
+        self.fake = fake
+        # padding masks found all ones (_padding_free): true on the synthetic batch
+        self.all_true: dict[int, weakref.ref[torch.Tensor]] = {}
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
         aten = torch.ops.aten
-        if not self.active:
-            return func(*args, **kwargs)
-        if func is aten._local_scalar_dense.default:
+        if func is aten._local_scalar_dense.default and self.fake:
             value = args[0]
-            return False if value.dtype == torch.bool else (1.0 if value.is_floating_point() else 1)
+            if value.dtype == torch.bool:
+                found = self.all_true.get(id(value))
+                return found is not None and found() is value
+            return 1.0 if value.is_floating_point() else 1
         if func is aten.index.Tensor and any(i is not None and i.dtype == torch.bool for i in args[1]):
             indices: list[Any] = []
             for index in args[1]:
                 if index is not None and index.dtype == torch.bool:
-                    indices.extend(_all_positions(index))
+                    indices.extend(self.positions(index))
                 else:
                     indices.append(index)
             return func(args[0], indices)
         if func is aten.masked_select.default:
-            return aten.index.Tensor(args[0], _all_positions(args[1].expand_as(args[0])))
+            return aten.index.Tensor(args[0], self.positions(args[1].expand_as(args[0])))
         return func(*args, **kwargs)
 
+    def positions(self, mask: torch.Tensor) -> list[torch.Tensor]:
+        """``mask.nonzero().unbind(1)`` (on fake tensors: of an all-true mask, the synthetic batch's)."""
+        if self.fake:
+            return list(torch.empty((mask.numel(), mask.dim()), dtype=torch.long).unbind(1))
+        return list(mask.nonzero().unbind(1))
 
-def _all_positions(mask: torch.Tensor) -> list[torch.Tensor]:
-    """``mask.nonzero().unbind(1)`` of an all-true mask: one (N, ndim) int64 tensor, as CUDA's index builds."""
-    return list(torch.empty((mask.numel(), mask.dim()), dtype=torch.long).unbind(1))
+
+def _padding_free(reads: FakeReads) -> None:
+    """transformers skips the causal mask (SDPA's ``is_causal``) when the padding mask is all ones, which it checks
+    with ``fast_all`` unless the mask is a fake tensor (it counts as tracing). The synthetic batch has no padding:
+    the check runs on fake tensors too, and its answer is true."""
+    masking: Any = importlib.import_module("transformers.masking_utils")
+    plain_tracing, plain_all = masking.is_tracing, masking.fast_all
+
+    def fast_all(tensor: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = plain_all(tensor)
+        if reads.fake:
+            reads.all_true[id(out)] = weakref.ref(out)
+        return out
+
+    setattr(masking, "is_tracing", lambda tensor=None: plain_tracing())  # noqa: B010
+    setattr(masking, "fast_all", fast_all)  # noqa: B010
 
 
 def _gpu_fused_head() -> None:
@@ -431,11 +454,13 @@ def trace(spec: dict[str, Any]) -> dict[str, Any]:
     import datasets
     import transformers
 
-    from autoconf.estimators.traced.model import meta_model
+    from autoconf.estimators.traced.model import _init_real, meta_model
     from autoconf.estimators.traced.stacks.hooks import Phases
     from autoconf.estimators.traced.step import _no_packed_sequences
 
     transformers.masking_utils.find_packed_sequence_indices = _no_packed_sequences
+    reads = FakeReads(fake=not spec.get("real"))
+    _padding_free(reads)
     _gpu_fused_head()
     torch.manual_seed(0)
     start = time.perf_counter()
@@ -454,11 +479,12 @@ def trace(spec: dict[str, Any]) -> dict[str, Any]:
     clock: dict[str, float] = {}
     trl: Any = importlib.import_module("trl")
     trainer: Any = None
-    reads = FakeReads(not spec.get("real"))
     with tempfile.TemporaryDirectory(prefix="autoconf-trl-") as out, fake, tracker, reads, HostToDevice(tracker):
         tracker.enter(0, LOAD, WEIGHTS)
         tracker.skip = True  # the checkpoint as from_pretrained loads it: in host memory
         model.to_empty(device="cpu")
+        if spec.get("real"):
+            _init_real(model)
         model.tie_weights()  # type: ignore[operator]
         tracker.skip = False
         for tensor in [*model.parameters(), *model.buffers()]:

@@ -1,0 +1,89 @@
+"""TRL's SFTTrainer on fake tensors (autoconf/estimators/traced/stacks/trl_step.py): per-rank bytes by hand.
+
+A tiny llama (vocabulary 256, 2 layers, hidden 64, 4 heads of 16, 2 kv heads, MLP 128, untied) in bf16 with LoRA
+r = 8 on q_proj and v_proj: peft keeps the adapters in fp32 next to the bf16 base, the Trainer's fused AdamW keeps
+two fp32 moments and an fp32 ``step`` per adapter tensor; FSDP2 over a fake world of 4 shards all of it by 4 (every
+dimension divides). Besides those, the rank holds the rotary ``inv_freq`` and ``original_inv_freq`` (fp32, head_dim
+/ 2 each), the step's batch (input_ids, attention_mask, labels: int64, batch × sequence) and the Trainer's fp32
+running loss. The whole single-device trace on fake tensors equals the same code on real CPU tensors, phase by phase.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autoconf.estimators.traced.stacks.memory import stack_version
+
+pytestmark = pytest.mark.skipif(stack_version("trl") is None, reason="trl not installed (autoconf-gpu[stacks])")
+
+V, L, D, H, KV, FF, R = 256, 2, 64, 4, 2, 128, 8
+HD = D // H
+B, S = 2, 32
+ARCH = {"name": "tiny", "family": "llama", "model_type": "llama", "vocab_size": V, "num_layers": L, "num_heads": H,
+        "num_kv_heads": KV, "hidden_size": D, "intermediate_size": FF, "head_dim": HD, "tie_word_embeddings": False,
+        "max_position_embeddings": 0, "attention_bias": False, "mlp_bias": False, "num_experts": 0,
+        "experts_per_token": 0}
+
+
+def spec(world: int, **extra: Any) -> dict[str, Any]:
+    return {"stack": "trl", "arch": ARCH, "method": "lora", "dtype": "bf16", "attention": "sdpa", "optimizer": "adamw",
+            "optimizer_impl": "fused", "gradient_checkpointing": True, "lora_r": R, "lora_alpha": 16.0,
+            "lora_dropout": 0.0, "lora_target_modules": ["q_proj", "v_proj"], "world": world,
+            "strategy": "fsdp" if world > 1 else "single", "shape": [B, S], "dora": False, "fsdp_version": 2,
+            "cpu_ram_efficient_loading": False, **extra}
+
+
+def drive(spec_: dict[str, Any], tmp: Path) -> dict[str, Any]:
+    path = tmp / "trl.json"
+    path.write_text(json.dumps(spec_), encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "autoconf.estimators.traced.stacks.trl_step", str(path),
+                           str(tmp / "trl.npz")], capture_output=True, text=True, timeout=600, env=dict(os.environ),
+                          check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return out
+
+
+def phase(summary: dict[str, Any], step: int, name: str) -> dict[str, Any]:
+    return next(p for p in summary["phases"] if p["step"] == step and p["phase"] == name)
+
+
+def hand(world: int) -> tuple[int, int, int]:
+    """(weights, gradients, AdamW states without its scalars) one rank holds at step 2's optimizer step."""
+    layer = D * H * HD + 2 * D * KV * HD + H * HD * D + 3 * D * FF + 2 * D  # q, k, v, o, gate/up/down, two norms
+    base = 2 * V * D + L * layer + D  # embedding, output, layers, final norm: bf16
+    lora = L * (R * D + H * HD * R + R * D + KV * HD * R)  # A and B of q_proj and v_proj: fp32
+    rotary = 2 * (HD // 2) * 4  # inv_freq and original_inv_freq, fp32, whole on every rank
+    batch = 3 * B * S * 8  # input_ids, attention_mask, labels
+    weights = (2 * base + 4 * lora) // world + rotary + batch + 4  # + the Trainer's running loss
+    return weights, 4 * lora // world, 2 * 4 * lora // world + 4 * 4 * L  # + one fp32 step per adapter tensor (4 a layer)
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    runs = {"single": spec(1), "fsdp4": spec(4), "real": spec(1, real=True)}
+    return {name: drive(s, tmp_path_factory.mktemp(name)) for name, s in runs.items()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "world"), [("single", 1), ("fsdp4", 4)])
+def test_rank_bytes_are_the_hand_derived_ones(traces: dict[str, Any], name: str, world: int) -> None:
+    weights, gradients, states = hand(world)
+    parts = phase(traces[name], 2, "optimizer")["parts"]
+    assert parts[0] == weights and parts[1] == gradients
+    # the optimizer category also holds the fp32 gradient norms clipping returned (the Trainer logs them): 2 × 4 B
+    assert parts[2] == states + 2 * 4
+
+
+@pytest.mark.slow
+def test_fake_trace_equals_the_real_cpu_step(traces: dict[str, Any]) -> None:
+    fake, real = traces["single"], traces["real"]
+    assert fake["phases"] == real["phases"]
+    assert fake["reserved_peak"] == real["reserved_peak"]
