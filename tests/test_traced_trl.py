@@ -10,6 +10,7 @@ running loss. The whole single-device trace on fake tensors equals the same code
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import subprocess
@@ -87,3 +88,82 @@ def test_fake_trace_equals_the_real_cpu_step(traces: dict[str, Any]) -> None:
     fake, real = traces["single"], traces["real"]
     assert fake["phases"] == real["phases"]
     assert fake["reserved_peak"] == real["reserved_peak"]
+
+
+# --- the interfaces: one small job (tiny-llama-test, LoRA, 64 tokens) on a shared cache: the first call traces -------
+TINY = "tiny-llama-test"
+OWN_CODE = "trl 1.16.0's own code"
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    return {**os.environ, "AUTOCONF_CACHE": str(tmp_path_factory.mktemp("trl-cache"))}
+
+
+def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "autoconf.interfaces.cli", *args], capture_output=True, text=True,
+                          env=env, timeout=600, check=False)
+
+
+ESTIMATE = ("estimate", "--model", TINY, "--seq-len", "64", "--per-device-batch", "1", "--lora", "--estimator",
+            "traced", "--framework", "trl")
+
+
+@pytest.mark.slow
+def test_cli_answers_from_the_sftrainers_code(cache: dict[str, str]) -> None:
+    done = _cli(cache, *ESTIMATE)
+    assert done.returncode == 0, done.stderr
+    assert OWN_CODE in done.stdout and "single device" in done.stdout
+
+
+@pytest.mark.slow
+def test_sweep_answers_from_the_sftrainers_code(cache: dict[str, str], tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sweep's row is the estimator's answer for the same job, which is the SFTTrainer's trace (the sweep's CSV
+    keeps one note only)."""
+    from autoconf.estimators.contract import get_estimator
+    from autoconf.schema import Job, Placement
+
+    src, out = tmp_path / "in.csv", tmp_path / "out.csv"
+    src.write_text("model_name,method,gpu_model,tokens_per_sample,batch_size,number_gpus,framework\n"
+                   f"{TINY},lora,NVIDIA-A100-80GB-PCIe,64,1,1,trl\n", encoding="utf-8")
+    done = _cli(cache, "sweep", "--input", str(src), "--output", str(out), "--estimator", "traced")
+    assert done.returncode == 0, done.stderr
+    answer = next(csv.DictReader(out.read_text(encoding="utf-8").splitlines()))
+    monkeypatch.setenv("AUTOCONF_CACHE", cache["AUTOCONF_CACHE"])
+    memory = get_estimator("traced").estimate(Job(model=TINY, method="lora", tokens_per_sample=64, batch_size=1,
+                                                  framework="trl"),
+                                              Placement(gpu_model="NVIDIA-A100-80GB-PCIe")).memory
+    assert OWN_CODE in memory.notes[0]
+    assert float(answer["peak_allocated_gib"]) == pytest.approx(memory.peak_allocated_bytes / 2**30, abs=1e-4)
+
+
+@pytest.mark.slow
+def test_rest_answers_from_the_sftrainers_code(cache: dict[str, str]) -> None:
+    from tests._server import serve
+
+    body = {"model": TINY, "method": "lora", "gpu_model": "NVIDIA-A100-80GB-PCIe", "number_gpus": 1,
+            "tokens_per_sample": 64, "batch_size": 1, "estimator": "traced", "framework": "trl"}
+    with serve(env={"AUTOCONF_CACHE": cache["AUTOCONF_CACHE"]}) as http:
+        res = http.post("/api/memory", json=body)
+    assert res.status_code == 200, res.text
+    assert OWN_CODE in json.dumps(res.json())
+
+
+@pytest.mark.slow
+def test_ado_answers_from_the_sftrainers_code(cache: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from autoconf.interfaces.ado import experiments
+
+    monkeypatch.setenv("AUTOCONF_CACHE", cache["AUTOCONF_CACHE"])
+    out = experiments.resource_estimate(model_name=TINY, method="lora", gpu_model="NVIDIA-A100-80GB-PCIe",
+                                        tokens_per_sample=64, batch_size=1, number_gpus=1, estimator="traced",
+                                        framework="trl")
+    assert out["answered_by"].startswith("traced") and out["peak_memory_gib"] > 0, out
+
+
+def test_untraceable_combination_is_one_line_saying_why(cache: dict[str, str]) -> None:
+    done = _cli(cache, *ESTIMATE[:7], "--qlora", "--dp", "2", "--strategy", "fsdp", "--estimator", "traced",
+                "--framework", "trl")
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "QLoRA under FSDP" in lines[0] and "Params4bit" in lines[0], done.stderr

@@ -151,9 +151,9 @@ TRL_STRATEGIES = ("ddp", "fsdp", "fsdp-shard-grad-op")
 
 def trl_unsupported(job: Job, placement: Placement, arch: Architecture) -> str | None:
     """Why TRL's SFTTrainer cannot be traced for this job (None: it can)."""
-    if job.method == "qlora":
-        return ("QLoRA: bitsandbytes' Params4bit is not a tensor subclass FakeTensorMode can carry through "
-                "from_pretrained's quantiser and accelerate's prepare")
+    if job.method == "qlora" and placement.dp > 1 and placement.effective_strategy != "ddp":
+        return ("QLoRA under FSDP: bitsandbytes' Linear4bit.forward rebuilds a Params4bit around FSDP's gathered "
+                "4-bit weight, and a Params4bit cannot wrap a fake tensor")
     if job.optimizer != "adamw" or job.optimizer_impl != "fused":
         return (f"the Trainer's adamw_torch_fused is traced; {job.optimizer} ({job.optimizer_impl}) is not "
                 "(adamw_torch picks foreach on CUDA but for-loop on CPU tensors)")
@@ -201,7 +201,9 @@ def trl_spec(job: Job, placement: Placement, arch: Architecture, batch: int) -> 
     """An SFTTrainer trace's spec: the transformers model's, accelerate's strategy and loading, DoRA."""
     strategy = placement.effective_strategy if placement.dp > 1 else "single"
     spec = {k: v for k, v in hf_spec(job, placement, arch, batch).items() if k != "stage"}
-    return {**spec, "strategy": strategy, "dora": job.dora and job.method == "lora", "fsdp_version": 2,
+    return {**spec, "strategy": strategy, "dora": job.dora and job.method != "full", "fsdp_version": 2,
+            "double_quant": resolve(job).double_quant,
+            "lora_target_modules": sorted(job.lora_target_modules) if job.method != "full" else [],
             "cpu_ram_efficient_loading": strategy.startswith("fsdp") and resolve(job).efficient_loading}
 
 

@@ -329,6 +329,32 @@ def _patch_fsdp1(tracker: HostBytes) -> None:
     setattr(_runtime_utils, "_post_backward_hook", post_backward)  # noqa: B010
 
 
+@contextlib.contextmanager
+def _host_then_quantised(fake: Any, tracker: HostBytes) -> Iterator[None]:
+    """qlora.build_qlora's materialisation: the checkpoint's bf16 values on the host (uncounted), each 4-bit weight
+    quantised on the device by bitsandbytes' own ``quantize_4bit`` (counted)."""
+    import bitsandbytes as bnb
+
+    plain = bnb.functional.quantize_4bit
+
+    def quantize_4bit(*args: Any, **kwargs: Any) -> Any:
+        tracker.skip = False
+        try:
+            return plain(*args, **kwargs)
+        finally:
+            tracker.skip = True
+
+    with fake, tracker:
+        tracker.enter(0, LOAD, WEIGHTS)
+        tracker.skip = True
+        bnb.functional.quantize_4bit = quantize_4bit
+        try:
+            yield
+        finally:
+            bnb.functional.quantize_4bit = plain
+            tracker.skip = False
+
+
 def _tokenizer() -> Any:
     """A word-level tokenizer (the dataset is pre-tokenised; TRL wants a pad and an eos token)."""
     import transformers
@@ -479,16 +505,29 @@ def trace(spec: dict[str, Any]) -> dict[str, Any]:
     clock: dict[str, float] = {}
     trl: Any = importlib.import_module("trl")
     trainer: Any = None
+    if spec["method"] == "qlora":
+        from autoconf.estimators.traced.qlora import build_qlora
+
+        model = build_qlora({**spec, "kbit_upcast": False}, _host_then_quantised(fake, tracker), meta_model,
+                            lambda m, s: m, _init_real)
+        with fake, tracker:  # from_pretrained's device_map: every tensor it does not quantise lands on the GPU
+            for tensor in [*model.parameters(), *model.buffers()]:
+                tracker.mark_host(tensor)
+            for tensor in [*model.parameters(), *model.buffers()]:
+                moved = tracker.to_device(tensor.data)
+                if moved is not tensor.data:
+                    tensor.data = moved
     with tempfile.TemporaryDirectory(prefix="autoconf-trl-") as out, fake, tracker, reads, HostToDevice(tracker):
-        tracker.enter(0, LOAD, WEIGHTS)
-        tracker.skip = True  # the checkpoint as from_pretrained loads it: in host memory
-        model.to_empty(device="cpu")
-        if spec.get("real"):
-            _init_real(model)
-        model.tie_weights()  # type: ignore[operator]
-        tracker.skip = False
-        for tensor in [*model.parameters(), *model.buffers()]:
-            tracker.mark_host(tensor)
+        if spec["method"] != "qlora":  # (QLoRA's model is built above, quantised on the device)
+            tracker.enter(0, LOAD, WEIGHTS)
+            tracker.skip = True  # the checkpoint as from_pretrained loads it: in host memory
+            model.to_empty(device="cpu")
+            if spec.get("real"):
+                _init_real(model)
+            model.tie_weights()  # type: ignore[operator]
+            tracker.skip = False
+            for tensor in [*model.parameters(), *model.buffers()]:
+                tracker.mark_host(tensor)
         trainer = trl.SFTTrainer(model=model, args=sft_config(spec, out), train_dataset=dataset,
                                  processing_class=_tokenizer(), peft_config=peft_config(spec),
                                  callbacks=[steps.callback()])
