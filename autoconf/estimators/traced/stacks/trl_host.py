@@ -107,6 +107,21 @@ def device_moves(tracker: HostBytes) -> None:
     setattr(_fsdp_init, "_move_states_to_device", move_states)  # noqa: B010
 
 
+def sharded_params_are_weights(tracker: HostBytes) -> None:
+    """FSDP2's lazy init before the first forward re-creates a sharded parameter whose storage is not its padded
+    shard's (``FSDPParamGroup.lazy_init`` → ``reset_sharded_param``: the last rank of an uneven world): weights."""
+    from torch.distributed.fsdp._fully_shard import _fsdp_param_group
+
+    group = _fsdp_param_group.FSDPParamGroup
+    plain = group.lazy_init
+
+    def lazy_init(self: Any) -> None:
+        with tracker.charged(WEIGHTS):
+            plain(self)  # type: ignore[no-untyped-call]  # torch: unannotated
+
+    setattr(group, "lazy_init", lazy_init)  # noqa: B010
+
+
 def patch_fsdp1(tracker: HostBytes) -> None:
     """FSDP1 frees and re-allocates its unsharded flat parameters by resizing their storage, outside the dispatcher:
     tell the tracker (as wrap.patch_fsdp does for FSDP2); its post-backward reduce-scatter makes gradients."""

@@ -70,7 +70,14 @@ from autoconf.estimators.traced.stacks.trl_fakes import (
     gpu_fused_head,
     padding_free,
 )
-from autoconf.estimators.traced.stacks.trl_host import HostBytes, HostToDevice, device_moves, host_then_quantised, patch_fsdp1
+from autoconf.estimators.traced.stacks.trl_host import (
+    HostBytes,
+    HostToDevice,
+    device_moves,
+    host_then_quantised,
+    patch_fsdp1,
+    sharded_params_are_weights,
+)
 from autoconf.estimators.traced.step import (
     ACTIVATIONS,
     BACKWARD,
@@ -231,6 +238,7 @@ def trace(spec: dict[str, Any]) -> dict[str, Any]:
     tracker = HostBytes()
     device_moves(tracker)
     patch_fsdp1(tracker)
+    sharded_params_are_weights(tracker)
     patch_fsdp()  # FSDP2's storage resizes, all-gathers and reduce-scatters reach the tracker (wrap.py)
     ACTIVE[:] = [tracker]
     steps = _Steps(tracker)
