@@ -69,7 +69,8 @@ def hand(world: int) -> tuple[int, int, int]:
 
 @pytest.fixture(scope="module")
 def traces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    runs = {"single": spec(1), "fsdp4": spec(4), "real": spec(1, real=True)}
+    runs = {"single": spec(1), "fsdp4": spec(4), "real": spec(1, real=True), "dora": spec(1, dora=True),
+            "fsdp4-efficient": spec(4, cpu_ram_efficient_loading=True)}
     return {name: drive(s, tmp_path_factory.mktemp(name)) for name, s in runs.items()}
 
 
@@ -81,6 +82,22 @@ def test_rank_bytes_are_the_hand_derived_ones(traces: dict[str, Any], name: str,
     assert parts[0] == weights and parts[1] == gradients
     # the optimizer category also holds the fp32 gradient norms clipping returned (the Trainer logs them): 2 × 4 B
     assert parts[2] == states + 2 * 4
+
+
+@pytest.mark.slow
+def test_dora_adds_one_trained_magnitude_per_adapted_output(traces: dict[str, Any]) -> None:
+    """peft's DoRA: a fp32 magnitude vector per adapted module (q_proj: H·HD outputs, v_proj: KV·HD), trained."""
+    _, gradients, _ = hand(1)
+    assert phase(traces["dora"], 2, "optimizer")["parts"][1] == gradients + 4 * L * (H * HD + KV * HD)
+
+
+@pytest.mark.slow
+def test_efficient_loading_changes_the_load_only(traces: dict[str, Any]) -> None:
+    """accelerate's cpu_ram_efficient_loading: rank 0 broadcasts one full tensor at a time into meta-sharded FSDP2
+    units instead of each unit's full tensors arriving on the device; the steps hold the same bytes."""
+    off, on = traces["fsdp4"], traces["fsdp4-efficient"]
+    assert [p for p in on["phases"] if p["step"] > 0] == [p for p in off["phases"] if p["step"] > 0]
+    assert phase(on, 0, "load")["peak"] < phase(off, 0, "load")["peak"]
 
 
 @pytest.mark.slow
