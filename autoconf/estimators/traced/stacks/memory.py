@@ -51,7 +51,7 @@ INSTALL = {"torchtune": f"pip install --no-deps --target $DIR torchtune==0.6.1 t
            "deepspeed": "pip install 'autoconf-gpu[stacks]'", "trl": "pip install 'autoconf-gpu[stacks]'"}
 # what a driver imports besides its stack (torchtune refuses to import without torchao)
 NEEDS = {"torchtune": ("torchtune", "torchao"), "torchtitan": ("torchtitan",), "deepspeed": ("deepspeed",),
-         "trl": ("trl", "accelerate")}
+         "trl": ("trl", "accelerate", "transformers", "peft")}
 
 
 def _stack_dirs() -> list[str]:

@@ -105,6 +105,8 @@ def _tokenizer() -> Any:
 def sft_config(spec: dict[str, Any], output_dir: str) -> Any:
     """The job's SFTConfig: two steps at the spec's micro-batch, no logging target, no saving."""
     trl: Any = importlib.import_module("trl")
+    arguments: Any = importlib.import_module("transformers.training_args")
+    setattr(arguments, "is_torch_bf16_gpu_available", lambda: True)  # noqa: B010  # the GPUs traced for have bf16
     batch, seq = spec["shape"]
     strategy = spec["strategy"]
     fsdp: dict[str, Any] = {}
