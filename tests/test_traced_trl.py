@@ -100,6 +100,33 @@ def test_efficient_loading_changes_the_load_only(traces: dict[str, Any]) -> None
     assert phase(on, 0, "load")["peak"] < phase(off, 0, "load")["peak"]
 
 
+def hf_step(world: int, tmp: Path) -> dict[str, Any]:
+    """The HF step's rank trace (dist.py), which answers --framework hf-trainer, for the same job."""
+    keys = ("arch", "method", "dtype", "attention", "optimizer", "optimizer_impl", "gradient_checkpointing", "lora_r",
+            "lora_alpha", "lora_dropout", "lora_target_modules", "world", "strategy", "shape")
+    path = tmp / "hf.json"
+    path.write_text(json.dumps({k: v for k, v in spec(world).items() if k in keys}), encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "autoconf.estimators.traced.dist", str(path), str(tmp / "hf.npz")],
+                          capture_output=True, text=True, timeout=600, env=dict(os.environ), check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world", [1, 4])
+def test_transformers_trainer_holds_what_the_hf_step_holds(world: int, tmp_path: Path) -> None:
+    """transformers' own Trainer (the driver with ``trainer: transformers``: the model's loss, peft applied before
+    the Trainer) against the HF step that answers hf-trainer jobs: at step 2's optimizer step they hold the same
+    gradients, AdamW states and activations; the Trainer keeps more only the batch (input_ids, attention_mask,
+    labels), its fp32 running loss and logged loss and the two fp32 gradient norms clipping returned."""
+    own = drive(spec(world, trainer="transformers"), tmp_path)
+    ours = hf_step(world, tmp_path)
+    a, b = phase(own, 2, "optimizer")["parts"], phase(ours, 2, "optimizer")["parts"]
+    assert [x - y for x, y in zip(a, b, strict=True)] == [3 * B * S * 8 + 4, 0, 2 * 4, 0, 4]
+    assert 0 <= own["allocated_peak"] - ours["allocated_peak"] <= 3 * B * S * 8 + 16
+
+
 @pytest.mark.slow
 def test_fake_trace_equals_the_real_cpu_step(traces: dict[str, Any]) -> None:
     fake, real = traces["single"], traces["real"]

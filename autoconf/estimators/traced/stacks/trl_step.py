@@ -9,6 +9,10 @@ FSDP1, FSDP2 with ``cpu_ram_efficient_loading`` on or off, from ``fsdp_config``)
 its fused LM head (``add_fused_lm_head``), ``accelerator.backward``, the Trainer's ``_clip_grad_norm`` and
 optimizer step.
 
+With ``trainer: transformers`` in the spec it runs transformers' own ``Trainer`` instead (the model's own loss over
+full logits, peft's ``get_peft_model`` applied first, ``DataCollatorForLanguageModeling``): the tests hold the HF
+step (dist.py) that answers ``hf-trainer`` jobs against it; no job routes there.
+
 Then the Trainer's checkpoint save after step 2 (``_save_checkpoint``: model, optimizer, scheduler; for FSDP the
 full state dicts it gathers on the device); host copies and file writes are not counted.
 
@@ -103,7 +107,8 @@ def _tokenizer() -> Any:
 
 
 def sft_config(spec: dict[str, Any], output_dir: str) -> Any:
-    """The job's SFTConfig: two steps at the spec's micro-batch, no logging target, no saving."""
+    """The job's SFTConfig (TrainingArguments for transformers' Trainer): two steps at the spec's micro-batch, no
+    logging target, a checkpoint save after step 2."""
     trl: Any = importlib.import_module("trl")
     arguments: Any = importlib.import_module("transformers.training_args")
     setattr(arguments, "is_torch_bf16_gpu_available", lambda: True)  # noqa: B010  # the GPUs traced for have bf16
@@ -118,8 +123,10 @@ def sft_config(spec: dict[str, Any], output_dir: str) -> Any:
         fsdp = {"fsdp": "full_shard auto_wrap" if strategy != "fsdp-shard-grad-op" else "shard_grad_op auto_wrap",
                 "fsdp_config": {"version": version, **extra,
                                 "cpu_ram_efficient_loading": bool(spec.get("cpu_ram_efficient_loading", False))}}
-    return trl.SFTConfig(
-        output_dir=output_dir, max_steps=2, per_device_train_batch_size=batch, max_length=seq,
+    hf_trainer = spec.get("trainer") == "transformers"  # transformers' own Trainer (its TrainingArguments)
+    config = importlib.import_module("transformers").TrainingArguments if hf_trainer else trl.SFTConfig
+    return config(
+        output_dir=output_dir, max_steps=2, per_device_train_batch_size=batch, **({} if hf_trainer else {"max_length": seq}),
         bf16=spec["dtype"] == "amp-bf16", fp16=spec["dtype"] == "amp-fp16",
         gradient_checkpointing=bool(spec["gradient_checkpointing"]),
         gradient_checkpointing_kwargs={"use_reentrant": False}, optim=OPTIM[spec["optimizer_impl"]],
@@ -271,9 +278,17 @@ def trace(spec: dict[str, Any]) -> dict[str, Any]:
             tracker.skip = False
             for tensor in [*model.parameters(), *model.buffers()]:
                 tracker.mark_host(tensor)
-        trainer = trl.SFTTrainer(model=model, args=sft_config(spec, out), train_dataset=dataset,
-                                 processing_class=_tokenizer(), peft_config=peft_config(spec),
-                                 callbacks=[steps.callback()])
+        if spec.get("trainer") == "transformers":  # the model's own loss; peft applied as the peft recipes do
+            lora = peft_config(spec)
+            if lora is not None:
+                model = importlib.import_module("peft").get_peft_model(model, lora)
+            collator = transformers.DataCollatorForLanguageModeling(_tokenizer(), mlm=False)
+            trainer = transformers.Trainer(model=model, args=sft_config(spec, out), train_dataset=dataset,
+                                           data_collator=collator, callbacks=[steps.callback()])
+        else:
+            trainer = trl.SFTTrainer(model=model, args=sft_config(spec, out), train_dataset=dataset,
+                                     processing_class=_tokenizer(), peft_config=peft_config(spec),
+                                     callbacks=[steps.callback()])
         steps.wrap(trainer.accelerator)
         steps.wrap_save(trainer)
         base: Any = trainer.model.get_base_model() if hasattr(trainer.model, "get_base_model") else trainer.model
