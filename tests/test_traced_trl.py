@@ -114,7 +114,7 @@ def hf_step(world: int, tmp: Path) -> dict[str, Any]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("world", [1, 4])
+@pytest.mark.parametrize("world", [4])  # one GPU holds the same differences (checked by hand; CI time)
 def test_transformers_trainer_holds_what_the_hf_step_holds(world: int, tmp_path: Path) -> None:
     """transformers' own Trainer (the driver with ``trainer: transformers``: the model's loss, peft applied before
     the Trainer) against the HF step that answers hf-trainer jobs: at step 2's optimizer step they hold the same
