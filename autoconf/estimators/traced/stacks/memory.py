@@ -289,6 +289,9 @@ def stack_memory(job: Job, placement: Placement, arch: Architecture, batch: int)
     by_rank = ", ".join(f"rank {r}: {s['allocated_peak'] / 2**30:.3f} GiB" for r, s in zip(ranks, summaries, strict=True))
     stack = job.framework
     group = f"a fake process group of {spec['world']}" + (f" (TP {placement.tp})" if placement.tp > 1 else "")
+    if stack == "trl" and spec["world"] > 1:  # accelerate's strategy as the SFTTrainer prepared it
+        group += f" ({'FSDP2 ' + spec['strategy'] if spec['strategy'] != 'ddp' else 'DDP'}" + (
+            ", cpu_ram_efficient_loading" if spec["cpu_ram_efficient_loading"] else "") + ")"
     notes = [
         f"traced: {stack} {summary['versions'].get(stack, '?')}'s own code ({RUNS[stack]}) on fake tensors, "
         f"{group if spec['world'] > 1 else 'single device'}; allocated peak {by_rank}; "
