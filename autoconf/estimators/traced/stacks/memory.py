@@ -167,6 +167,9 @@ def trl_unsupported(job: Job, placement: Placement, arch: Architecture) -> str |
                 f"{', '.join(TRL_STRATEGIES)} (ZeRO: --framework deepspeed)")
     if arch.family in REMOTE_CODE:
         return f"{arch.family} is hub remote code (no transformers class to trace)"
+    if arch.model_type == "granitemoe":  # its config asks for router logits by default
+        return ("TRL 1.16's fused LM head adds the MoE aux loss with config.num_experts (trl/trainer/utils.py "
+                "_fused_forward), which GraniteMoeConfig does not have: the SFTTrainer raises AttributeError")
     return None
 
 

@@ -211,6 +211,14 @@ class _Steps:
         accelerator.backward, accelerator.clip_grad_norm_ = on_backward, on_clip
 
 
+def final_norm(base: torch.nn.Module) -> torch.nn.Module:
+    """The decoder's final norm: the last ``*Norm*`` module outside the layer lists (no numeric path component) and
+    outside a vision tower (a vision-language model's is its language model's)."""
+    norms: list[torch.nn.Module] = [m for name, m in base.named_modules() if "Norm" in type(m).__name__
+                                    and not any(part.isdigit() for part in name.split(".")) and "vis" not in name]
+    return norms[-1]
+
+
 def trace(spec: dict[str, Any]) -> dict[str, Any]:
     """Load and two SFTTrainer steps of rank ``spec['rank']`` of ``spec['world']``."""
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -292,7 +300,7 @@ def trace(spec: dict[str, Any]) -> dict[str, Any]:
         steps.wrap(trainer.accelerator)
         steps.wrap_save(trainer)
         base: Any = trainer.model.get_base_model() if hasattr(trainer.model, "get_base_model") else trainer.model
-        norm = getattr(getattr(base, base.base_model_prefix), "norm")  # noqa: B009  # the decoder's final norm
+        norm = final_norm(base)
         phases = Phases(trainer.model, norm, base.get_output_embeddings(), tracker)
         tracker.head_grad_shapes = phases.head_grad_shapes
         clock["build"] = time.perf_counter() - start
