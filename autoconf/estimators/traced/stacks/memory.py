@@ -284,7 +284,8 @@ def stack_memory(job: Job, placement: Placement, arch: Architecture, batch: int)
     spec = stack_spec(job, placement, arch, batch)
     world = placement.dp
     # uneven shards: the last rank too (global rank world - 1 is the last data-parallel shard)
-    ranks = [0, spec["world"] - 1] if world > 1 and uneven(spec, world) else [0]
+    sharded = spec.get("strategy") != "ddp"  # a DDP rank (trl) holds a replica: rank 0 answers for all
+    ranks = [0, spec["world"] - 1] if world > 1 and sharded and uneven(spec, world) else [0]
     summaries = [trace_stack({**spec, "rank": r} if r else spec) for r in ranks]
     memory, summary = largest_rank(job, placement, ranks, summaries, spec["expandable_segments"])
     top, sim = summary["peak"], summary["replay"]
