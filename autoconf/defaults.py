@@ -42,7 +42,7 @@ FRAMEWORK_JOB_DEFAULTS: dict[str, dict[str, object]] = {
 }
 # Loss kernel a framework uses when the Job asks for none (Job.effective_loss_kernel; sources in frameworks.py).
 FRAMEWORK_LOSS_KERNEL: dict[str, str] = {"litgpt": "chunked", "torchtune": "chunked", "unsloth": "fused-ce",
-                                         "llm-foundry": "fused-ce"}
+                                         "llm-foundry": "fused-ce", "trl": "fused-linear-ce"}
 
 # --- recommender -------------------------------------------------------------------------------------
 ESTIMATOR = "hybrid"  # theory x learned correction; falls back as FALLBACK says

@@ -21,7 +21,7 @@ Phase = Literal["load", "static", "forward", "loss", "backward", "optimizer"]
 # Training stacks with a documented profile (autoconf/estimators/theory/frameworks.py, docs/frameworks.md).
 Framework = Literal[
     "hf-trainer", "fms-hf-tuning", "peft", "litgpt", "torchtune", "unsloth", "axolotl", "llama-factory",
-    "ms-swift", "deepspeed", "fsdp-qlora", "llm-foundry", "torchtitan",
+    "ms-swift", "deepspeed", "fsdp-qlora", "llm-foundry", "torchtitan", "trl",
 ]
 FRAMEWORKS: tuple[str, ...] = typing.get_args(Framework)  # the one list of stack names (profiles: frameworks.py)
 LossKernel = Literal["hf", "chunked", "fused-ce", "fused-linear-ce"]

@@ -137,6 +137,11 @@ PROFILES: dict[str, Profile] = {
                  "(training.dtype, float32 by default; FSDP2 mixed precision computes in bf16)",
                  "loss": "components/loss.py cross_entropy_loss upcasts the logits to fp32 (loss-parallel under TP)",
                  "versions": "pytorch/torchtitan 0.3.0 (PyPI)"}),
+    "trl": _hf_like(
+        "trl", "TRL 1.16 SFTTrainer (transformers 5.24 Trainer, accelerate 1.15, peft 0.21)", kbit_upcast=True,
+        sources={"kbit_upcast": _KBIT, "loss": "trl/trainer/utils.py add_fused_lm_head: the LM head is projected in "
+                 "[4096, 32768] tiles over the valid tokens only (trl/kernels/chunked_logprob.py), no full logits",
+                 "versions": "trl 1.16.0 (PyPI)"}),
     "fsdp-qlora": _hf_like(
         "fsdp-qlora", "Answer.AI fsdp_qlora train.py (2024)", efficient_loading=True,
         sources={"load": "low_memory=True (default): rank 0 loads, other ranks build on meta"}),

@@ -57,6 +57,8 @@ WEIGHTS, GRADIENTS, OPTIMIZER = range(3)
 TRACED_LOSS_KERNELS = ("hf", "chunked", "fused-linear-ce")
 TRACED_OPTIMIZERS = ("adamw", "sgd", "adamw-8bit")
 # Stacks whose QLoRA is not transformers' bitsandbytes path (theory/frameworks.py profiles' sources).
+# Stacks whose untraceable combinations are an error (the others answer them by the theory, with a note).
+REFUSING_STACKS = ("trl",)
 OWN_QUANT_KERNELS = {"fms-hf-tuning": "fms-acceleration's AutoGPTQ / fused 4-bit Triton kernels with their own autograd"}
 
 
@@ -208,6 +210,9 @@ class TracedEstimator(Estimator):
 
     def _stack_estimate(self, job: Job, placement: Placement, arch: Architecture) -> Estimate:
         reason = stack_unsupported(job, placement, arch)
+        if reason is not None and job.framework in REFUSING_STACKS:  # a property of the job: a one-line error
+            raise InvalidInputError("estimator", f"traced cannot run this job ({job.framework}): {reason}; "
+                                    "use --estimator theory")
         memory = None
         if reason is None:
             try:

@@ -1,4 +1,4 @@
-"""One GPU of a job trained by a stack's own code (torchtune, torchtitan, DeepSpeed), from a trace of its rank, cached on disk.
+"""One GPU of a job trained by a stack's own code (torchtune, torchtitan, DeepSpeed, TRL), from a trace of its rank, cached on disk.
 
 No torch here: the driver (``python -m autoconf.estimators.traced.stacks.<stack>_step``) runs in a
 subprocess and returns dist.py's summary (peak per step and phase) with its allocation events; both are cached
@@ -30,13 +30,16 @@ from autoconf.schema import Job, MemoryEstimate, Placement
 STACK_VERSION = 4  # part of the cache key: bump when a driver changes meaning
 DRIVERS = {"torchtune": "autoconf.estimators.traced.stacks.torchtune_step",
            "torchtitan": "autoconf.estimators.traced.stacks.torchtitan_step",
-           "deepspeed": "autoconf.estimators.traced.stacks.deepspeed_step"}
+           "deepspeed": "autoconf.estimators.traced.stacks.deepspeed_step",
+           "trl": "autoconf.estimators.traced.stacks.trl_step"}
 ZERO = {"zero0": 0, "zero1": 1, "zero2": 2, "zero3": 3}  # Strategy -> ZeRO stage
 # what each driver runs of its stack, for the answer's note
 RUNS = {"torchtune": "builders, LoRA modules, chunked loss, activation checkpointing, training.shard_model",
         "torchtitan": "Llama3Model, parallelize_llama (TP plan, FullAC, FSDP2 mixed precision), flex attention, "
                       "cross_entropy_loss, clip_grad_norm_",
-        "deepspeed": "deepspeed.initialize with the HF Trainer's auto ZeRO config, engine forward, backward and step"}
+        "deepspeed": "deepspeed.initialize with the HF Trainer's auto ZeRO config, engine forward, backward and step",
+        "trl": "SFTTrainer.train(): peft, the Trainer's fused AdamW, accelerate's prepare, the fused LM head, clipping, "
+               "checkpoint save"}
 # Stacks that cannot share the environment are installed into a directory of their own, named by STACK_PATH
 # (os.pathsep-separated), which only the driver subprocesses see: torchtune 0.6.1 imports what torchao 0.16+ removed,
 # and peft 0.21 refuses torchao < 0.16 once it is importable; torchtitan 0.3.0 depends on datasets<4.8 (which pins
@@ -45,9 +48,10 @@ STACK_PATH = "AUTOCONF_STACK_PATH"
 INSTALL = {"torchtune": f"pip install --no-deps --target $DIR torchtune==0.6.1 torchao==0.15.0; {STACK_PATH}=$DIR",
            "torchtitan": "pip install --no-deps --target $DIR torchtitan==0.3.0 spmd_types==0.2.3 einops tyro typeguard "
                          f"docstring_parser torch_checkpointing triton; {STACK_PATH}=$DIR",
-           "deepspeed": "pip install 'autoconf-gpu[stacks]'"}
+           "deepspeed": "pip install 'autoconf-gpu[stacks]'", "trl": "pip install 'autoconf-gpu[stacks]'"}
 # what a driver imports besides its stack (torchtune refuses to import without torchao)
-NEEDS = {"torchtune": ("torchtune", "torchao"), "torchtitan": ("torchtitan",), "deepspeed": ("deepspeed",)}
+NEEDS = {"torchtune": ("torchtune", "torchao"), "torchtitan": ("torchtitan",), "deepspeed": ("deepspeed",),
+         "trl": ("trl", "accelerate", "transformers", "peft")}
 
 
 def _stack_dirs() -> list[str]:
@@ -137,7 +141,36 @@ def stack_unsupported(job: Job, placement: Placement, arch: Architecture) -> str
         return torchtitan_unsupported(job, placement, arch)
     if job.framework == "deepspeed":
         return deepspeed_unsupported(job, placement, arch)
+    if job.framework == "trl":
+        return trl_unsupported(job, placement, arch)
     return torchtune_unsupported(job, placement, arch)
+
+
+TRL_STRATEGIES = ("ddp", "fsdp", "fsdp-shard-grad-op")
+
+
+def trl_unsupported(job: Job, placement: Placement, arch: Architecture) -> str | None:
+    """Why TRL's SFTTrainer cannot be traced for this job (None: it can)."""
+    if job.method == "qlora" and placement.dp > 1 and placement.effective_strategy != "ddp":
+        return ("QLoRA under FSDP: bitsandbytes' Linear4bit.forward rebuilds a Params4bit around FSDP's gathered "
+                "4-bit weight, and a Params4bit cannot wrap a fake tensor")
+    if job.optimizer != "adamw" or job.optimizer_impl != "fused":
+        return (f"the Trainer's adamw_torch_fused is traced; {job.optimizer} ({job.optimizer_impl}) is not "
+                "(adamw_torch picks foreach on CUDA but for-loop on CPU tensors)")
+    if job.effective_loss_kernel != "fused-linear-ce":
+        return (f"TRL 1.16's SFTTrainer computes its loss through its fused LM head (add_fused_lm_head), "
+                f"not {job.effective_loss_kernel}")
+    if placement.tp > 1 or placement.pp > 1 or placement.offload != "none" or job.sequence_parallel > 1:
+        return "tensor/pipeline/sequence parallelism and offload are not traced for the SFTTrainer"
+    if placement.dp > 1 and placement.effective_strategy not in TRL_STRATEGIES:
+        return (f"strategy {placement.effective_strategy}: the SFTTrainer is traced under accelerate's "
+                f"{', '.join(TRL_STRATEGIES)} (ZeRO: --framework deepspeed)")
+    if arch.family in REMOTE_CODE:
+        return f"{arch.family} is hub remote code (no transformers class to trace)"
+    if arch.model_type == "granitemoe":  # its config asks for router logits by default
+        return ("TRL 1.16's fused LM head adds the MoE aux loss with config.num_experts (trl/trainer/utils.py "
+                "_fused_forward), which GraniteMoeConfig does not have: the SFTTrainer raises AttributeError")
+    return None
 
 
 def deepspeed_unsupported(job: Job, placement: Placement, arch: Architecture) -> str | None:
@@ -162,15 +195,27 @@ def hf_spec(job: Job, placement: Placement, arch: Architecture, batch: int) -> d
         "optimizer_impl": job.optimizer_impl, "gradient_checkpointing": job.gradient_checkpointing,
         "lora_r": job.lora_r, "lora_alpha": job.lora_alpha, "lora_dropout": job.lora_dropout,
         "lora_target_modules": sorted(job.lora_target_modules) if job.method == "lora" else [],
-        "world": placement.dp, "stage": ZERO[placement.effective_strategy], "shape": [batch, job.tokens_per_sample],
+        "world": placement.dp, "stage": ZERO.get(placement.effective_strategy), "shape": [batch, job.tokens_per_sample],
         "expandable_segments": resolve(job).expandable_segments,
     }
+
+
+def trl_spec(job: Job, placement: Placement, arch: Architecture, batch: int) -> dict[str, Any]:
+    """An SFTTrainer trace's spec: the transformers model's, accelerate's strategy and loading, DoRA."""
+    strategy = placement.effective_strategy if placement.dp > 1 else "single"
+    spec = {k: v for k, v in hf_spec(job, placement, arch, batch).items() if k != "stage"}
+    return {**spec, "strategy": strategy, "dora": job.dora and job.method != "full", "fsdp_version": 2,
+            "double_quant": resolve(job).double_quant,
+            "lora_target_modules": sorted(job.lora_target_modules) if job.method != "full" else [],
+            "cpu_ram_efficient_loading": strategy.startswith("fsdp") and resolve(job).efficient_loading}
 
 
 def stack_spec(job: Job, placement: Placement, arch: Architecture, batch: int) -> dict[str, Any]:
     """Everything a stack's trace depends on (also its cache key)."""
     if job.framework == "deepspeed":
         return hf_spec(job, placement, arch, batch)
+    if job.framework == "trl":
+        return trl_spec(job, placement, arch, batch)
     mlp = ("gate_proj", "up_proj", "down_proj")
     targets = list(job.lora_target_modules)
     if job.method != "full" and "all-linear" not in targets and any(t in targets for t in mlp):
@@ -239,7 +284,8 @@ def stack_memory(job: Job, placement: Placement, arch: Architecture, batch: int)
     spec = stack_spec(job, placement, arch, batch)
     world = placement.dp
     # uneven shards: the last rank too (global rank world - 1 is the last data-parallel shard)
-    ranks = [0, spec["world"] - 1] if world > 1 and uneven(spec, world) else [0]
+    sharded = spec.get("strategy") != "ddp"  # a DDP rank (trl) holds a replica: rank 0 answers for all
+    ranks = [0, spec["world"] - 1] if world > 1 and sharded and uneven(spec, world) else [0]
     summaries = [trace_stack({**spec, "rank": r} if r else spec) for r in ranks]
     memory, summary = largest_rank(job, placement, ranks, summaries, spec["expandable_segments"])
     top, sim = summary["peak"], summary["replay"]
@@ -247,6 +293,9 @@ def stack_memory(job: Job, placement: Placement, arch: Architecture, batch: int)
     by_rank = ", ".join(f"rank {r}: {s['allocated_peak'] / 2**30:.3f} GiB" for r, s in zip(ranks, summaries, strict=True))
     stack = job.framework
     group = f"a fake process group of {spec['world']}" + (f" (TP {placement.tp})" if placement.tp > 1 else "")
+    if stack == "trl" and spec["world"] > 1:  # accelerate's strategy as the SFTTrainer prepared it
+        group += f" ({'FSDP2 ' + spec['strategy'] if spec['strategy'] != 'ddp' else 'DDP'}" + (
+            ", cpu_ram_efficient_loading" if spec["cpu_ram_efficient_loading"] else "") + ")"
     notes = [
         f"traced: {stack} {summary['versions'].get(stack, '?')}'s own code ({RUNS[stack]}) on fake tensors, "
         f"{group if spec['world'] > 1 else 'single device'}; allocated peak {by_rank}; "

@@ -1,0 +1,213 @@
+"""TRL's SFTTrainer on fake tensors (autoconf/estimators/traced/stacks/trl_step.py): per-rank bytes by hand.
+
+A tiny llama (vocabulary 256, 2 layers, hidden 64, 4 heads of 16, 2 kv heads, MLP 128, untied) in bf16 with LoRA
+r = 8 on q_proj and v_proj: peft keeps the adapters in fp32 next to the bf16 base, the Trainer's fused AdamW keeps
+two fp32 moments and an fp32 ``step`` per adapter tensor; FSDP2 over a fake world of 4 shards all of it by 4 (every
+dimension divides). Besides those, the rank holds the rotary ``inv_freq`` and ``original_inv_freq`` (fp32, head_dim
+/ 2 each), the step's batch (input_ids, attention_mask, labels: int64, batch × sequence) and the Trainer's fp32
+running loss. The whole single-device trace on fake tensors equals the same code on real CPU tensors, phase by phase.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autoconf.estimators.traced.stacks.memory import stack_version
+
+pytestmark = pytest.mark.skipif(stack_version("trl") is None, reason="trl not installed (autoconf-gpu[stacks])")
+
+V, L, D, H, KV, FF, R = 256, 2, 64, 4, 2, 128, 8
+HD = D // H
+B, S = 2, 32
+ARCH = {"name": "tiny", "family": "llama", "model_type": "llama", "vocab_size": V, "num_layers": L, "num_heads": H,
+        "num_kv_heads": KV, "hidden_size": D, "intermediate_size": FF, "head_dim": HD, "tie_word_embeddings": False,
+        "max_position_embeddings": 0, "attention_bias": False, "mlp_bias": False, "num_experts": 0,
+        "experts_per_token": 0}
+
+
+def spec(world: int, **extra: Any) -> dict[str, Any]:
+    return {"stack": "trl", "arch": ARCH, "method": "lora", "dtype": "bf16", "attention": "sdpa", "optimizer": "adamw",
+            "optimizer_impl": "fused", "gradient_checkpointing": True, "lora_r": R, "lora_alpha": 16.0,
+            "lora_dropout": 0.0, "lora_target_modules": ["q_proj", "v_proj"], "world": world,
+            "strategy": "fsdp" if world > 1 else "single", "shape": [B, S], "dora": False, "fsdp_version": 2,
+            "cpu_ram_efficient_loading": False, **extra}
+
+
+def drive(spec_: dict[str, Any], tmp: Path) -> dict[str, Any]:
+    path = tmp / "trl.json"
+    path.write_text(json.dumps(spec_), encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "autoconf.estimators.traced.stacks.trl_step", str(path),
+                           str(tmp / "trl.npz")], capture_output=True, text=True, timeout=600, env=dict(os.environ),
+                          check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return out
+
+
+def phase(summary: dict[str, Any], step: int, name: str) -> dict[str, Any]:
+    return next(p for p in summary["phases"] if p["step"] == step and p["phase"] == name)
+
+
+def hand(world: int) -> tuple[int, int, int]:
+    """(weights, gradients, AdamW states without its scalars) one rank holds at step 2's optimizer step."""
+    layer = D * H * HD + 2 * D * KV * HD + H * HD * D + 3 * D * FF + 2 * D  # q, k, v, o, gate/up/down, two norms
+    base = 2 * V * D + L * layer + D  # embedding, output, layers, final norm: bf16
+    lora = L * (R * D + H * HD * R + R * D + KV * HD * R)  # A and B of q_proj and v_proj: fp32
+    rotary = 2 * (HD // 2) * 4  # inv_freq and original_inv_freq, fp32, whole on every rank
+    batch = 3 * B * S * 8  # input_ids, attention_mask, labels
+    weights = (2 * base + 4 * lora) // world + rotary + batch + 4  # + the Trainer's running loss
+    return weights, 4 * lora // world, 2 * 4 * lora // world + 4 * 4 * L  # + one fp32 step per adapter tensor (4 a layer)
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    runs = {"single": spec(1), "fsdp4": spec(4), "real": spec(1, real=True), "dora": spec(1, dora=True),
+            "fsdp4-efficient": spec(4, cpu_ram_efficient_loading=True)}
+    return {name: drive(s, tmp_path_factory.mktemp(name)) for name, s in runs.items()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "world"), [("single", 1), ("fsdp4", 4)])
+def test_rank_bytes_are_the_hand_derived_ones(traces: dict[str, Any], name: str, world: int) -> None:
+    weights, gradients, states = hand(world)
+    parts = phase(traces[name], 2, "optimizer")["parts"]
+    assert parts[0] == weights and parts[1] == gradients
+    # the optimizer category also holds the fp32 gradient norms clipping returned (the Trainer logs them): 2 × 4 B
+    assert parts[2] == states + 2 * 4
+
+
+@pytest.mark.slow
+def test_dora_adds_one_trained_magnitude_per_adapted_output(traces: dict[str, Any]) -> None:
+    """peft's DoRA: a fp32 magnitude vector per adapted module (q_proj: H·HD outputs, v_proj: KV·HD), trained."""
+    _, gradients, _ = hand(1)
+    assert phase(traces["dora"], 2, "optimizer")["parts"][1] == gradients + 4 * L * (H * HD + KV * HD)
+
+
+@pytest.mark.slow
+def test_efficient_loading_changes_the_load_only(traces: dict[str, Any]) -> None:
+    """accelerate's cpu_ram_efficient_loading: rank 0 broadcasts one full tensor at a time into meta-sharded FSDP2
+    units instead of each unit's full tensors arriving on the device; the steps hold the same bytes."""
+    off, on = traces["fsdp4"], traces["fsdp4-efficient"]
+    assert [p for p in on["phases"] if p["step"] > 0] == [p for p in off["phases"] if p["step"] > 0]
+    assert phase(on, 0, "load")["peak"] < phase(off, 0, "load")["peak"]
+
+
+def hf_step(world: int, tmp: Path) -> dict[str, Any]:
+    """The HF step's rank trace (dist.py), which answers --framework hf-trainer, for the same job."""
+    keys = ("arch", "method", "dtype", "attention", "optimizer", "optimizer_impl", "gradient_checkpointing", "lora_r",
+            "lora_alpha", "lora_dropout", "lora_target_modules", "world", "strategy", "shape")
+    path = tmp / "hf.json"
+    path.write_text(json.dumps({k: v for k, v in spec(world).items() if k in keys}), encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "autoconf.estimators.traced.dist", str(path), str(tmp / "hf.npz")],
+                          capture_output=True, text=True, timeout=600, env=dict(os.environ), check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world", [4])  # one GPU holds the same differences (checked by hand; CI time)
+def test_transformers_trainer_holds_what_the_hf_step_holds(world: int, tmp_path: Path) -> None:
+    """transformers' own Trainer (the driver with ``trainer: transformers``: the model's loss, peft applied before
+    the Trainer) against the HF step that answers hf-trainer jobs: at step 2's optimizer step they hold the same
+    gradients, AdamW states and activations; the Trainer keeps more only the batch (input_ids, attention_mask,
+    labels), its fp32 running loss and logged loss and the two fp32 gradient norms clipping returned."""
+    own = drive(spec(world, trainer="transformers"), tmp_path)
+    ours = hf_step(world, tmp_path)
+    a, b = phase(own, 2, "optimizer")["parts"], phase(ours, 2, "optimizer")["parts"]
+    assert [x - y for x, y in zip(a, b, strict=True)] == [3 * B * S * 8 + 4, 0, 2 * 4, 0, 4]
+    assert 0 <= own["allocated_peak"] - ours["allocated_peak"] <= 3 * B * S * 8 + 16
+
+
+@pytest.mark.slow
+def test_fake_trace_equals_the_real_cpu_step(traces: dict[str, Any]) -> None:
+    fake, real = traces["single"], traces["real"]
+    assert fake["phases"] == real["phases"]
+    assert fake["reserved_peak"] == real["reserved_peak"]
+
+
+# --- the interfaces: one small job (tiny-llama-test, LoRA, 64 tokens) on a shared cache: the first call traces -------
+TINY = "tiny-llama-test"
+OWN_CODE = "trl 1.16.0's own code"
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    return {**os.environ, "AUTOCONF_CACHE": str(tmp_path_factory.mktemp("trl-cache"))}
+
+
+def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "autoconf.interfaces.cli", *args], capture_output=True, text=True,
+                          env=env, timeout=600, check=False)
+
+
+ESTIMATE = ("estimate", "--model", TINY, "--seq-len", "64", "--per-device-batch", "1", "--lora", "--estimator",
+            "traced", "--framework", "trl")
+
+
+@pytest.mark.slow
+def test_cli_answers_from_the_sftrainers_code(cache: dict[str, str]) -> None:
+    done = _cli(cache, *ESTIMATE)
+    assert done.returncode == 0, done.stderr
+    assert OWN_CODE in done.stdout and "single device" in done.stdout
+
+
+@pytest.mark.slow
+def test_sweep_answers_from_the_sftrainers_code(cache: dict[str, str], tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sweep's row is the estimator's answer for the same job, which is the SFTTrainer's trace (the sweep's CSV
+    keeps one note only)."""
+    from autoconf.estimators.contract import get_estimator
+    from autoconf.schema import Job, Placement
+
+    src, out = tmp_path / "in.csv", tmp_path / "out.csv"
+    src.write_text("model_name,method,gpu_model,tokens_per_sample,batch_size,number_gpus,framework\n"
+                   f"{TINY},lora,NVIDIA-A100-80GB-PCIe,64,1,1,trl\n", encoding="utf-8")
+    done = _cli(cache, "sweep", "--input", str(src), "--output", str(out), "--estimator", "traced")
+    assert done.returncode == 0, done.stderr
+    answer = next(csv.DictReader(out.read_text(encoding="utf-8").splitlines()))
+    monkeypatch.setenv("AUTOCONF_CACHE", cache["AUTOCONF_CACHE"])
+    memory = get_estimator("traced").estimate(Job(model=TINY, method="lora", tokens_per_sample=64, batch_size=1,
+                                                  framework="trl"),
+                                              Placement(gpu_model="NVIDIA-A100-80GB-PCIe")).memory
+    assert OWN_CODE in memory.notes[0]
+    assert float(answer["peak_allocated_gib"]) == pytest.approx(memory.peak_allocated_bytes / 2**30, abs=1e-4)
+
+
+@pytest.mark.slow
+def test_rest_answers_from_the_sftrainers_code(cache: dict[str, str]) -> None:
+    from tests._server import serve
+
+    body = {"model": TINY, "method": "lora", "gpu_model": "NVIDIA-A100-80GB-PCIe", "number_gpus": 1,
+            "tokens_per_sample": 64, "batch_size": 1, "estimator": "traced", "framework": "trl"}
+    with serve(env={"AUTOCONF_CACHE": cache["AUTOCONF_CACHE"]}) as http:
+        res = http.post("/api/memory", json=body)
+    assert res.status_code == 200, res.text
+    assert OWN_CODE in json.dumps(res.json())
+
+
+@pytest.mark.slow
+def test_ado_answers_from_the_sftrainers_code(cache: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from autoconf.interfaces.ado import experiments
+
+    monkeypatch.setenv("AUTOCONF_CACHE", cache["AUTOCONF_CACHE"])
+    out = experiments.resource_estimate(model_name=TINY, method="lora", gpu_model="NVIDIA-A100-80GB-PCIe",
+                                        tokens_per_sample=64, batch_size=1, number_gpus=1, estimator="traced",
+                                        framework="trl")
+    assert out["answered_by"].startswith("traced") and out["peak_memory_gib"] > 0, out
+
+
+def test_untraceable_combination_is_one_line_saying_why(cache: dict[str, str]) -> None:
+    done = _cli(cache, *ESTIMATE[:7], "--qlora", "--dp", "2", "--strategy", "fsdp", "--estimator", "traced",
+                "--framework", "trl")
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "QLoRA under FSDP" in lines[0] and "Params4bit" in lines[0], done.stderr
