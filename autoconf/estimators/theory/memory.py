@@ -115,8 +115,11 @@ def _empty(n: int) -> Found:
 
 
 def theory_rows(job: JobColumns, place: PlacementColumns, arch: Architecture, gpu: GpuColumns,
-                calib: Calibration | None, risk: bool = True) -> Found:
-    """Theory memory of rows that share ``arch`` (each with its own GPU); refused rows get their exception."""
+                calib: Calibration | None, risk: bool = True, parts: bool = True) -> Found:
+    """Theory memory of rows that share ``arch`` (each with its own GPU); refused rows get their exception.
+
+    ``job`` and ``gpu`` may hold one entry broadcast over every row (JobColumns.broadcast, one GpuColumns entry);
+    ``risk=False`` leaves ``oom_risk`` NaN, ``parts=False`` the parts at the peak (only the totals are needed)."""
     out = _empty(job.size)
     out.errors = refusals(job, place, arch, gpu.no_bf16, gpu.name)
     answered = np.ones(job.size, dtype=bool)
@@ -125,7 +128,8 @@ def theory_rows(job: JobColumns, place: PlacementColumns, arch: Architecture, gp
     if not len(idx):
         return out
     if len(idx) < job.size:
-        job, place, gpu = job.take(idx), place.take(idx), gpu.take(idx)
+        one_gpu = len(gpu.memory_bytes) == 1 < job.size  # one GPU broadcast over every row stays one
+        job, place, gpu = job.take(idx), place.take(idx), gpu if one_gpu else gpu.take(idx)
     st = model_states(job, arch, place)
     phases, has_load = phase_parts(job, arch, place, st, calib)
     totals = []
@@ -140,9 +144,10 @@ def theory_rows(job: JobColumns, place: PlacementColumns, arch: Architecture, gp
     side = side_stream_bytes(phases, st, place, has_load)
     cached = loss_segment_cache(job, arch, place)
     peaks = cuda.peaks(allocated, st.outside, job, place, gpu, settings_of(job), calib, side, cached)
-    for part in ALLOCATOR_PARTS:
+    for part in ALLOCATOR_PARTS if parts else ():
         out.parts[part][idx] = np.choose(best, [np.broadcast_to(phases[name][part], best.shape) for name in PHASES])
-    out.parts["overhead"][idx] = peaks.overhead
+    if parts:
+        out.parts["overhead"][idx] = peaks.overhead
     out.allocated[idx], out.reserved[idx], out.peak[idx] = peaks.allocated, peaks.reserved, peaks.device
     out.releasable[idx] = peaks.releasable
     out.capacity[idx] = gpu.memory_bytes

@@ -97,19 +97,25 @@ def refusals(job: JobColumns, place: PlacementColumns, arch: Architecture, no_bf
     the batch. The message of each row is the one ``estimate_memory`` raises for it. Rows not listed are answered."""
     out: dict[int, Exception] = {}
     bad_sp, bad_batch, per = _split(job, place)
+
+    def at(column: np.ndarray, i: int) -> int:  # row i of a column, or its one entry broadcast over every row
+        return int(column[i if len(column) > 1 else 0])
+
     checks: list[tuple[np.ndarray, Callable[[int], Exception]]] = [
         (_bad_tp(arch, place.tp), lambda i: _tp_error(arch, int(place.tp[i]))),
         (place.pp > arch.num_layers, lambda i: _pp_error(arch, int(place.pp[i]))),
         (no_bf16 & is_in(job.dtype, ("bf16", "amp-bf16")), lambda i: InvalidInputError(
-            "dtype", f"bf16 is not supported on {gpu_names[i]}; use fp16 or fp32")),
+            "dtype", f"bf16 is not supported on {gpu_names[i if len(gpu_names) > 1 else 0]}; use fp16 or fp32")),
         (_targets_refused(job, arch) & (job.method != "full"), lambda i: _targets_error(job, arch, i)),
         ((job.images_per_sample > 0) & (arch.vision is None), lambda i: images.images_error(
-            arch, int(job.images_per_sample[i]))),
-        (bad_sp, lambda i: _sp_error(int(place.dp[i]), int(job.sequence_parallel[i]))),
-        (bad_batch, lambda i: _batch_error(int(per[i]), int(job.batch_size[i]))),
+            arch, at(job.images_per_sample, i))),
+        (bad_sp, lambda i: _sp_error(int(place.dp[i]), at(job.sequence_parallel, i))),
+        (bad_batch, lambda i: _batch_error(at(per, i), at(job.batch_size, i))),
     ]
     for mask, error in checks:
-        for i in np.flatnonzero(mask).tolist():
+        if not mask.any():
+            continue
+        for i in np.flatnonzero(np.broadcast_to(mask, (job.size,))).tolist():
             if i not in out:
                 out[i] = error(i)
     return out
@@ -128,7 +134,8 @@ def _targets_exception(arch: Architecture, targets: tuple[str, ...]) -> Exceptio
 
 
 def _targets_error(job: JobColumns, arch: Architecture, i: int) -> Exception:
-    found = _targets_exception(arch, job.lora_target_modules.table[job.lora_target_modules.codes[i]])
+    codes = job.lora_target_modules.codes
+    found = _targets_exception(arch, job.lora_target_modules.table[codes[i if len(codes) > 1 else 0]])
     assert found is not None
     return found
 

@@ -185,21 +185,37 @@ class JobColumns:
     def __getattr__(self, name: str) -> Any:  # noqa: ANN401 - the columns set in __init__ (for mypy)
         raise AttributeError(name)
 
+    @classmethod
+    def broadcast(cls, job: Job, size: int) -> JobColumns:
+        """``size`` rows of one ``job``: every column holds the job's one entry, which numpy broadcasts against
+        the placement columns (a caller may then set a column to ``size`` entries of its own, as the layout
+        search does for the batch, accumulation and checkpointing). ``take`` keeps the one-entry columns."""
+        out = cls.of([job])
+        out.size = size
+        return out
+
     def take(self, rows: np.ndarray | slice) -> JobColumns:
-        """The columns of the selected rows (``rows``: indices)."""
+        """The columns of the selected rows (``rows``: indices; a one-entry column of ``broadcast`` stays)."""
+        size = self.size
+
+        def pick(value: np.ndarray) -> np.ndarray:
+            return value[rows] if len(value) == size else value
+
         out = object.__new__(JobColumns)
         for name, value in self.__dict__.items():
-            if isinstance(value, np.ndarray | Codes):
-                setattr(out, name, value.take(rows) if isinstance(value, Codes) else value[rows])
+            if isinstance(value, Codes):
+                setattr(out, name, value.take(rows) if len(value.codes) == size else value)
+            elif isinstance(value, np.ndarray):
+                setattr(out, name, pick(value))
         settings = object.__new__(ResolvedColumns)
         for name, value in self.settings.__dict__.items():
-            setattr(settings, name, value[rows] if isinstance(value, np.ndarray) else value)
+            setattr(settings, name, pick(value) if isinstance(value, np.ndarray) else value)
         profile = object.__new__(ProfileColumns)
         for name, value in self.settings.profile.__dict__.items():
-            setattr(profile, name, value[rows])
+            setattr(profile, name, pick(value))
         settings.profile = profile
         out.settings = settings
-        out.size = len(out.method)
+        out.size = len(np.arange(size)[rows])  # indices, a slice or a mask
         return out
 
 
