@@ -22,11 +22,11 @@ from autoconf.estimators.risk import need_threshold, oom_probability
 from autoconf.estimators.theory.cuda import GpuColumns
 from autoconf.estimators.theory.layout_grid import STRATEGIES
 from autoconf.estimators.theory.memory import theory_rows
-from autoconf.estimators.theory.rows import JobColumns, PlacementColumns
+from autoconf.estimators.theory.rows import STRATEGY_NAMES, JobColumns, PlacementColumns
 from autoconf.recommend.layout_space import Space
 from autoconf.schema import Calibration, Job, Placement
 
-_STRATEGY_NAMES = np.array(STRATEGIES)
+_STRATEGY_CODES = np.array([STRATEGY_NAMES.index(s) for s in STRATEGIES], dtype=np.int8)  # STRATEGIES -> codes
 
 
 @dataclass(frozen=True)
@@ -61,8 +61,8 @@ def columns(job: Job, space: Space) -> tuple[JobColumns, PlacementColumns]:
     for name, column in (("batch_size", rows.batch), ("gradient_accumulation_steps", rows.accumulation),
                          ("gradient_checkpointing", rows.checkpointing.astype(bool))):
         setattr(jobs, name, column)
-    places = PlacementColumns(rows.gpus, rows.gpus_per_worker, rows.tp, rows.pp, np.full(n, "none"),
-                              _STRATEGY_NAMES[rows.strategy])
+    places = PlacementColumns(rows.gpus, rows.gpus_per_worker, rows.tp, rows.pp, np.full(n, "none"), None,
+                              _STRATEGY_CODES[rows.strategy])
     return jobs, places
 
 

@@ -36,6 +36,7 @@ from autoconf.estimators.theory.rows import (
     lookup,
     maximum,
     minimum,
+    strategy_in,
     where,
 )
 from autoconf.schema import GIB, Calibration
@@ -98,7 +99,7 @@ AnyGpu = GPUSpec | GpuColumns
 def communicators(placement: AnyPlacement, job: AnyJob) -> Num:
     """NCCL communicators a rank joins: data parallel (two for hybrid sharding), TP, PP, sequence parallel."""
     many = placement.dp > 1
-    count = where(many, 1, 0) + where((placement.effective_strategy == "fsdp-hybrid") & many, 1, 0)
+    count = where(many, 1, 0) + where(strategy_in(placement, ("fsdp-hybrid",)) & many, 1, 0)
     count = count + (placement.tp > 1) + (placement.pp > 1) + (job.sequence_parallel > 1)
     return where(placement.number_gpus == 1, 0, count)
 

@@ -29,6 +29,7 @@ from autoconf.estimators.theory.rows import (
     not_,
     per_value,
     settings_of,
+    strategy_in,
     where,
 )
 from autoconf.estimators.theory.states import States, vision_states
@@ -228,7 +229,7 @@ def side_stream_bytes(phases: PhaseTable, st: States, placement: AnyPlacement, h
             total, g = where(has_load, total, 0.0), where(has_load, g, 0.0)
         peak, compute = maximum(peak, total), maximum(compute, total - g - u)
         grads, gathered = maximum(grads, g), maximum(gathered, u)
-    active = (placement.dp > 1) & is_in(placement.effective_strategy, SIDE_STREAM_STRATEGIES)
+    active = (placement.dp > 1) & strategy_in(placement, SIDE_STREAM_STRATEGIES)
     return where(active, maximum(0.0, compute + grads + gathered - peak), 0.0)
 
 
@@ -243,4 +244,4 @@ def loss_segment_cache(job: AnyJob, arch: Architecture, placement: AnyPlacement)
 
 def fsdp_like(placement: AnyPlacement) -> Flag:
     """Weights sharded across data-parallel ranks (FSDP full/hybrid shard or ZeRO-3)."""
-    return (placement.dp > 1) & is_in(placement.effective_strategy, ("fsdp", "fsdp-hybrid", "zero3"))
+    return (placement.dp > 1) & strategy_in(placement, ("fsdp", "fsdp-hybrid", "zero3"))
