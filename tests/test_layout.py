@@ -15,7 +15,7 @@ from autoconf.estimators.risk import need_threshold
 from autoconf.estimators.theory import throughput as tp
 from autoconf.estimators.theory.layout_grid import layout_speeds
 from autoconf.estimators.theory.vector import theory_batch
-from autoconf.recommend.layout import fastest_layout, layouts, row_inputs, search_space
+from autoconf.recommend.layout import fastest_layout, layouts, ranking, row_inputs, search_space
 from autoconf.recommend.layout_memory import theory_gate
 from autoconf.schema import Job
 
@@ -171,3 +171,15 @@ def test_calibrated_theory_gate_and_answer_equal_its_memory_batch() -> None:
     one = est.memory_batch([best.job], [best.placement])
     assert best.peak_gib == pytest.approx(one.peak[0] / 2**30, rel=1e-12)
     assert best.oom_risk == pytest.approx(one.oom_risk[0], rel=1e-9, abs=1e-15)
+
+
+@pytest.mark.parametrize("top", [1, 2, 3])
+def test_ranking_top_is_the_head_of_the_whole_ranking(top: int) -> None:
+    """The first ``top`` rows the search reads equal the head of the full sort, ties included (speeds drawn from
+    five values, so most rows tie)."""
+    space = search_space(Job(model="llama3.1-8b", batch_size=64, tokens_per_sample=2048), [8, 16, 32], 8)
+    rng = np.random.default_rng(26)
+    for _ in range(50):
+        speeds = rng.integers(1, 6, len(space)).astype(float)
+        fits = rng.random(len(space)) < rng.random()
+        assert ranking(space, speeds, fits, top=top).tolist() == ranking(space, speeds, fits)[:top].tolist()

@@ -105,11 +105,11 @@ class Found:
     errors: dict[int, Exception]  # the refused rows
 
 
-def _empty(n: int) -> Found:
+def _empty(n: int, parts: bool = True) -> Found:
     def nan() -> np.ndarray:
         return np.full(n, np.nan)
 
-    return Found({k: nan() for k in (*ALLOCATOR_PARTS, "overhead")}, nan(), nan(), nan(), nan(),
+    return Found({k: nan() for k in (*ALLOCATOR_PARTS, "overhead")} if parts else {}, nan(), nan(), nan(), nan(),
                  np.full(n, -1, dtype=np.int64), nan(),
                  nan(), np.zeros(n, dtype=np.int64), np.zeros(n), {})
 
@@ -119,8 +119,8 @@ def theory_rows(job: JobColumns, place: PlacementColumns, arch: Architecture, gp
     """Theory memory of rows that share ``arch`` (each with its own GPU); refused rows get their exception.
 
     ``job`` and ``gpu`` may hold one entry broadcast over every row (JobColumns.broadcast, one GpuColumns entry);
-    ``risk=False`` leaves ``oom_risk`` NaN, ``parts=False`` the parts at the peak (only the totals are needed)."""
-    out = _empty(job.size)
+    ``risk=False`` leaves ``oom_risk`` NaN, ``parts=False`` leaves ``parts`` empty (only the totals are needed)."""
+    out = _empty(job.size, parts)
     out.errors = refusals(job, place, arch, gpu.no_bf16, gpu.name)
     answered = np.ones(job.size, dtype=bool)
     answered[list(out.errors)] = False
