@@ -225,7 +225,7 @@ def _label(case: dict[str, Any]) -> str:
     return f"{job['model']} {job['method']}, {batch}, {case['stack']}"
 
 
-def report(result: dict[str, list[dict[str, Any]]], large: dict[str, list[dict[str, Any]]],
+def report(result: dict[str, list[dict[str, Any]]], large: dict[str, list[dict[str, Any]]], big: list[dict[str, Any]],
            seed: dict[str, dict[str, Any]], parts: list[dict[str, float]], revs: dict[str, str], repeats: int) -> str:
     new = result["this code"]
     mean = {k: sum(p[k] for p in parts) / len(parts) * 1000 for k in ("whole", "gate", "speeds", "space")}
@@ -265,7 +265,7 @@ def report(result: dict[str, list[dict[str, Any]]], large: dict[str, list[dict[s
         "| again: layouts per CPU s | previous / this code (CPU, first) |",
         "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for i, case in enumerate(large["this code"]):
+    for i, case in enumerate(big):
         for label, rows in large.items():
             row = rows[i]
             ratio = large["previous"][i]["first"][1] / row["first"][1] if "previous" in large else float("nan")
@@ -313,6 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline-rev", default=None)
     parser.add_argument("--previous-rev", default=PREVIOUS)
     parser.add_argument("--output", default="docs/benchmarks.md")
+    parser.add_argument("--raw", default=None, help="also write the measurements to this JSON file")
     args = parser.parse_args(argv)
     revs = {"baseline": args.baseline_rev or baseline_rev()}
     if _rev_exists(args.previous_rev):
@@ -337,7 +338,9 @@ def main(argv: list[str] | None = None) -> int:
     parts = _python(ROOT, PARTS, words(searches), str(args.repeats))
     short = {label: subprocess.run(["git", "rev-parse", "--short=12", rev], cwd=ROOT, check=True, capture_output=True,
                                    text=True).stdout.strip() for label, rev in revs.items()}
-    text = report(result, large, seed, parts, short, args.repeats)
+    if args.raw:  # the measurements, to render the report again without rerunning them
+        Path(args.raw).write_text(json.dumps([result, large, seed, parts, short]), encoding="utf-8")
+    text = report(result, large, big, seed, parts, short, args.repeats)
     print(text)
     update_section(Path(args.output), "layout-speed", "## Layout search speed\n\n" + text, title="Benchmarks")
     return 0
