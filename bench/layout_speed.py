@@ -241,7 +241,7 @@ def report(result: dict[str, list[dict[str, Any]]], large: dict[str, list[dict[s
         "broadcast the job's row and compared strategies as integers). Command: `python bench/layout_speed.py`.",
         "",
         "| search | code | layouts | wall ms per search (mean / max) | layouts per wall s | layouts per CPU s "
-        "| baseline / this code (CPU) |",
+        "| baseline / this row (CPU) |",
         "|---|---|---:|---:|---:|---:|---:|",
     ]
     for kind in (None, "nanotron", "fine-tuning"):
