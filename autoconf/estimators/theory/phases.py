@@ -7,6 +7,7 @@ their phases into the three peaks and the estimate (memory.theory_rows, memory.e
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -99,10 +100,12 @@ def refusals(job: JobColumns, place: PlacementColumns, arch: Architecture, no_bf
     out: dict[int, Exception] = {}
     bad_sp, bad_batch, per = _split(job, place)
 
-    def at(column: np.ndarray, i: int) -> int:  # row i of a column, or its one entry broadcast over every row
+    def at(column: Any, i: int) -> int:  # noqa: ANN401 - row i of a column, or the one value of every row
+        if not isinstance(column, np.ndarray):
+            return int(column)
         return int(column[i if len(column) > 1 else 0])
 
-    checks: list[tuple[np.ndarray, Callable[[int], Exception]]] = [
+    checks: list[tuple[Flag, Callable[[int], Exception]]] = [
         (_bad_tp(arch, place.tp), lambda i: _tp_error(arch, int(place.tp[i]))),
         (place.pp > arch.num_layers, lambda i: _pp_error(arch, int(place.pp[i]))),
         (no_bf16 & is_in(job.dtype, ("bf16", "amp-bf16")), lambda i: InvalidInputError(
@@ -114,7 +117,7 @@ def refusals(job: JobColumns, place: PlacementColumns, arch: Architecture, no_bf
         (bad_batch, lambda i: _batch_error(at(per, i), at(job.batch_size, i))),
     ]
     for mask, error in checks:
-        if not mask.any():
+        if not np.any(mask):
             continue
         for i in np.flatnonzero(np.broadcast_to(mask, (job.size,))).tolist():
             if i not in out:
@@ -135,7 +138,7 @@ def _targets_exception(arch: Architecture, targets: tuple[str, ...]) -> Exceptio
 
 
 def _targets_error(job: JobColumns, arch: Architecture, i: int) -> Exception:
-    codes = job.lora_target_modules.codes
+    codes = job.lora_target_modules.codes  # one entry: the same targets on every row (JobColumns.broadcast)
     found = _targets_exception(arch, job.lora_target_modules.table[codes[i if len(codes) > 1 else 0]])
     assert found is not None
     return found

@@ -187,10 +187,16 @@ class JobColumns:
 
     @classmethod
     def broadcast(cls, job: Job, size: int) -> JobColumns:
-        """``size`` rows of one ``job``: every column holds the job's one entry, which numpy broadcasts against
-        the placement columns (a caller may then set a column to ``size`` entries of its own, as the layout
-        search does for the batch, accumulation and checkpointing). ``take`` keeps the one-entry columns."""
+        """``size`` rows of one ``job``: every field (and framework setting) holds the job's value as a Python
+        scalar, which the formulas combine with the placement columns as they do for one ``Job`` (a branch on a
+        job field alone is a Python ``if``; numpy broadcasts the rest); a caller may then set a field to ``size``
+        entries of its own, as the layout search does for the batch, accumulation and checkpointing. The LoRA
+        targets stay a one-entry ``Codes``. ``take`` keeps the scalar fields."""
         out = cls.of([job])
+        for target in (out, out.settings, out.settings.profile):
+            for name, value in list(target.__dict__.items()):
+                if isinstance(value, np.ndarray):
+                    setattr(target, name, value.item())
         out.size = size
         return out
 
@@ -198,18 +204,18 @@ class JobColumns:
         """The columns of the selected rows (``rows``: indices; a one-entry column of ``broadcast`` stays)."""
         size = self.size
 
-        def pick(value: np.ndarray) -> np.ndarray:
-            return value[rows] if len(value) == size else value
+        def pick(value: Any) -> Any:  # noqa: ANN401 - a column, or a field of ``broadcast``
+            if isinstance(value, Codes):
+                return value.take(rows) if len(value.codes) == size else value
+            return value[rows] if isinstance(value, np.ndarray) and len(value) == size else value
 
         out = object.__new__(JobColumns)
         for name, value in self.__dict__.items():
-            if isinstance(value, Codes):
-                setattr(out, name, value.take(rows) if len(value.codes) == size else value)
-            elif isinstance(value, np.ndarray):
+            if name not in ("settings", "size"):
                 setattr(out, name, pick(value))
         settings = object.__new__(ResolvedColumns)
         for name, value in self.settings.__dict__.items():
-            setattr(settings, name, pick(value) if isinstance(value, np.ndarray) else value)
+            setattr(settings, name, pick(value) if name != "profile" else value)
         profile = object.__new__(ProfileColumns)
         for name, value in self.settings.profile.__dict__.items():
             setattr(profile, name, pick(value))
