@@ -71,7 +71,7 @@ def theory_gate(job: Job, gpu_model: str, space: Space, max_oom_risk: float,
     """The gate of every layout of ``space`` from one theory_rows call (theory with ``calibration``)."""
     gpu = get_gpu(gpu_model)
     jobs, places = columns(job, space)
-    found = theory_rows(jobs, places, get_architecture(job.model), GpuColumns([gpu]), calibration, risk=False,
+    found = theory_rows(jobs, places, get_architecture(job.model), GpuColumns.one(gpu), calibration, risk=False,
                         parts=False)
     need = found.peak - found.releasable
     limit = need_threshold(float(gpu.memory_bytes), max_oom_risk, job.method)

@@ -92,6 +92,14 @@ class GpuColumns(FlatColumns):
         # theory refuses bf16 on a Volta GPU without a bf16 peak (memory.refusals)
         self.no_bf16 = np.array([g.bf16_tflops is None and g.architecture == "Volta" for g in gpus], dtype=bool)
 
+    @classmethod
+    def one(cls, gpu: GPUSpec) -> GpuColumns:
+        """One GPU for every row of a batch: its fields as Python scalars (memory.theory_rows keeps them)."""
+        out = cls([gpu])
+        for name, value in list(out.__dict__.items()):
+            setattr(out, name, value.item())
+        return out
+
 
 AnyGpu = GPUSpec | GpuColumns
 

@@ -118,7 +118,7 @@ def theory_rows(job: JobColumns, place: PlacementColumns, arch: Architecture, gp
                 calib: Calibration | None, risk: bool = True, parts: bool = True) -> Found:
     """Theory memory of rows that share ``arch`` (each with its own GPU); refused rows get their exception.
 
-    ``job`` and ``gpu`` may hold one entry broadcast over every row (JobColumns.broadcast, one GpuColumns entry);
+    ``job`` and ``gpu`` may hold one value for every row (JobColumns.broadcast, GpuColumns.one);
     ``risk=False`` leaves ``oom_risk`` NaN, ``parts=False`` leaves ``parts`` empty (only the totals are needed)."""
     out = _empty(job.size, parts)
     out.errors = refusals(job, place, arch, gpu.no_bf16, gpu.name)
@@ -128,7 +128,7 @@ def theory_rows(job: JobColumns, place: PlacementColumns, arch: Architecture, gp
     if not len(idx):
         return out
     if len(idx) < job.size:
-        one_gpu = len(gpu.memory_bytes) == 1 < job.size  # one GPU broadcast over every row stays one
+        one_gpu = not isinstance(gpu.memory_bytes, np.ndarray)  # GpuColumns.one: the same GPU on every row
         job, place, gpu = job.take(idx), place.take(idx), gpu if one_gpu else gpu.take(idx)
     st = model_states(job, arch, place)
     phases, has_load = phase_parts(job, arch, place, st, calib)

@@ -92,8 +92,8 @@ def check_parallelism(arch: Architecture, placement: Placement) -> None:
         raise _pp_error(arch, placement.pp)
 
 
-def refusals(job: JobColumns, place: PlacementColumns, arch: Architecture, no_bf16: np.ndarray,
-             gpu_names: np.ndarray) -> dict[int, Exception]:
+def refusals(job: JobColumns, place: PlacementColumns, arch: Architecture, no_bf16: Flag,
+             gpu_names: np.ndarray | str) -> dict[int, Exception]:
     """Why theory refuses each row (None: answered), in the order one estimate checks: tp and pp against the
     architecture, bf16 on a GPU without it (``no_bf16``), the LoRA targets, images on a text model, the split of
     the batch. The message of each row is the one ``estimate_memory`` raises for it. Rows not listed are answered."""
@@ -109,7 +109,8 @@ def refusals(job: JobColumns, place: PlacementColumns, arch: Architecture, no_bf
         (_bad_tp(arch, place.tp), lambda i: _tp_error(arch, int(place.tp[i]))),
         (place.pp > arch.num_layers, lambda i: _pp_error(arch, int(place.pp[i]))),
         (no_bf16 & is_in(job.dtype, ("bf16", "amp-bf16")), lambda i: InvalidInputError(
-            "dtype", f"bf16 is not supported on {gpu_names[i if len(gpu_names) > 1 else 0]}; use fp16 or fp32")),
+            "dtype", f"bf16 is not supported on {gpu_names if isinstance(gpu_names, str) else gpu_names[i]}; "
+            "use fp16 or fp32")),
         (_targets_refused(job, arch) & (job.method != "full"), lambda i: _targets_error(job, arch, i)),
         ((job.images_per_sample > 0) & (arch.vision is None), lambda i: images.images_error(
             arch, at(job.images_per_sample, i))),
