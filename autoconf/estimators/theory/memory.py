@@ -136,7 +136,9 @@ def theory_rows(job: JobColumns, place: PlacementColumns, arch: Architecture, gp
     for name in PHASES:  # left to right, as sum() over a phase's parts
         total = np.zeros(len(idx)) + phases[name][ALLOCATOR_PARTS[0]]
         for part in ALLOCATOR_PARTS[1:]:
-            total = total + phases[name][part]
+            value = phases[name][part]
+            if not (isinstance(value, float) and value == 0.0):  # x + 0.0 is x: a part the phase does not hold
+                total = total + value
         totals.append(total)
     totals[0] = np.where(has_load, totals[0], -np.inf)  # a row without a load phase never peaks there
     best = np.argmax(np.stack(totals, axis=1), axis=1)  # the first maximum, in PHASES order
