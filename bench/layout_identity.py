@@ -4,6 +4,7 @@
     python bench/layout_identity.py --against REV --memory-only  # REV's throughput formulas differ: memory only
     python bench/layout_identity.py --write DUMP   # (run by --against in the old tree) the dump of this tree
     python bench/layout_identity.py --check DUMP [--memory-only]
+    python bench/layout_identity.py --against 2732b7e --keep DUMP   # keep REV's dump, then:
     python bench/layout_identity.py --sample DUMP tests/fixtures/layout_identity_sample.json
 
 The jobs: the 30 searches of bench/layout_speed.py and 200 random ones (seed 26) over catalogue models, methods,
@@ -254,13 +255,13 @@ def check(path: Path, memory_only: bool) -> int:
     return 1 if differences else 0
 
 
-def against(rev: str, memory_only: bool) -> int:
-    """Dump with ``git archive REV autoconf`` in a fresh process, then check this tree against it."""
+def against(rev: str, memory_only: bool, keep: str | None = None) -> int:
+    """Dump with ``git archive REV autoconf`` in a fresh process (to ``keep`` if given), then check this tree."""
     with tempfile.TemporaryDirectory() as tmp:
         archive = subprocess.run(["git", "archive", rev, "autoconf"], cwd=ROOT, check=True,
                                  capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-        dump = Path(tmp) / "dump.json"
+        dump = Path(keep) if keep else Path(tmp) / "dump.json"
         subprocess.run([sys.executable, str(Path(__file__).resolve()), "--write", str(dump)], check=True,
                        env={**os.environ, "PYTHONPATH": tmp,  # the archive holds autoconf/ only: data from here
                             "AUTOCONF_DATA": str(ROOT / "data" / "measurements.csv")})
@@ -284,13 +285,14 @@ def main(argv: list[str] | None = None) -> int:
     group.add_argument("--check", metavar="JSON")
     group.add_argument("--sample", nargs=2, metavar=("JSON", "FIXTURE"))
     parser.add_argument("--memory-only", action="store_true", help="compare the memory records only")
+    parser.add_argument("--keep", metavar="JSON", help="with --against: keep REV's dump there")
     args = parser.parse_args(argv)
     if args.sample:
         return sample(Path(args.sample[0]), Path(args.sample[1]))
     if args.write:
         return write(Path(args.write))
     if args.against:
-        return against(args.against, args.memory_only)
+        return against(args.against, args.memory_only, args.keep)
     return check(Path(args.check), args.memory_only)
 
 

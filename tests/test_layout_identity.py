@@ -5,8 +5,8 @@
   *before* the search became array arithmetic end to end made (commit 2732b7e, ``memory_batch`` on every layout's
   own Job and Placement): layouts, how many pass the gate and which (a digest), summed and sampled peaks. The search's
   memory gate must give the same to 1e-9 whatever the throughput formulas become. Written by
-  ``python bench/layout_identity.py --sample DUMP FIXTURE`` from that code's ``--write`` dump; the full comparison
-  (230 searches, answers too) is ``bench/layout_identity.py --against REV``.
+  ``python bench/layout_identity.py --sample DUMP FIXTURE`` from the dump that ``--against 2732b7e --keep DUMP``
+  writes; the full comparison (230 searches, every layout; answers too) is ``bench/layout_identity.py --against REV``.
 - *Choice, brute force.* The search's winner and runner-up (Job, Placement, tokens/s) are those of a plain loop over
   every layout of the space: theory's memory of each through ``memory_batch``, ``oom_risk ≤ MAX_OOM_RISK``, the
   scalar ``theory/throughput.estimate_throughput`` of each that fits, the fastest first and ties to the simpler
