@@ -1,14 +1,15 @@
 """Speed of the layout search (recommend/layout.py, the throughput objective): layouts evaluated per second of a
 first search of a job and of the same search again, against the code before in the same run.
 
-    python bench/layout_speed.py [--repeats 5] [--baseline-rev REV]
+    python bench/layout_speed.py [--repeats 5] [--baseline-rev REV] [--previous-rev REV]
 
 Searches: the 26 cells of nanotron's benchmark (bench/layout_vs_nanotron.py: 1.3B-80B, 8-512 H100, global batch
 256 × 4,096 tokens; nanotron's stack, so TP and PP are searched) and four fine-tuning jobs (HF stack: data-parallel
 layouts) over every GPU count of one to eight nodes, as the ado throughput_recommender does; theory estimator.
 
 - *first search*: every memo table of the search, of the theory and of the LoRA targets emptied before each search
-  (the catalogue's parsed Architecture of the model stays: reading a config is no search's time); the whole
+  (the catalogue's parsed Architecture of the model stays: reading a config is no search's time; only memo tables
+  defined in those modules are emptied, not the catalogue's ``get_architecture`` they import); the whole
   ``fastest_layout`` call is timed: search space, memory gate, tokens/s, ranking, the chosen layouts;
 - *again*: the same search once more in the same process (whatever the code memoises).
 
@@ -16,12 +17,19 @@ Each search's figure is its least time of ``--repeats`` runs, wall (``perf_count
 machine's 2 cores are shared with other work, and CPU time of this single-threaded process is what the search costs
 whatever they take). Layouts per second = layouts evaluated (memory gate and tokens/s of each) ÷ the summed times.
 
-Both code trees run in fresh Python processes on this machine: this tree and ``git archive REV autoconf`` (default:
-the parent of the commit that added bench/layout_identity.py, the search before its first-search speed-up). Their
-answers are equal (``bench/layout_identity.py --check``). The 3,960-point seed space through the throughput objective
-(``recommend.fastest.fastest`` at ado's default of one node, one fresh process, every point once) is timed the same
-way, and this tree's first searches once more part by part (search space, memory gate, tokens/s). Writes the
-section ``layout-speed`` of docs/benchmarks.md.
+Large searches: four jobs over every GPU count of one to 64 nodes (1, 2, 4, 8, 16, ... 512 GPUs; Megatron and
+nanotron stacks, so TP and PP are searched; two with a fixed global batch, two with a free one as ado's batch 0):
+13,000-109,000 layouts each, where the fixed cost of a search no longer dominates.
+
+The code trees run in fresh Python processes on this machine: this tree, ``git archive REV autoconf`` of the
+baseline (default: the parent of the commit that added bench/layout_identity.py, the search before its first-search
+speed-up; the 30 searches and the seed space only: it takes minutes per large search) and of ``--previous-rev``
+(default PREVIOUS, the code before the memory-gate speed-up of the issue-26 search2 round; skipped when the clone
+lacks it). Their memory gates are equal on every layout (``bench/layout_identity.py --against REV --memory-only``),
+and so are their answers where the throughput formulas are the same (``--against REV``). The 3,960-point seed space
+through the throughput objective (``recommend.fastest.fastest`` at ado's default of one node, one fresh process,
+every point once) is timed the same way, and this tree's first searches once more part by part (search space,
+memory gate, tokens/s). Writes the section ``layout-speed`` of docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -45,6 +53,15 @@ from bench._report import update_section
 from bench.layout_vs_nanotron import GPU, LINK, SEQ, SHAPES, STACK
 
 ROOT = Path(__file__).resolve().parents[1]
+PREVIOUS = "16dee41"  # the integration merge before the memory-gate speed-up (JobColumns.broadcast, strategy codes)
+LARGE = [  # (job, GPU, stack, free global batch): searched over one to 64 nodes of 8
+    (Job(model="llama3.1-70b", method="full", dtype="amp-bf16", tokens_per_sample=4096, batch_size=1536), "H100",
+     "megatron", False),
+    (Job(model="llama3.1-405b", method="full", dtype="amp-bf16", tokens_per_sample=4096, batch_size=1024), "H100",
+     "megatron", False),
+    (Job(model="llama3.1-8b", method="full", dtype="amp-bf16", tokens_per_sample=4096), "H100", "nanotron", True),
+    (Job(model="llama3.1-70b", method="full", dtype="amp-bf16", tokens_per_sample=4096), "H100", "megatron", True),
+]
 FINE_TUNING = [  # (job, GPU): searched over one to eight nodes of 8
     (Job(model="llama3.1-8b", method="lora", tokens_per_sample=4096, batch_size=64), "H100"),
     (Job(model="llama3.1-70b", method="qlora", tokens_per_sample=2048, batch_size=32), "NVIDIA-A100-80GB-PCIe"),
@@ -62,17 +79,19 @@ from autoconf.schema import Job
 cases, repeats = json.loads(sys.argv[1]), int(sys.argv[2])
 theory = get_estimator("theory")
 
-def forget():
+PREFIXES = ("autoconf.recommend", "autoconf.estimators", "autoconf.catalog.lora")
+
+def forget():  # the memo tables defined in these modules (not the catalogue's get_architecture they import)
     for name, module in list(sys.modules.items()):
-        if name.startswith(("autoconf.recommend", "autoconf.estimators", "autoconf.catalog.lora")):
+        if name.startswith(PREFIXES):
             for value in list(vars(module).values()):
-                if isinstance(value, functools._lru_cache_wrapper):
+                if isinstance(value, functools._lru_cache_wrapper) and value.__module__.startswith(PREFIXES):
                     value.cache_clear()
 
 def search(case):
     job = Job(**case["job"])
     return fastest_layout(job, case["gpu"], case["counts"], theory, inter_node_gbps=case["network"],
-                          stack=case["stack"]).evaluated
+                          stack=case["stack"], free_batch=case.get("free", False)).evaluated
 
 def timed(case, before):
     best = [float("inf"), float("inf")]
@@ -161,6 +180,13 @@ def cases() -> list[dict[str, Any]]:
     return out
 
 
+def large_cases() -> list[dict[str, Any]]:
+    """The large searches, as plain words."""
+    counts = list(candidate_gpus(512, 8))
+    return [{"kind": "large", "job": job.model_dump(mode="json"), "gpu": gpu, "counts": counts, "network": LINK,
+             "stack": stack, "free": free} for job, gpu, stack, free in LARGE]
+
+
 def _python(tree: Path, code: str, *args: str) -> Any:  # noqa: ANN401 - the worker's JSON
     env = {**os.environ, "PYTHONPATH": str(tree)}
     done = subprocess.run([sys.executable, "-c", code, *args], env=env, cwd=tree, check=True, capture_output=True,
@@ -193,43 +219,71 @@ def _fit(x: list[float], y: list[float]) -> tuple[float, float]:
     return my - slope * mx, slope
 
 
-def report(result: dict[str, list[dict[str, Any]]], seed: dict[str, dict[str, Any]], parts: list[dict[str, float]],
-           rev: str, repeats: int) -> str:
-    new, old = result["this code"], result["baseline"]
+def _label(case: dict[str, Any]) -> str:
+    job = case["job"]
+    batch = "free batch" if case.get("free") else f"batch {job['batch_size']:,}"
+    return f"{job['model']} {job['method']}, {batch}, {case['stack']}"
+
+
+def report(result: dict[str, list[dict[str, Any]]], large: dict[str, list[dict[str, Any]]], big: list[dict[str, Any]],
+           seed: dict[str, dict[str, Any]], parts: list[dict[str, float]], revs: dict[str, str], repeats: int) -> str:
+    new = result["this code"]
     mean = {k: sum(p[k] for p in parts) / len(parts) * 1000 for k in ("whole", "gate", "speeds", "space")}
     fixed, per = _fit([p["layouts"] for p in parts], [p["whole"] for p in parts])
     gate_fixed, gate_per = _fit([p["layouts"] for p in parts], [p["gate"] for p in parts])
+    trees = ", ".join(f"{label}: `git archive {rev} autoconf`" for label, rev in revs.items())
     lines = [
         f"{len(new)} searches: the 26 nanotron cells (one GPU count each, TP × PP × DP) and {len(FINE_TUNING)} "
         "fine-tuning jobs over every GPU count of 1-8 nodes; theory estimator; least of "
         f"{repeats} runs per search; {os.cpu_count()} CPU cores ({platform.machine()}) shared with other work, "
-        f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.1f} at the end. Baseline: "
-        f"`git archive {rev} autoconf` (one scalar phase table per memory group of a first search). "
-        "Command: `python bench/layout_speed.py`.",
+        f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.1f} at the end. Trees: {trees} "
+        "(baseline: one scalar phase table per memory group of a first search; previous: before the memory gate "
+        "broadcast the job's row and compared strategies as integers). Command: `python bench/layout_speed.py`.",
         "",
         "| search | code | layouts | wall ms per search (mean / max) | layouts per wall s | layouts per CPU s "
-        "| baseline / this code (CPU) |",
+        "| baseline / this row (CPU) |",
         "|---|---|---:|---:|---:|---:|---:|",
     ]
     for kind in (None, "nanotron", "fine-tuning"):
-        trees = {label: [r for r in rows if kind is None or r["kind"] == kind]
-                 for label, rows in (("baseline", old), ("this code", new))}
-        layouts = sum(r["layouts"] for r in trees["this code"])
+        picked = {label: [r for r in rows if kind is None or r["kind"] == kind] for label, rows in result.items()}
+        layouts = sum(r["layouts"] for r in picked["this code"])
         for key, name in (("first", "first search"), ("again", "again")):
-            for label, picked in trees.items():
-                wall, cpu = _sum(picked, key, 0), _sum(picked, key, 1)
-                ratio = _sum(trees["baseline"], key, 1) / cpu
-                worst = max(r[key][0] for r in picked) * 1000
-                lines.append(f"| {kind or 'all'}: {name} | {label} | {layouts:,} | {wall / len(picked) * 1000:.1f} / "
+            for label, rows in picked.items():
+                wall, cpu = _sum(rows, key, 0), _sum(rows, key, 1)
+                ratio = _sum(picked["baseline"], key, 1) / cpu
+                worst = max(r[key][0] for r in rows) * 1000
+                lines.append(f"| {kind or 'all'}: {name} | {label} | {layouts:,} | {wall / len(rows) * 1000:.1f} / "
                              f"{worst:.1f} | {layouts / wall:,.0f} | {layouts / cpu:,.0f} | {ratio:.1f}× |")
     layouts = sum(r["layouts"] for r in new)
     first_wall, first_cpu = _sum(new, "first", 0), _sum(new, "first", 1)
+    lines += [
+        "",
+        f"Large searches (every GPU count of 1-64 nodes, {len(LARGE)} jobs; least of {repeats} runs; the baseline "
+        "is not run: minutes per search):",
+        "",
+        "| search | code | layouts | first search: CPU ms | first: layouts per CPU s | first: layouts per wall s "
+        "| again: layouts per CPU s | previous / this code (CPU, first) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for i, case in enumerate(big):
+        for label, rows in large.items():
+            row = rows[i]
+            ratio = large["previous"][i]["first"][1] / row["first"][1] if "previous" in large else float("nan")
+            lines.append(f"| {_label(case)} | {label} | {row['layouts']:,} | {row['first'][1] * 1000:.1f} | "
+                         f"{row['layouts'] / row['first'][1]:,.0f} | {row['layouts'] / row['first'][0]:,.0f} | "
+                         f"{row['layouts'] / row['again'][1]:,.0f} | {ratio:.2f}× |")
+    big = large["this code"]
+    big_layouts, big_cpu, big_wall = sum(r["layouts"] for r in big), _sum(big, "first", 1), _sum(big, "first", 0)
     s_new, s_old = seed["this code"], seed["baseline"]
     lines += [
         "",
-        f"- Goal ≥ 1,000,000 layouts per second on a first search: {layouts / first_wall:,.0f} per wall second, "
-        f"{layouts / first_cpu:,.0f} per CPU second over all searches ("
-        f"{'met' if layouts / first_cpu >= 1e6 else 'not met'}); see below for where the time goes.",
+        f"- Goal ≥ 1,000,000 layouts per second on a first search: the {len(new)} searches of "
+        f"{min(p['layouts'] for p in parts):,.0f}-{max(p['layouts'] for p in parts):,.0f} layouts "
+        f"{layouts / first_wall:,.0f} per wall second, {layouts / first_cpu:,.0f} per CPU second "
+        f"({'met' if layouts / first_cpu >= 1e6 else 'not met'}); the {len(big)} large searches "
+        f"{big_layouts / big_wall:,.0f} per wall second, {big_layouts / big_cpu:,.0f} per CPU second "
+        f"({'met' if big_layouts / big_cpu >= 1e6 else 'not met'}). Wall time is the CPU time plus whatever the "
+        "other work on the 2 shared cores takes from it.",
         f"- The {s_new['points']:,}-point seed space (sweep/space.yaml) through the throughput objective at ado's "
         f"default of one node, one fresh process: this code {s_new['wall']:.2f} s wall / {s_new['cpu']:.2f} CPU s "
         f"for {s_new['layouts']:,} layouts of {s_new['answered']:,} points answered "
@@ -242,34 +296,51 @@ def report(result: dict[str, list[dict[str, Any]]], seed: dict[str, dict[str, An
         f"(estimators/theory/layout_grid.py) {mean['speeds']:.2f}, the search space {mean['space']:.2f}; the rest is "
         "the job's columns, the ranking and the two chosen layouts' objects. Fitted over the searches, one costs "
         f"{fixed * 1000:.2f} ms plus {per * 1e6:.2f} µs per layout (the gate alone {gate_fixed * 1000:.2f} ms plus "
-        f"{gate_per * 1e6:.2f} µs, most of it memory.theory_rows): 1,000,000 layouts per second needs under 1 µs per "
-        "layout and, at that, searches of many thousand layouts; the searches here have "
-        f"{min(p['layouts'] for p in parts):,.0f}-{max(p['layouts'] for p in parts):,.0f}.",
+        f"{gate_per * 1e6:.2f} µs): a search of ~1,000 layouts is bound by the fixed cost, a few hundred numpy "
+        "calls of the theory formulas on short arrays, each a few µs whatever the array's length.",
     ]
     return "\n".join(lines)
+
+
+def _rev_exists(rev: str) -> bool:
+    return subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"], cwd=ROOT,
+                          capture_output=True).returncode == 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--baseline-rev", default=None)
+    parser.add_argument("--previous-rev", default=PREVIOUS)
     parser.add_argument("--output", default="docs/benchmarks.md")
+    parser.add_argument("--raw", default=None, help="also write the measurements to this JSON file")
     args = parser.parse_args(argv)
-    rev = args.baseline_rev or baseline_rev()
-    searches = cases()
-    words = json.dumps([{k: v for k, v in c.items() if k != "kind"} for c in searches])
+    revs = {"baseline": args.baseline_rev or baseline_rev()}
+    if _rev_exists(args.previous_rev):
+        revs["previous"] = args.previous_rev
+    searches, big = cases(), large_cases()
+
+    def words(picked: list[dict[str, Any]]) -> str:
+        return json.dumps([{k: v for k, v in c.items() if k != "kind"} for c in picked])
+
     result: dict[str, list[dict[str, Any]]] = {}
+    large: dict[str, list[dict[str, Any]]] = {}
     seed: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        trees = {"this code": ROOT, "baseline": _export(rev, Path(tmp) / "baseline")}
+        trees = {label: _export(rev, Path(tmp) / label) for label, rev in revs.items()} | {"this code": ROOT}
         for name, tree in trees.items():
-            rows = _python(tree, WORKER, words, str(args.repeats))
+            rows = _python(tree, WORKER, words(searches), str(args.repeats))
             result[name] = [{**r, "kind": c["kind"]} for r, c in zip(rows, searches, strict=True)]
-            seed[name] = _python(tree, SEED, str(ROOT / "sweep" / "space.yaml"))
-    parts = _python(ROOT, PARTS, words, str(args.repeats))
-    short = subprocess.run(["git", "rev-parse", "--short=12", rev], cwd=ROOT, check=True, capture_output=True,
-                           text=True).stdout.strip()
-    text = report(result, seed, parts, short, args.repeats)
+            if name != "baseline":
+                large[name] = _python(tree, WORKER, words(big), str(args.repeats))
+            if name != "previous":
+                seed[name] = _python(tree, SEED, str(ROOT / "sweep" / "space.yaml"))
+    parts = _python(ROOT, PARTS, words(searches), str(args.repeats))
+    short = {label: subprocess.run(["git", "rev-parse", "--short=12", rev], cwd=ROOT, check=True, capture_output=True,
+                                   text=True).stdout.strip() for label, rev in revs.items()}
+    if args.raw:  # the measurements, to render the report again without rerunning them
+        Path(args.raw).write_text(json.dumps([result, large, seed, parts, short]), encoding="utf-8")
+    text = report(result, large, big, seed, parts, short, args.repeats)
     print(text)
     update_section(Path(args.output), "layout-speed", "## Layout search speed\n\n" + text, title="Benchmarks")
     return 0

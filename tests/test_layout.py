@@ -13,10 +13,11 @@ from autoconf.catalog import get_gpu
 from autoconf.estimators import get_estimator
 from autoconf.estimators.risk import need_threshold
 from autoconf.estimators.theory import throughput as tp
-from autoconf.estimators.theory.layout_grid import layout_speeds
+from autoconf.estimators.theory.layout_grid import Layouts, layout_speeds
 from autoconf.estimators.theory.vector import theory_batch
-from autoconf.recommend.layout import fastest_layout, layouts, row_inputs, search_space
+from autoconf.recommend.layout import fastest_layout, layouts, ranking, row_inputs, search_space
 from autoconf.recommend.layout_memory import theory_gate
+from autoconf.recommend.layout_space import Space
 from autoconf.schema import Job
 
 JOB = Job(model="llama3.1-8b", tokens_per_sample=4096, batch_size=32)
@@ -171,3 +172,36 @@ def test_calibrated_theory_gate_and_answer_equal_its_memory_batch() -> None:
     one = est.memory_batch([best.job], [best.placement])
     assert best.peak_gib == pytest.approx(one.peak[0] / 2**30, rel=1e-12)
     assert best.oom_risk == pytest.approx(one.oom_risk[0], rel=1e-9, abs=1e-15)
+
+
+@pytest.mark.parametrize("top", [1, 2, 3])
+def test_ranking_top_is_the_head_of_the_whole_ranking(top: int) -> None:
+    """The first ``top`` rows the search reads equal the head of the full sort, ties included (speeds drawn from
+    five values, so most rows tie)."""
+    space = search_space(Job(model="llama3.1-8b", batch_size=64, tokens_per_sample=2048), [8, 16, 32], 8)
+    rng = np.random.default_rng(26)
+    for _ in range(50):
+        speeds = rng.integers(1, 6, len(space)).astype(float)
+        fits = rng.random(len(space)) < rng.random()
+        assert ranking(space, speeds, fits, top=top).tolist() == ranking(space, speeds, fits)[:top].tolist()
+
+
+def test_gate_with_refused_layouts_equals_theory_batch() -> None:
+    """Layouts theory refuses (tp 3 does not divide 32 heads; pp 64 exceeds 16 layers) among answered ones: the
+    gate (the job's fields as scalars, the answered rows taken apart) against theory_batch on each layout."""
+    job = Job(model="llama3.2-1b", method="lora", tokens_per_sample=1024, batch_size=16)
+    rows = search_space(job, [8], 8).rows
+    tp_, pp_ = rows.tp.copy(), rows.pp.copy()
+    tp_[::3], pp_[1::7] = 3, 64
+    dp = rows.gpus // (rows.tp * rows.pp)
+    changed = Layouts(gpus=dp * tp_ * pp_, tp=tp_, pp=pp_, strategy=rows.strategy, batch=rows.batch,
+                      accumulation=rows.accumulation, checkpointing=rows.checkpointing,
+                      gpus_per_worker=rows.gpus_per_worker)
+    space = Space(rows=changed, micro=search_space(job, [8], 8).micro)
+    pairs = [row_inputs(job, "H100", space, r, None) for r in range(len(space))]
+    batch = theory_batch([j for j, _ in pairs], [p for _, p in pairs])
+    gate = theory_gate(job, "H100", space, 0.05)
+    assert 0 < (~batch.ok).sum() < len(space)
+    assert (np.isfinite(gate.need) == batch.ok).all()
+    np.testing.assert_allclose(gate.need[batch.ok], (batch.peak - batch.releasable_or_zero())[batch.ok], rtol=1e-9)
+    assert gate.error == next(e for e in batch.errors if e is not None)

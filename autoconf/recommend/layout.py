@@ -115,14 +115,20 @@ def why(best: Layout, other: Layout) -> str:
             f"its step is {b.step_seconds - a.step_seconds:+.2f} s, mostly {part} ({extra:+.2f} s)")
 
 
-def ranking(space: Space, tokens_per_second: np.ndarray, fits: np.ndarray) -> np.ndarray:
-    """Rows that fit, fastest first; ties: fewer model-parallel GPUs, no checkpointing, less sharding, fewer GPUs,
-    fewer micro-steps."""
+def ranking(space: Space, tokens_per_second: np.ndarray, fits: np.ndarray, top: int | None = None) -> np.ndarray:
+    """Rows that fit, fastest first (``top``: only the first that many); ties: fewer model-parallel GPUs, no
+    checkpointing, less sharding, fewer GPUs, fewer micro-steps."""
     rows, fit = space.rows, np.flatnonzero(fits)  # only the fitting rows are sorted (lexsort is stable)
+    speed = tokens_per_second[fit]
+    if top is not None and len(fit) > top and not np.isnan(speed).any():
+        # the first ``top`` of the whole order are among the rows at least as fast as the top-th fastest; sorting
+        # only those (in row order, as in the whole) gives them in the same order
+        kth = np.partition(speed, len(speed) - top)[len(speed) - top]
+        fit = fit[speed >= kth]
     order = np.lexsort((rows.accumulation[fit], rows.gpus[fit], rows.strategy[fit], rows.checkpointing[fit],
-                        (rows.tp * rows.pp)[fit], -tokens_per_second[fit]))
+                        rows.tp[fit] * rows.pp[fit], -tokens_per_second[fit]))
     out: np.ndarray = fit[order]
-    return out
+    return out if top is None else out[:top]
 
 
 def _gate(job: Job, gpu_model: str, space: Space, estimator: Estimator, max_oom_risk: float,
@@ -171,14 +177,14 @@ def fastest_layout(job: Job, gpu_model: str, number_gpus: int | Sequence[int], e
                                 f"{job.batch_size} (micro-batch × data-parallel degree must divide it)")
     gate = _gate(job, gpu_model, space, estimator, max_oom_risk, inter_node_gbps)
     speeds = layout_speeds(job, gpu_model, space.rows, stack=stack, inter_node_gbps=inter_node_gbps)
-    ranked = ranking(space, speeds.tokens_per_second, gate.fits)
-    if not len(ranked):
+    ranked, fitting = ranking(space, speeds.tokens_per_second, gate.fits, top=2), int(gate.fits.sum())
+    if not fitting:
         detail = f" (refused: {gate.error})" if gate.error and not np.isfinite(gate.need).any() else ""
         return LayoutChoice(None, None, f"nothing fits with oom_risk ≤ {max_oom_risk}: none of {evaluated} layouts{detail}",
                             evaluated, 0)
-    top = [int(r) for r in ranked[:2]]
+    top = [int(r) for r in ranked]
     found = _layouts([row_inputs(job, gpu_model, space, r, inter_node_gbps) for r in top], top, speeds, estimator, gate)
     best, runner = found[0], (found[1] if len(found) > 1 else None)
-    reason = (f"fastest of {len(ranked)} fitting layouts ({evaluated} evaluated): {best.label}, "
+    reason = (f"fastest of {fitting} fitting layouts ({evaluated} evaluated): {best.label}, "
               f"{best.throughput.tokens_per_second:,.0f} tokens/s, MFU {best.throughput.mfu:.2f}")
-    return LayoutChoice(best, runner, reason + ("; " + why(best, runner) if runner else ""), evaluated, len(ranked))
+    return LayoutChoice(best, runner, reason + ("; " + why(best, runner) if runner else ""), evaluated, fitting)

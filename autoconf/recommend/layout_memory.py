@@ -22,11 +22,11 @@ from autoconf.estimators.risk import need_threshold, oom_probability
 from autoconf.estimators.theory.cuda import GpuColumns
 from autoconf.estimators.theory.layout_grid import STRATEGIES
 from autoconf.estimators.theory.memory import theory_rows
-from autoconf.estimators.theory.rows import JobColumns, PlacementColumns
+from autoconf.estimators.theory.rows import STRATEGY_NAMES, JobColumns, PlacementColumns
 from autoconf.recommend.layout_space import Space
 from autoconf.schema import Calibration, Job, Placement
 
-_STRATEGY_NAMES = np.array(STRATEGIES)
+_STRATEGY_CODES = np.array([STRATEGY_NAMES.index(s) for s in STRATEGIES], dtype=np.int8)  # STRATEGIES -> codes
 
 
 @dataclass(frozen=True)
@@ -55,14 +55,14 @@ def columns(job: Job, space: Space) -> tuple[JobColumns, PlacementColumns]:
     """Theory's columns of every layout: ``job`` with each layout's batch, accumulation and checkpointing, on each
     layout's placement (offload none, as recommend/layout.py row_inputs builds it)."""
     rows, n = space.rows, len(space)
-    # the job's row repeated, then the three fields a layout sets (no column JobColumns derives reads them; the
-    # gate equals theory_batch on each layout's own Job and Placement: tests/test_layout.py)
-    jobs = JobColumns.of([job]).take(np.zeros(n, dtype=np.int64))
+    # the job's one row broadcast over every layout, then the three fields a layout sets (no column JobColumns
+    # derives reads them; the gate equals theory_batch on each layout's own Job and Placement: tests/test_layout.py)
+    jobs = JobColumns.broadcast(job, n)
     for name, column in (("batch_size", rows.batch), ("gradient_accumulation_steps", rows.accumulation),
                          ("gradient_checkpointing", rows.checkpointing.astype(bool))):
         setattr(jobs, name, column)
-    places = PlacementColumns(rows.gpus, rows.gpus_per_worker, rows.tp, rows.pp, np.full(n, "none"),
-                              _STRATEGY_NAMES[rows.strategy])
+    places = PlacementColumns(rows.gpus, rows.gpus_per_worker, rows.tp, rows.pp, np.full(n, "none"), None,
+                              _STRATEGY_CODES[rows.strategy])
     return jobs, places
 
 
@@ -71,8 +71,8 @@ def theory_gate(job: Job, gpu_model: str, space: Space, max_oom_risk: float,
     """The gate of every layout of ``space`` from one theory_rows call (theory with ``calibration``)."""
     gpu = get_gpu(gpu_model)
     jobs, places = columns(job, space)
-    gpus = GpuColumns([gpu]).take(np.zeros(len(space), dtype=np.int64))
-    found = theory_rows(jobs, places, get_architecture(job.model), gpus, calibration, risk=False)
+    found = theory_rows(jobs, places, get_architecture(job.model), GpuColumns.one(gpu), calibration, risk=False,
+                        parts=False)
     need = found.peak - found.releasable
     limit = need_threshold(float(gpu.memory_bytes), max_oom_risk, job.method)
     fits = np.isfinite(need) & (need <= limit)

@@ -66,25 +66,30 @@ def combinations(arch: Architecture, counts: Sequence[int], gpus_per_node: int, 
 def build(arch: Architecture, batch: int, counts: tuple[int, ...], gpus_per_node: int,
           shardings: tuple[Strategy, ...], sequence_parallel: int = 1, model_parallel: bool = True) -> Space:
     """Every layout of ``batch`` samples per step (0: free) on each GPU count of ``counts`` (memoised; the arrays
-    are read-only)."""
+    are read-only). Rows in the order of (combination, sharding, micro-batch, checkpointing), the last fastest."""
     combos = combinations(arch, counts, gpus_per_node, model_parallel)
-    k, s, m, c = (a.reshape(-1) for a in np.meshgrid(
-        np.arange(len(combos)), np.array([STRATEGIES.index(x) for x in shardings], dtype=np.int64),
-        np.array(MICRO_BATCHES, dtype=np.int64), np.arange(2, dtype=np.int64), indexing="ij"))
-    n, t, p = combos[k, 0], combos[k, 1], combos[k, 2]
+    n, t, p = combos[:, 0], combos[:, 1], combos[:, 2]
     d = n // (t * p)
     per_node = np.minimum(n, gpus_per_node)
-    keep = ((s == DDP) | (d > 1)) & ((s != HYBRID) | (n > per_node)) & (d % sequence_parallel == 0)
+    s = np.array([STRATEGIES.index(x) for x in shardings], dtype=np.int64)
+    m = np.array(MICRO_BATCHES, dtype=np.int64)
+    # which (combination, sharding) and (combination, micro-batch) pairs are allowed: the conditions on the small
+    # tables, then the outer product of the two masks with checkpointing off / on
+    by_sharding = (((s == DDP) | (d[:, None] > 1)) & ((s != HYBRID) | (n > per_node)[:, None])
+                   & (d % sequence_parallel == 0)[:, None])
     groups = d // sequence_parallel
     if batch:
-        keep &= batch % (m * np.maximum(groups, 1)) == 0
-        accumulation = batch // np.maximum(m * groups, 1)
-        total = np.full(len(k), batch, dtype=np.int64)
+        by_micro = batch % (m * np.maximum(groups, 1)[:, None]) == 0
+        accumulation = batch // np.maximum(m * groups[:, None], 1)
+        total = np.full(accumulation.shape, batch, dtype=np.int64)
     else:
-        accumulation, total = np.ones(len(k), dtype=np.int64), m * groups
-    rows = Layouts(gpus=n[keep], tp=t[keep], pp=p[keep], strategy=s[keep], batch=total[keep],
-                   accumulation=accumulation[keep], checkpointing=c[keep], gpus_per_worker=per_node[keep])
-    space = Space(rows=rows, micro=m[keep])
+        by_micro = np.ones((len(combos), len(m)), dtype=bool)
+        accumulation, total = np.ones(by_micro.shape, dtype=np.int64), m * groups[:, None]
+    keep = by_sharding[:, :, None, None] & by_micro[:, None, :, None] & np.ones(2, dtype=bool)
+    k, si, mi, c = np.nonzero(keep)
+    rows = Layouts(gpus=n[k], tp=t[k], pp=p[k], strategy=s[si], batch=total[k, mi], accumulation=accumulation[k, mi],
+                   checkpointing=c.astype(np.int64), gpus_per_worker=per_node[k])
+    space = Space(rows=rows, micro=m[mi])
     for column in (*rows.__dict__.values(), space.micro):
         column.flags.writeable = False
     return space

@@ -36,6 +36,7 @@ from autoconf.estimators.theory.rows import (
     lookup,
     maximum,
     minimum,
+    strategy_in,
     where,
 )
 from autoconf.schema import GIB, Calibration
@@ -91,6 +92,14 @@ class GpuColumns(FlatColumns):
         # theory refuses bf16 on a Volta GPU without a bf16 peak (memory.refusals)
         self.no_bf16 = np.array([g.bf16_tflops is None and g.architecture == "Volta" for g in gpus], dtype=bool)
 
+    @classmethod
+    def one(cls, gpu: GPUSpec) -> GpuColumns:
+        """One GPU for every row of a batch: its fields as Python scalars (memory.theory_rows keeps them)."""
+        out = cls([gpu])
+        for name, value in list(out.__dict__.items()):
+            setattr(out, name, value.item())
+        return out
+
 
 AnyGpu = GPUSpec | GpuColumns
 
@@ -98,7 +107,7 @@ AnyGpu = GPUSpec | GpuColumns
 def communicators(placement: AnyPlacement, job: AnyJob) -> Num:
     """NCCL communicators a rank joins: data parallel (two for hybrid sharding), TP, PP, sequence parallel."""
     many = placement.dp > 1
-    count = where(many, 1, 0) + where((placement.effective_strategy == "fsdp-hybrid") & many, 1, 0)
+    count = where(many, 1, 0) + where(strategy_in(placement, ("fsdp-hybrid",)) & many, 1, 0)
     count = count + (placement.tp > 1) + (placement.pp > 1) + (job.sequence_parallel > 1)
     return where(placement.number_gpus == 1, 0, count)
 

@@ -105,19 +105,22 @@ class Found:
     errors: dict[int, Exception]  # the refused rows
 
 
-def _empty(n: int) -> Found:
+def _empty(n: int, parts: bool = True) -> Found:
     def nan() -> np.ndarray:
         return np.full(n, np.nan)
 
-    return Found({k: nan() for k in (*ALLOCATOR_PARTS, "overhead")}, nan(), nan(), nan(), nan(),
+    return Found({k: nan() for k in (*ALLOCATOR_PARTS, "overhead")} if parts else {}, nan(), nan(), nan(), nan(),
                  np.full(n, -1, dtype=np.int64), nan(),
                  nan(), np.zeros(n, dtype=np.int64), np.zeros(n), {})
 
 
 def theory_rows(job: JobColumns, place: PlacementColumns, arch: Architecture, gpu: GpuColumns,
-                calib: Calibration | None, risk: bool = True) -> Found:
-    """Theory memory of rows that share ``arch`` (each with its own GPU); refused rows get their exception."""
-    out = _empty(job.size)
+                calib: Calibration | None, risk: bool = True, parts: bool = True) -> Found:
+    """Theory memory of rows that share ``arch`` (each with its own GPU); refused rows get their exception.
+
+    ``job`` and ``gpu`` may hold one value for every row (JobColumns.broadcast, GpuColumns.one);
+    ``risk=False`` leaves ``oom_risk`` NaN, ``parts=False`` leaves ``parts`` empty (only the totals are needed)."""
+    out = _empty(job.size, parts)
     out.errors = refusals(job, place, arch, gpu.no_bf16, gpu.name)
     answered = np.ones(job.size, dtype=bool)
     answered[list(out.errors)] = False
@@ -125,14 +128,17 @@ def theory_rows(job: JobColumns, place: PlacementColumns, arch: Architecture, gp
     if not len(idx):
         return out
     if len(idx) < job.size:
-        job, place, gpu = job.take(idx), place.take(idx), gpu.take(idx)
+        one_gpu = not isinstance(gpu.memory_bytes, np.ndarray)  # GpuColumns.one: the same GPU on every row
+        job, place, gpu = job.take(idx), place.take(idx), gpu if one_gpu else gpu.take(idx)
     st = model_states(job, arch, place)
     phases, has_load = phase_parts(job, arch, place, st, calib)
     totals = []
     for name in PHASES:  # left to right, as sum() over a phase's parts
         total = np.zeros(len(idx)) + phases[name][ALLOCATOR_PARTS[0]]
         for part in ALLOCATOR_PARTS[1:]:
-            total = total + phases[name][part]
+            value = phases[name][part]
+            if not (isinstance(value, float) and value == 0.0):  # x + 0.0 is x: a part the phase does not hold
+                total = total + value
         totals.append(total)
     totals[0] = np.where(has_load, totals[0], -np.inf)  # a row without a load phase never peaks there
     best = np.argmax(np.stack(totals, axis=1), axis=1)  # the first maximum, in PHASES order
@@ -140,9 +146,10 @@ def theory_rows(job: JobColumns, place: PlacementColumns, arch: Architecture, gp
     side = side_stream_bytes(phases, st, place, has_load)
     cached = loss_segment_cache(job, arch, place)
     peaks = cuda.peaks(allocated, st.outside, job, place, gpu, settings_of(job), calib, side, cached)
-    for part in ALLOCATOR_PARTS:
+    for part in ALLOCATOR_PARTS if parts else ():
         out.parts[part][idx] = np.choose(best, [np.broadcast_to(phases[name][part], best.shape) for name in PHASES])
-    out.parts["overhead"][idx] = peaks.overhead
+    if parts:
+        out.parts["overhead"][idx] = peaks.overhead
     out.allocated[idx], out.reserved[idx], out.peak[idx] = peaks.allocated, peaks.reserved, peaks.device
     out.releasable[idx] = peaks.releasable
     out.capacity[idx] = gpu.memory_bytes

@@ -7,6 +7,7 @@ their phases into the three peaks and the estimate (memory.theory_rows, memory.e
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -29,6 +30,7 @@ from autoconf.estimators.theory.rows import (
     not_,
     per_value,
     settings_of,
+    strategy_in,
     where,
 )
 from autoconf.estimators.theory.states import States, vision_states
@@ -90,26 +92,35 @@ def check_parallelism(arch: Architecture, placement: Placement) -> None:
         raise _pp_error(arch, placement.pp)
 
 
-def refusals(job: JobColumns, place: PlacementColumns, arch: Architecture, no_bf16: np.ndarray,
-             gpu_names: np.ndarray) -> dict[int, Exception]:
+def refusals(job: JobColumns, place: PlacementColumns, arch: Architecture, no_bf16: Flag,
+             gpu_names: np.ndarray | str) -> dict[int, Exception]:
     """Why theory refuses each row (None: answered), in the order one estimate checks: tp and pp against the
     architecture, bf16 on a GPU without it (``no_bf16``), the LoRA targets, images on a text model, the split of
     the batch. The message of each row is the one ``estimate_memory`` raises for it. Rows not listed are answered."""
     out: dict[int, Exception] = {}
     bad_sp, bad_batch, per = _split(job, place)
-    checks: list[tuple[np.ndarray, Callable[[int], Exception]]] = [
+
+    def at(column: Any, i: int) -> int:  # noqa: ANN401 - row i of a column, or the one value of every row
+        if not isinstance(column, np.ndarray):
+            return int(column)
+        return int(column[i if len(column) > 1 else 0])
+
+    checks: list[tuple[Flag, Callable[[int], Exception]]] = [
         (_bad_tp(arch, place.tp), lambda i: _tp_error(arch, int(place.tp[i]))),
         (place.pp > arch.num_layers, lambda i: _pp_error(arch, int(place.pp[i]))),
         (no_bf16 & is_in(job.dtype, ("bf16", "amp-bf16")), lambda i: InvalidInputError(
-            "dtype", f"bf16 is not supported on {gpu_names[i]}; use fp16 or fp32")),
+            "dtype", f"bf16 is not supported on {gpu_names if isinstance(gpu_names, str) else gpu_names[i]}; "
+            "use fp16 or fp32")),
         (_targets_refused(job, arch) & (job.method != "full"), lambda i: _targets_error(job, arch, i)),
         ((job.images_per_sample > 0) & (arch.vision is None), lambda i: images.images_error(
-            arch, int(job.images_per_sample[i]))),
-        (bad_sp, lambda i: _sp_error(int(place.dp[i]), int(job.sequence_parallel[i]))),
-        (bad_batch, lambda i: _batch_error(int(per[i]), int(job.batch_size[i]))),
+            arch, at(job.images_per_sample, i))),
+        (bad_sp, lambda i: _sp_error(int(place.dp[i]), at(job.sequence_parallel, i))),
+        (bad_batch, lambda i: _batch_error(at(per, i), at(job.batch_size, i))),
     ]
     for mask, error in checks:
-        for i in np.flatnonzero(mask).tolist():
+        if not np.any(mask):
+            continue
+        for i in np.flatnonzero(np.broadcast_to(mask, (job.size,))).tolist():
             if i not in out:
                 out[i] = error(i)
     return out
@@ -128,7 +139,8 @@ def _targets_exception(arch: Architecture, targets: tuple[str, ...]) -> Exceptio
 
 
 def _targets_error(job: JobColumns, arch: Architecture, i: int) -> Exception:
-    found = _targets_exception(arch, job.lora_target_modules.table[job.lora_target_modules.codes[i]])
+    codes = job.lora_target_modules.codes  # one entry: the same targets on every row (JobColumns.broadcast)
+    found = _targets_exception(arch, job.lora_target_modules.table[codes[i if len(codes) > 1 else 0]])
     assert found is not None
     return found
 
@@ -221,7 +233,7 @@ def side_stream_bytes(phases: PhaseTable, st: States, placement: AnyPlacement, h
             total, g = where(has_load, total, 0.0), where(has_load, g, 0.0)
         peak, compute = maximum(peak, total), maximum(compute, total - g - u)
         grads, gathered = maximum(grads, g), maximum(gathered, u)
-    active = (placement.dp > 1) & is_in(placement.effective_strategy, SIDE_STREAM_STRATEGIES)
+    active = (placement.dp > 1) & strategy_in(placement, SIDE_STREAM_STRATEGIES)
     return where(active, maximum(0.0, compute + grads + gathered - peak), 0.0)
 
 
@@ -236,4 +248,4 @@ def loss_segment_cache(job: AnyJob, arch: Architecture, placement: AnyPlacement)
 
 def fsdp_like(placement: AnyPlacement) -> Flag:
     """Weights sharded across data-parallel ranks (FSDP full/hybrid shard or ZeRO-3)."""
-    return (placement.dp > 1) & is_in(placement.effective_strategy, ("fsdp", "fsdp-hybrid", "zero3"))
+    return (placement.dp > 1) & strategy_in(placement, ("fsdp", "fsdp-hybrid", "zero3"))

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any, Self, get_args
 
 import numpy as np
 
 from autoconf.defaults import FRAMEWORK_LOSS_KERNEL, GPUS_PER_NODE
 from autoconf.estimators.theory.frameworks import PROFILES, Resolved, resolve
-from autoconf.schema import Job, Placement
+from autoconf.schema import Job, Placement, Strategy
 
 # A float for one Job/Placement, or a float array with one entry per row of a batch (numpy broadcasts both ways).
 Num = Any
@@ -185,21 +185,43 @@ class JobColumns:
     def __getattr__(self, name: str) -> Any:  # noqa: ANN401 - the columns set in __init__ (for mypy)
         raise AttributeError(name)
 
+    @classmethod
+    def broadcast(cls, job: Job, size: int) -> JobColumns:
+        """``size`` rows of one ``job``: every field (and framework setting) holds the job's value as a Python
+        scalar, which the formulas combine with the placement columns as they do for one ``Job`` (a branch on a
+        job field alone is a Python ``if``; numpy broadcasts the rest); a caller may then set a field to ``size``
+        entries of its own, as the layout search does for the batch, accumulation and checkpointing. The LoRA
+        targets stay a one-entry ``Codes``. ``take`` keeps the scalar fields."""
+        out = cls.of([job])
+        for target in (out, out.settings, out.settings.profile):
+            for name, value in list(target.__dict__.items()):
+                if isinstance(value, np.ndarray):
+                    setattr(target, name, value.item())
+        out.size = size
+        return out
+
     def take(self, rows: np.ndarray | slice) -> JobColumns:
-        """The columns of the selected rows (``rows``: indices)."""
+        """The columns of the selected rows (``rows``: indices; a one-entry column of ``broadcast`` stays)."""
+        size = self.size
+
+        def pick(value: Any) -> Any:  # noqa: ANN401 - a column, or a field of ``broadcast``
+            if isinstance(value, Codes):
+                return value.take(rows) if len(value.codes) == size else value
+            return value[rows] if isinstance(value, np.ndarray) and len(value) == size else value
+
         out = object.__new__(JobColumns)
         for name, value in self.__dict__.items():
-            if isinstance(value, np.ndarray | Codes):
-                setattr(out, name, value.take(rows) if isinstance(value, Codes) else value[rows])
+            if name not in ("settings", "size"):
+                setattr(out, name, pick(value))
         settings = object.__new__(ResolvedColumns)
         for name, value in self.settings.__dict__.items():
-            setattr(settings, name, value[rows] if isinstance(value, np.ndarray) else value)
+            setattr(settings, name, pick(value) if name != "profile" else value)
         profile = object.__new__(ProfileColumns)
         for name, value in self.settings.profile.__dict__.items():
-            setattr(profile, name, value[rows])
+            setattr(profile, name, pick(value))
         settings.profile = profile
         out.settings = settings
-        out.size = len(out.method)
+        out.size = len(np.arange(size)[rows])  # indices, a slice or a mask
         return out
 
 
@@ -221,16 +243,37 @@ class FlatColumns:
         return out
 
 
+STRATEGY_NAMES: tuple[str, ...] = get_args(Strategy)
+_STRATEGY_TEXT = np.array(STRATEGY_NAMES)
+_FSDP, _DDP = STRATEGY_NAMES.index("fsdp"), STRATEGY_NAMES.index("ddp")
+
+
 class PlacementColumns(FlatColumns):
-    """The Placement fields the theory reads, one numpy entry per row (``gpus_per_worker`` 0 = the default)."""
+    """The Placement fields the theory reads, one numpy entry per row (``gpus_per_worker`` 0 = the default).
+
+    The effective strategy is held as ``strategy_code``, an index of STRATEGY_NAMES per row: the formulas ask
+    which strategies a row has (``strategy_in``) about twenty times, an integer comparison each instead of a
+    text one."""
 
     def __init__(self, number_gpus: np.ndarray, gpus_per_worker: np.ndarray, tp: np.ndarray, pp: np.ndarray,
-                 offload: np.ndarray, strategy: np.ndarray) -> None:
-        """``strategy``: "" where the Placement leaves it to the default (fsdp on > 1 data-parallel GPU, else ddp)."""
+                 offload: np.ndarray, strategy: np.ndarray | None, codes: np.ndarray | None = None) -> None:
+        """``strategy``: "" where the Placement leaves it to the default (fsdp on > 1 data-parallel GPU, else ddp);
+        or ``codes``: every row's effective strategy as an index of STRATEGY_NAMES (then ``strategy`` is None)."""
         self.number_gpus, self.gpus_per_worker, self.tp, self.pp = number_gpus, gpus_per_worker, tp, pp
         self.offload = offload
         self.dp = number_gpus // (tp * pp)
-        self.effective_strategy = np.where(strategy != "", strategy, np.where(self.dp > 1, "fsdp", "ddp"))
+        if codes is None:
+            assert strategy is not None
+            codes = np.where(self.dp > 1, _FSDP, _DDP).astype(np.int8)  # the default, where strategy is ""
+            for i, name in enumerate(STRATEGY_NAMES):
+                codes[strategy == name] = i
+        self.strategy_code = codes
+
+    @property
+    def effective_strategy(self) -> np.ndarray:
+        """The effective strategy of every row as text."""
+        out: np.ndarray = _STRATEGY_TEXT[self.strategy_code]
+        return out
 
     @classmethod
     def of(cls, places: Sequence[Placement]) -> PlacementColumns:
@@ -245,6 +288,13 @@ class PlacementColumns(FlatColumns):
 
 AnyJob = Job | JobColumns
 AnyPlacement = Placement | PlacementColumns
+
+
+def strategy_in(placement: AnyPlacement, choices: Sequence[str]) -> Flag:
+    """``placement.effective_strategy in choices`` for one Placement; a mask over rows (by strategy_code)."""
+    if isinstance(placement, Placement):
+        return placement.effective_strategy in choices
+    return is_in(placement.strategy_code, [STRATEGY_NAMES.index(c) for c in choices])
 
 
 def settings_of(job: AnyJob) -> Resolved | ResolvedColumns:

@@ -45,6 +45,7 @@ from autoconf.estimators.theory.rows import (
     node_size,
     not_,
     settings_of,
+    strategy_in,
     where,
 )
 from autoconf.estimators.theory.weights import (
@@ -100,13 +101,12 @@ def optimizer_bytes_per_param(job: AnyJob, zero: Flag, as_full: bool = False) ->
 
 
 def _shard_degree(placement: AnyPlacement) -> Num:
-    return where(placement.effective_strategy == "fsdp-hybrid", minimum(placement.dp, node_size(placement)),
+    return where(strategy_in(placement, ("fsdp-hybrid",)), minimum(placement.dp, node_size(placement)),
                  placement.dp)
 
 
 def model_states(job: AnyJob, arch: Architecture, placement: AnyPlacement) -> States:
     """Weights, gradients and optimizer bytes per GPU at steady state (step >= 2)."""
-    strategy = placement.effective_strategy
     n = _shard_degree(placement)
     trainable = trainable_params(job, arch)
     psi_t = trainable / placement.tp / placement.pp
@@ -115,14 +115,14 @@ def model_states(job: AnyJob, arch: Architecture, placement: AnyPlacement) -> St
     grad_b = where(full, dtype_bytes(job), settings.adapter_bytes)
     weights = weight_bytes(job, arch, placement)
     grads = psi_t * grad_b
-    zero = is_in(strategy, ("zero1", "zero2", "zero3"))
+    zero = strategy_in(placement, ("zero1", "zero2", "zero3"))
     opt = psi_t * optimizer_bytes_per_param(job, zero)
     # ZeRO mixed precision adds an fp32 master copy (4 B) and an fp32 gradient partition (4 B) per
     # trainable parameter; both are partitioned like the optimizer states: 2Ψ + 18Ψ/N for ZeRO-2.
     opt = where(zero & full & not_(amp(job)) & (job.dtype != "fp32"), opt + psi_t * (4 + 4), opt)
-    shard_w = is_in(strategy, SHARD_WEIGHTS)
-    shard_g = is_in(strategy, SHARD_GRADS)
-    shard_o = is_in(strategy, SHARD_OPTIMIZER)
+    shard_w = strategy_in(placement, SHARD_WEIGHTS)
+    shard_g = strategy_in(placement, SHARD_GRADS)
+    shard_o = strategy_in(placement, SHARD_OPTIMIZER)
     unit = unit_bytes(job, arch, arch.layer_params) / placement.tp  # gathered in the compute dtype
     sharded = shard_w & (n > 1)
     weights = where(sharded, weights / n, weights)
@@ -131,7 +131,7 @@ def model_states(job: AnyJob, arch: Architecture, placement: AnyPlacement) -> St
     # largest module (DeepSpeed's own estimator counts 4·Ψ_LL = params + grads of the largest layer).
     root_bytes = minimum(dtype_bytes(job), where(amp(job), 2, 4))
     root = (arch.embedding_params + arch.lm_head_params) * root_bytes * (1 - 1 / n)
-    gathered = where(sharded, where(is_in(strategy, FSDP_STRATEGIES), 2 * unit + root,
+    gathered = where(sharded, where(strategy_in(placement, FSDP_STRATEGIES), 2 * unit + root,
                                     2 * arch.largest_layer_params * 2), 0.0)
     grads = where(shard_g, grads / n, grads)
     opt = where(shard_o, opt / n, opt)
@@ -140,11 +140,11 @@ def model_states(job: AnyJob, arch: Architecture, placement: AnyPlacement) -> St
     weights = where(both, 0.0, weights)
     gathered = where(both, maximum(gathered, 2 * unit), gathered)
     temp = _optimizer_temp(job, arch, psi_t / where(shard_o, n, 1), placement)
-    buffers = where(is_in(strategy, ("zero1", "zero2")) & (n > 1), ZERO_BUCKET_ELEMENTS * 2, 0.0)
+    buffers = where(strategy_in(placement, ("zero1", "zero2")) & (n > 1), ZERO_BUCKET_ELEMENTS * 2, 0.0)
     # DDP's gradients are views of its persistent buckets and DeepSpeed keeps its gradient partitions;
     # FSDP's sharded gradients are freed by zero_grad(set_to_none=True) like a single GPU's (the
     # fms-acceleration FSDP full-FT rows peak in the optimizer step, not at the loss).
-    persist = (n > 1) & ((strategy == "ddp") | is_in(strategy, ZERO_STRATEGIES))
+    persist = (n > 1) & strategy_in(placement, ("ddp", *ZERO_STRATEGIES))
     # optimizer in backward: each parameter is stepped in its grad hook and its gradient freed: one parameter's
     # gradient at a time
     in_backward = settings.optimizer_in_backward
@@ -181,18 +181,18 @@ def vision_states(job: AnyJob, arch: Architecture, placement: AnyPlacement) -> t
     """
     if arch.vision is None:
         return 0.0, 0.0, 0.0
-    strategy, n = placement.effective_strategy, _shard_degree(placement)
+    n = _shard_degree(placement)
     weights = arch.vision_params * where(job.method == "qlora", 2, dtype_bytes(job)) / placement.tp
     train = trainable_vision_params(job, arch) / placement.tp
     grads = train * dtype_bytes(job)
-    zero = is_in(strategy, ("zero1", "zero2", "zero3"))
+    zero = strategy_in(placement, ("zero1", "zero2", "zero3"))
     opt = train * optimizer_bytes_per_param(job, zero, as_full=True)  # states in weight dtype
     # fp32 master + fp32 gradient partition, as for the text states
     opt = where(zero & not_(amp(job)) & (job.dtype != "fp32"), opt + train * (4 + 4), opt)
     many = n > 1
-    weights = where(many & is_in(strategy, SHARD_WEIGHTS), weights / n, weights)
-    grads = where(many & is_in(strategy, SHARD_GRADS), grads / n, grads)
-    opt = where(many & is_in(strategy, SHARD_OPTIMIZER), opt / n, opt)
+    weights = where(many & strategy_in(placement, SHARD_WEIGHTS), weights / n, weights)
+    grads = where(many & strategy_in(placement, SHARD_GRADS), grads / n, grads)
+    opt = where(many & strategy_in(placement, SHARD_OPTIMIZER), opt / n, opt)
     return weights, grads, where(placement.offload != "none", 0.0, opt)
 
 

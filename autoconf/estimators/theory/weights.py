@@ -32,6 +32,7 @@ from autoconf.estimators.theory.rows import (
     lookup,
     not_,
     settings_of,
+    strategy_in,
     where,
 )
 from autoconf.schema import Job
@@ -106,7 +107,7 @@ def _quantised_params(job: AnyJob, arch: Architecture) -> Num:
 
 def sharded_fsdp(placement: AnyPlacement) -> Flag:
     """FSDP (any sharding) over more than one data-parallel rank."""
-    return (placement.dp > 1) & is_in(placement.effective_strategy, FSDP_STRATEGIES)
+    return (placement.dp > 1) & strategy_in(placement, FSDP_STRATEGIES)
 
 
 def _upcast(job: AnyJob, placement: AnyPlacement) -> Flag:
