@@ -82,11 +82,11 @@ class EfficiencyFit:
 
 FITTED = EfficiencyFit(
     by_group={},
-    by_method={'full': 0.7945, 'lora': 0.7623, 'qlora': 0.7535},
-    microbatch_tokens=1990.5, fused_loss_factor=1.1538, moe_factor=1.0828, rows=1465,
+    by_method={'full': 0.7800, 'lora': 0.7800, 'qlora': 0.7483},
+    microbatch_tokens=1990.5, fused_loss_factor=1.1561, moe_factor=1.0809, rows=1471,
     memory_bound=67.3551, attention_cost=0.0000,
-    stack_factor=0.6727, compile_factor=1.0670, fused_memory_share=0.00, fp8_factor=0.7446,
-    fitted_on='1465 ok non-duplicate tokens/s rows of data/measurements.csv (bench/throughput_accuracy.py --fit)',
+    stack_factor=0.7227, compile_factor=1.0861, fused_memory_share=0.10, fp8_factor=0.7580,
+    fitted_on='1471 ok non-duplicate tokens/s rows of data/measurements.csv (bench/throughput_accuracy.py --fit)',
 )
 # Those rows: fms-acceleration (A100-SXM4-80GB, L40; full, LoRA, QLoRA, dense and MoE), llm-foundry (MPT
 # 125m-70b pre-training on A100-40GB/80GB and H100, 8-512 GPUs), Liger (A100), NVIDIA DGX Cloud NeMo recipes
@@ -135,13 +135,22 @@ def recompute_fraction(job: Job, recompute: float | None = None) -> float:
     return 1.0 if job.gradient_checkpointing else 0.0
 
 
-def flops_parts(job: Job, arch: Architecture | None = None, recompute: float | None = None) -> tuple[float, float]:
-    """Training FLOPs per token as (weight matmuls, attention scores + weighted sum), recompute included."""
+def attention_span(job: Job, span: float | None = None) -> float:
+    """Tokens a sequence's attention runs over: ``span`` when packed samples attend only within themselves (NeMo's
+    packed fine-tuning: THD layout with cu_seqlens; the mean sample length, at most the packed length), else
+    tokens_per_sample."""
+    return float(job.tokens_per_sample) if span is None else min(float(span), float(job.tokens_per_sample))
+
+
+def flops_parts(job: Job, arch: Architecture | None = None, recompute: float | None = None,
+                span: float | None = None) -> tuple[float, float]:
+    """Training FLOPs per token as (weight matmuls, attention scores + weighted sum), recompute included.
+    ``span``: the attended length of packed samples (attention_span)."""
     arch = arch or get_architecture(job.model)
     again = recompute_fraction(job, recompute)
     n = matmul_params(arch)
     causal = 1.0 if job.attention == "eager" else 0.5
-    attn_fwd = 4.0 * arch.num_layers * job.tokens_per_sample * arch.q_width * causal
+    attn_fwd = 4.0 * arch.num_layers * attention_span(job, span) * arch.q_width * causal
     if job.method == "full":
         fwd, bwd = 2 * n, 4 * n
     else:
@@ -150,29 +159,33 @@ def flops_parts(job: Job, arch: Architecture | None = None, recompute: float | N
     # forward, backward, + the recomputed layers' forward; a flash kernel's backward recomputes QKᵀ: 2.5 × its
     # forward (FlashAttention-2 paper's FLOP count), eager autograd's backward 2 ×
     passes = (3.0 if job.attention == "eager" else 3.5) + again
-    return fwd + bwd + again * fwd, attn_fwd * passes
+    # checkpointing wraps the decoder layers, not the LM head: its forward is not run again
+    head = 2.0 * arch.vocab_size * arch.hidden_size
+    return fwd + bwd + again * (fwd - head), attn_fwd * passes
 
 
-def backward_share(job: Job, arch: Architecture | None = None, recompute: float | None = None) -> float:
+def backward_share(job: Job, arch: Architecture | None = None, recompute: float | None = None,
+                   span: float | None = None) -> float:
     """Share of a micro-batch's counted FLOPs that runs in its backward pass (the recomputed forward included):
     the window in which a once-per-step gradient reduction can overlap compute."""
     arch = arch or get_architecture(job.model)
     n = matmul_params(arch)
     adapters = 0.0 if job.method == "full" else float(trainable_params(job, arch))
     causal = 1.0 if job.attention == "eager" else 0.5
-    forward = 2 * n + 2 * adapters + 4.0 * arch.num_layers * job.tokens_per_sample * arch.q_width * causal
-    return 1.0 - forward / flops_per_token(job, arch, recompute)
+    forward = 2 * n + 2 * adapters + 4.0 * arch.num_layers * attention_span(job, span) * arch.q_width * causal
+    return 1.0 - forward / flops_per_token(job, arch, recompute, span)
 
 
-def flops_per_token(job: Job, arch: Architecture | None = None, recompute: float | None = None) -> float:
+def flops_per_token(job: Job, arch: Architecture | None = None, recompute: float | None = None,
+                    span: float | None = None) -> float:
     """Training FLOPs per token (forward + backward, + forward recompute with checkpointing)."""
-    matmuls, attention = flops_parts(job, arch, recompute)
+    matmuls, attention = flops_parts(job, arch, recompute, span)
     return matmuls + attention
 
 
-def attention_share(job: Job, arch: Architecture, recompute: float | None = None) -> float:
+def attention_share(job: Job, arch: Architecture, recompute: float | None = None, span: float | None = None) -> float:
     """Fraction of the counted FLOPs that are attention's QKᵀ and AV (grows with the sequence length)."""
-    matmuls, attention = flops_parts(job, arch, recompute)
+    matmuls, attention = flops_parts(job, arch, recompute, span)
     return attention / (matmuls + attention)
 
 
@@ -231,7 +244,8 @@ def elementwise_bytes_factor(job: Job, arch: Architecture) -> float:
     return 1.0 + LORA_BYTES_PER_WIDTH[bool(job.gradient_checkpointing)] * width
 
 
-def ridge_over_hidden(job: Job, gpu: GPUSpec, arch: Architecture, recompute: float | None = None) -> float:
+def ridge_over_hidden(job: Job, gpu: GPUSpec, arch: Architecture, recompute: float | None = None,
+                      span: float | None = None) -> float:
     """R / w · L·h² / N_layers: the GPU's dense peak FLOPs per byte of memory bandwidth, over the layer's matmul
     width, times the decoder layers' element-wise bytes per matmul FLOP relative to a layer of h² weights.
 
@@ -243,13 +257,13 @@ def ridge_over_hidden(job: Job, gpu: GPUSpec, arch: Architecture, recompute: flo
     add element-wise bytes (elementwise_bytes_factor).
     """
     weights_per_h2 = arch.num_layers * arch.hidden_size**2 / layer_matmul_params(arch)
-    ridge = job_peak(job, gpu, arch, recompute) / (gpu.memory_bandwidth_gbps * 1e9)
+    ridge = job_peak(job, gpu, arch, recompute, span) / (gpu.memory_bandwidth_gbps * 1e9)
     return ridge / matmul_width(arch) * weights_per_h2 * elementwise_bytes_factor(job, arch)
 
 
 def job_factor(
     job: Job, gpu: GPUSpec, arch: Architecture, fit: EfficiencyFit = FITTED, stack: Stack | None = None,
-    recompute: float | None = None,
+    recompute: float | None = None, span: float | None = None,
 ) -> float:
     """Everything of the efficiency but the micro-batch term: E · memory-bound · attention · F · M · S · C.
 
@@ -258,8 +272,8 @@ def job_factor(
     stack = stack or stack_for(job.framework)
     base = fit.by_group.get((gpu.architecture, job.method), fit.by_method[job.method])
     share = fit.fused_memory_share if stack.fused_kernels else 1.0
-    base /= 1.0 + share * fit.memory_bound * ridge_over_hidden(job, gpu, arch, recompute)
-    base /= 1.0 + fit.attention_cost * attention_share(job, arch, recompute)
+    base /= 1.0 + share * fit.memory_bound * ridge_over_hidden(job, gpu, arch, recompute, span)
+    base /= 1.0 + fit.attention_cost * attention_share(job, arch, recompute, span)
     base *= fit.fused_loss_factor if fused_kernels(job) else 1.0
     base *= fit.stack_factor if stack.fused_kernels else 1.0
     base *= fit.compile_factor if job.torch_compile else 1.0
@@ -269,12 +283,12 @@ def job_factor(
 
 def efficiency(
     job: Job, placement: Placement, gpu: GPUSpec, arch: Architecture, fit: EfficiencyFit = FITTED,
-    stack: Stack | None = None, recompute: float | None = None,
+    stack: Stack | None = None, recompute: float | None = None, span: float | None = None,
 ) -> float:
     """Fraction of the dense peak reached on the counted FLOPs, from the fitted constants."""
     stack = stack or stack_for(job.framework)
     x = micro_batch_tokens(job, placement)
-    factor = job_factor(job, gpu, arch, fit, stack, recompute)
+    factor = job_factor(job, gpu, arch, fit, stack, recompute, span)
     x0 = microbatch_overhead_tokens(arch, fit, stack)
     return min(factor * x / (x + x0), MAX_EFFICIENCY)
 
@@ -282,16 +296,16 @@ def efficiency(
 def implied_efficiency(
     job: Job, placement: Placement, measured_tokens_per_second: float,
     inter_node_gbps: float = INTER_NODE_BANDWIDTH_GBPS, stack: Stack | None = None, recompute: float | None = None,
-    zero_group: int | None = None,
+    zero_group: int | None = None, span: float | None = None,
 ) -> float | None:
     """The efficiency that makes this model reproduce a measured tokens/s (None if comm-bound)."""
     arch, gpu = get_architecture(job.model), get_gpu(placement.gpu_model)
-    at_peak = compute_seconds(job, arch, placement, gpu, 1.0, recompute, stack, matmuls_only=True)
-    attention = compute_seconds(job, arch, placement, gpu, 1.0, recompute, stack) - at_peak
+    at_peak = compute_seconds(job, arch, placement, gpu, 1.0, recompute, stack, matmuls_only=True, span=span)
+    attention = compute_seconds(job, arch, placement, gpu, 1.0, recompute, stack, span=span) - at_peak
     comm = communication(job, arch, placement, gpu, inter_node_gbps, stack, zero_group)
     busy = job.batch_size * job.tokens_per_sample / measured_tokens_per_second - comm.exposed
     # invert step_seconds: busy = compute when everything hides, else compute · (1 − w) + last-backward collectives
-    w = backward_share(job, arch, recompute) / job.gradient_accumulation_steps
+    w = backward_share(job, arch, recompute, span) / job.gradient_accumulation_steps
     compute = busy
     if comm.last_backward > w * busy:
         compute = (busy - comm.last_backward) / (1.0 - w)
@@ -312,7 +326,8 @@ def peak_flops(gpu: GPUSpec, dtype: str) -> float:
     return peak * 1e12
 
 
-def job_peak(job: Job, gpu: GPUSpec, arch: Architecture, recompute: float | None = None) -> float:
+def job_peak(job: Job, gpu: GPUSpec, arch: Architecture, recompute: float | None = None,
+             span: float | None = None) -> float:
     """The dense peak the job's FLOPs run at, FLOP/s: the training dtype's, or with FP8 the harmonic blend of
     the FP8 peak on the decoder layers' weight matmuls and the dtype's peak on attention and the LM head.
 
@@ -327,7 +342,7 @@ def job_peak(job: Job, gpu: GPUSpec, arch: Architecture, recompute: float | None
     if not gpu.fp8_tflops:
         raise InvalidInputError("fp8", f"needs FP8 tensor cores; {gpu.name} has no FP8 TFLOPS in the catalogue "
                                        "(Hopper, Ada and Blackwell have)")
-    matmuls, attention = flops_parts(job, arch, recompute)
+    matmuls, attention = flops_parts(job, arch, recompute, span)
     layers = matmuls * (1.0 - arch.vocab_size * arch.hidden_size / matmul_params(arch))
     return (matmuls + attention) / (layers / (gpu.fp8_tflops * 1e12) + (matmuls - layers + attention) / dtype_peak)
 
@@ -349,16 +364,16 @@ def attention_efficiency(gpu: GPUSpec, stack: Stack) -> float:
 
 
 def attention_seconds(job: Job, gpu: GPUSpec, arch: Architecture, stack: Stack | None = None,
-                      recompute: float | None = None) -> float:
+                      recompute: float | None = None, span: float | None = None) -> float:
     """Seconds per token of attention FLOPs on one whole GPU, at the kernel's published efficiency and the dtype peak
     (FP8 recipes keep attention in BF16)."""
-    _, attention = flops_parts(job, arch, recompute)
+    _, attention = flops_parts(job, arch, recompute, span)
     return attention / (peak_flops(gpu, job.dtype) * attention_efficiency(gpu, stack or stack_for(job.framework)))
 
 
 def compute_seconds(
     job: Job, arch: Architecture, placement: Placement, gpu: GPUSpec, eff: float, recompute: float | None = None,
-    stack: Stack | None = None, matmuls_only: bool = False,
+    stack: Stack | None = None, matmuls_only: bool = False, span: float | None = None,
 ) -> float:
     """Seconds of compute per optimizer step on one GPU: the matmuls at efficiency ``eff`` of matmul_peak, attention
     at attention_seconds, with the pipeline bubble.
@@ -370,7 +385,7 @@ def compute_seconds(
     matmuls, _ = flops_parts(job, arch, recompute)
     per_token = matmuls / (matmul_peak(job, gpu, arch, recompute) * eff)
     if not matmuls_only:
-        per_token += attention_seconds(job, gpu, arch, stack, recompute)
+        per_token += attention_seconds(job, gpu, arch, stack, recompute, span)
     micro_batches = job.gradient_accumulation_steps
     return tokens * per_token / placement.number_gpus * (1 + (placement.pp - 1) / (placement.virtual_pp * micro_batches))
 
@@ -391,25 +406,26 @@ def step_seconds(compute: float, comm: Communication, backward_window: float = 1
 def estimate_throughput(
     job: Job, placement: Placement, *, efficiency_override: float | None = None,
     inter_node_gbps: float = INTER_NODE_BANDWIDTH_GBPS, fit: EfficiencyFit = FITTED, stack: str | None = None,
-    recompute: float | None = None, zero_group: int | None = None,
+    recompute: float | None = None, zero_group: int | None = None, span: float | None = None,
 ) -> ThroughputEstimate:
     """Tokens/s of the whole job and per GPU, the assumed efficiency, and the step's parts.
 
     ``stack`` names a throughput profile (stacks.STACKS); default: the Job's framework. ``recompute``: the share
     of layers recomputed under selective checkpointing (recompute_fraction); default: all with checkpointing.
     ``zero_group``: ZeRO-1/2 inside groups of that many data-parallel ranks (communication.communication).
+    ``span``: packed samples that attend only within themselves, their mean length in tokens (attention_span).
     """
     arch, gpu = get_architecture(job.model), get_gpu(placement.gpu_model)
     job_peak(job, gpu, arch)  # a GPU without a published peak (or FP8 without FP8 tensor cores) is refused first
     profile = stack_for(stack or job.framework)
     eff = efficiency_override if efficiency_override is not None else efficiency(
-        job, placement, gpu, arch, fit, profile, recompute)
+        job, placement, gpu, arch, fit, profile, recompute, span)
     if not 0 < eff <= 1:
         raise InvalidInputError("efficiency", f"must be in (0, 1]; got {eff}")
-    flops = flops_per_token(job, arch, recompute)
-    compute = compute_seconds(job, arch, placement, gpu, eff, recompute, profile)
+    flops = flops_per_token(job, arch, recompute, span)
+    compute = compute_seconds(job, arch, placement, gpu, eff, recompute, profile, span=span)
     comm = communication(job, arch, placement, gpu, inter_node_gbps, profile, zero_group)
-    step = step_seconds(compute, comm, backward_share(job, arch, recompute) / job.gradient_accumulation_steps)
+    step = step_seconds(compute, comm, backward_share(job, arch, recompute, span) / job.gradient_accumulation_steps)
     tps = job.batch_size * job.tokens_per_sample / step
     return ThroughputEstimate(
         tokens_per_second=tps, tokens_per_second_per_gpu=tps / placement.number_gpus,
