@@ -240,3 +240,15 @@ def test_dgx_cloud_finetuning_rows_are_packed_squad_with_lora_on_qkv() -> None:
 def test_lora_shares_full_fine_tuning_base_efficiency() -> None:
     assert tp.FITTED.by_method["lora"] == tp.FITTED.by_method["full"]
     assert tf.BASE_METHOD == {"full": "full", "lora": "full", "qlora": "qlora"}
+
+
+def test_fused_stack_keeps_its_own_share_of_the_micro_batch_cost() -> None:
+    """φ_X scales X0 on a fused-kernel stack, φ the memory-bound term; unset, φ_X is φ. InternLM-7B (dense: total =
+    active weights): X0 · φ_X tokens per micro-batch on InternEvo, X0 on the HF Trainer."""
+    arch = get_architecture("internlm-7b")
+    fit = tp.EfficiencyFit({}, {"full": 0.8, "lora": 0.8, "qlora": 0.7}, 2000.0, 1.0, 1.0,
+                           fused_memory_share=0.0, fused_microbatch_share=0.2)
+    assert tp.microbatch_overhead_tokens(arch, fit, stack_for("internevo")) == pytest.approx(400.0)
+    assert tp.microbatch_overhead_tokens(arch, fit, stack_for("hf")) == pytest.approx(2000.0)
+    same = tp.EfficiencyFit({}, {"full": 0.8, "lora": 0.8, "qlora": 0.7}, 2000.0, 1.0, 1.0, fused_memory_share=0.3)
+    assert tp.microbatch_overhead_tokens(arch, same, stack_for("internevo")) == pytest.approx(600.0)

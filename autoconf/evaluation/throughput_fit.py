@@ -40,7 +40,7 @@ from autoconf.schema import Job, Placement
 X0_GRID = [0.0] + [float(v) for v in np.geomspace(50, 50_000, 61)]  # tokens per micro-batch
 K_GRID = [0.0] + [float(v) for v in np.geomspace(0.05, 2000, 51)]  # memory-bound coefficient
 A_GRID = [0.0] + [float(v) for v in np.geomspace(0.02, 5, 25)]  # attention extra cost
-PHI_GRID = [float(v) for v in np.linspace(0.0, 1.0, 11)]  # fused-kernel stacks' share of the memory-bound term
+PHI_GRID = [float(v) for v in np.linspace(0.0, 1.0, 11)]  # fused-kernel stacks' shares of K·R/w (φ) and of X0 (φ_X)
 METHODS = ("full", "lora", "qlora")
 # Which base efficiency E a method takes. LoRA runs the base model's GEMMs (forward and input gradients) at full
 # fine-tuning's efficiency; what it adds is counted, not fitted: the adapters' FLOPs (flops_parts) and element-wise
@@ -290,23 +290,26 @@ def fit_efficiency(rows: pd.DataFrame, shape: Shape = SHIPPED, fitted_on: str = 
     fused_stack = _flag(rows, "kernels").to_numpy(dtype=bool)
     pinv = np.linalg.pinv(design)
     x0s = np.array(X0_GRID)
-    best: tuple[float, float, float, float, float, np.ndarray] | None = None
-    for phi in PHI_GRID if shape.memory_term and fused_stack.any() else [1.0]:
-        share = np.where(fused_stack, phi, 1.0)  # scales K·R/w and X0 (throughput.EfficiencyFit φ)
-        micro = np.log(x[:, None] / (x[:, None] + np.outer(share, x0s)))  # rows × X0 grid
+    best: tuple[float, float, float, float, float, float, np.ndarray] | None = None
+    phis = PHI_GRID if shape.memory_term and fused_stack.any() else [1.0]
+    for phi_x in phis:
+        share_x = np.where(fused_stack, phi_x, 1.0)  # scales X0 (throughput.EfficiencyFit φ_X)
+        micro = np.log(x[:, None] / (x[:, None] + np.outer(share_x, x0s)))  # rows × X0 grid
         # least-squares residuals are linear in the target: resid(t - micro_j) = resid(t) - resid(micro_j)
         micro_resid = micro - design @ (pinv @ micro)
         micro_norm = np.sum(micro_resid**2, axis=0)
-        for k in K_GRID if shape.memory_term else [0.0]:
-            for alpha in A_GRID if shape.attention_term else [0.0]:
-                terms = log_implied + np.log1p(k * q * share) + np.log1p(alpha * a)
-                resid = terms - design @ (pinv @ terms)
-                sse = resid @ resid - 2 * (resid @ micro_resid) + micro_norm
-                i = int(np.argmin(sse))
-                if best is None or sse[i] < best[0]:
-                    best = (float(sse[i]), float(x0s[i]), k, alpha, phi, pinv @ (terms - micro[:, i]))
+        for phi in phis:
+            share = np.where(fused_stack, phi, 1.0)  # scales K·R/w (throughput.EfficiencyFit φ)
+            for k in K_GRID if shape.memory_term else [0.0]:
+                for alpha in A_GRID if shape.attention_term else [0.0]:
+                    terms = log_implied + np.log1p(k * q * share) + np.log1p(alpha * a)
+                    resid = terms - design @ (pinv @ terms)
+                    sse = resid @ resid - 2 * (resid @ micro_resid) + micro_norm
+                    i = int(np.argmin(sse))
+                    if best is None or sse[i] < best[0]:
+                        best = (float(sse[i]), float(x0s[i]), k, alpha, phi, phi_x, pinv @ (terms - micro[:, i]))
     assert best is not None
-    _, x0, k, alpha, phi, coef = best
+    _, x0, k, alpha, phi, phi_x, coef = best
     values = {g: float(math.exp(c)) for g, c in zip(groups, coef[:len(groups)], strict=True)}
     extras = iter(coef[len(groups):])
     factor = {c: float(math.exp(next(extras))) if _flag(rows, c).any() else 1.0 for c in EXTRAS}
@@ -319,7 +322,7 @@ def fit_efficiency(rows: pd.DataFrame, shape: Shape = SHIPPED, fitted_on: str = 
     by_group = {(family, method): values[(family, BASE_METHOD[method])] for family, _ in groups for method in METHODS
                 if shape.by_generation and (family, BASE_METHOD[method]) in values}
     return tp.EfficiencyFit(by_group, by_method, x0, factor["fused"], factor["moe"], len(rows), k, alpha, fitted_on,
-                            factor["kernels"], factor["compiled"], phi, factor["fp8"])
+                            factor["kernels"], factor["compiled"], phi, factor["fp8"], phi_x)
 
 
 def predict(rows: pd.DataFrame, params: tp.EfficiencyFit) -> np.ndarray:
@@ -350,6 +353,10 @@ def held_out_predictions(rows: pd.DataFrame, by: str, shape: Shape = SHIPPED) ->
     return out
 
 
+def _phi_x(params: tp.EfficiencyFit) -> float:
+    return params.fused_memory_share if params.fused_microbatch_share is None else params.fused_microbatch_share
+
+
 def fitted_block(params: tp.EfficiencyFit) -> str:
     """The FITTED assignment for autoconf/estimators/theory/throughput.py."""
     groups = ", ".join(f"{k!r}: {v:.4f}" for k, v in sorted(params.by_group.items()))
@@ -363,5 +370,6 @@ def fitted_block(params: tp.EfficiencyFit) -> str:
         f"    memory_bound={params.memory_bound:.4f}, attention_cost={params.attention_cost:.4f},\n"
         f"    stack_factor={params.stack_factor:.4f}, compile_factor={params.compile_factor:.4f}, "
         f"fused_memory_share={params.fused_memory_share:.2f}, fp8_factor={params.fp8_factor:.4f},\n"
+        f"    fused_microbatch_share={_phi_x(params):.2f},\n"
         f"    fitted_on={params.fitted_on!r},\n)"
     )

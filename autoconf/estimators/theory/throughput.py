@@ -37,9 +37,9 @@ from autoconf.estimators.theory.weights import trainable_params
 from autoconf.schema import Job, Placement, ThroughputEstimate
 
 # ---- fitted efficiency -----------------------------------------------------------------------------------
-# efficiency = E[GPU architecture, method] · x / (x + φX0) / (1 + φK · R / w) / (1 + α · a) · (F if fused) · (M if MoE)
+# efficiency = E[GPU architecture, method] · x / (x + φ_X·X0) / (1 + φK · R / w) / (1 + α · a) · (F if fused) · (M if MoE)
 #              · (S if the stack fuses its element-wise kernels) · (C if torch.compile) · (P if FP8 GEMMs);
-#              φ = 1 for unfused stacks. It prices the weight matmuls (at matmul_peak: with FP8, the FP8 peak on the
+#              φ = φ_X = 1 for unfused stacks. It prices the weight matmuls (at matmul_peak: with FP8, the FP8 peak on the
 #              decoder layers' GEMMs); attention runs at its kernel's published efficiency (ATTENTION_EFFICIENCY).
 # x: tokens of one micro-batch on one GPU; X0 a per-micro-batch fixed cost (optimizer step, launches, data
 # loader) in tokens of compute, times total / active weights for MoE (microbatch_overhead_tokens). R / w: the GPU's
@@ -74,18 +74,21 @@ class EfficiencyFit:
     fitted_on: str = ""  # which rows, for the record
     stack_factor: float = 1.0  # S: a stack's fused kernel set (stacks.Stack.fused_kernels)
     compile_factor: float = 1.0  # C: torch.compile (Job.torch_compile)
-    # φ: a fused-kernel stack's time outside large GEMMs relative to an unfused one; it scales both the memory-bound
-    # term K·R/w and the per-micro-batch overhead X0 (element-wise kernels, launches: what fusion removes)
+    # φ: a fused-kernel stack's element-wise traffic relative to an unfused one (it scales the memory-bound term
+    # K·R/w: what fusing norms, activations and rotary removes); φ_X: its per-micro-batch overhead relative to an
+    # unfused one (it scales X0: launches and the work per micro-batch that fusion does not remove); None: φ
     fused_memory_share: float = 1.0
     fp8_factor: float = 1.0  # P: FP8 GEMMs' efficiency relative to the training dtype's (Job.fp8)
+    fused_microbatch_share: float | None = None
 
 
 FITTED = EfficiencyFit(
     by_group={},
-    by_method={'full': 0.7800, 'lora': 0.7800, 'qlora': 0.7483},
-    microbatch_tokens=1990.5, fused_loss_factor=1.1561, moe_factor=1.0809, rows=1471,
+    by_method={'full': 0.7801, 'lora': 0.7801, 'qlora': 0.7483},
+    microbatch_tokens=1990.5, fused_loss_factor=1.1562, moe_factor=1.0809, rows=1471,
     memory_bound=67.3551, attention_cost=0.0000,
-    stack_factor=0.7227, compile_factor=1.0861, fused_memory_share=0.10, fp8_factor=0.7580,
+    stack_factor=0.7338, compile_factor=1.0859, fused_memory_share=0.00, fp8_factor=0.7451,
+    fused_microbatch_share=0.20,
     fitted_on='1471 ok non-duplicate tokens/s rows of data/measurements.csv (bench/throughput_accuracy.py --fit)',
 )
 # Those rows: fms-acceleration (A100-SXM4-80GB, L40; full, LoRA, QLoRA, dense and MoE), llm-foundry (MPT
@@ -93,8 +96,12 @@ FITTED = EfficiencyFit(
 # (H100 and GB200, 8-2,304 GPUs, TP/PP/CP layouts, BF16 and FP8), NeMo 24.07 FP8 pre-training (H100), llm-foundry's
 # FP8 table (H100), InternEvo (A100, 8-1,024 GPUs) and fms-fsdp (A100, H100). P < 1: FP8 GEMMs reach 0.75 of the
 # fraction of their (doubled) peak that BF16 GEMMs reach of theirs (amax / cast / transpose kernels around them).
-# S < 1 with φ = 0: a fused-kernel stack (stacks.py) pays no memory-bound or per-micro-batch overhead term, and
-# its E·S is what is left (0.66 of the HF E: the plain GEMM efficiency of those stacks). No per-GPU-architecture E:
+# S < 1 with φ = 0: a fused-kernel stack (stacks.py) pays no memory-bound term, and its E·S is what is left (0.73
+# of the HF E: the plain GEMM efficiency of those stacks); φ_X = 0.2: it keeps a fifth of the HF per-micro-batch
+# cost X0 (~400 tokens). InternEvo's FLOPS table gives the same order on its own: at 8 GPUs one 16,384-token
+# micro-batch with recompute runs at 0.808 of four 4,096-token ones without (3,314 / 4,103 tokens/s per GPU, the
+# same tokens a step) where the counted FLOPs give 0.762: 4 (4,096 + t0) = 0.808 (16,384 / 0.762 + t0), t0 ≈ 300.
+# No per-GPU-architecture E:
 # fitted per architecture, the leave-one-source-out error was worse (docs/accuracy.md, throughput-theory);
 # the GPU enters through its peak, its ridge point R and its links. E > 1 is not an efficiency by itself:
 # the memory-bound term always divides it (ridge_over_hidden).
@@ -197,7 +204,7 @@ def micro_batch_tokens(job: Job, placement: Placement) -> float:
 
 
 def microbatch_overhead_tokens(arch: Architecture, fit: EfficiencyFit, stack: Stack) -> float:
-    """X0 of a model: the fitted per-micro-batch cost in tokens of compute (φ-scaled on a fused-kernel stack), times
+    """X0 of a model: the fitted per-micro-batch cost in tokens of compute (φ_X-scaled on a fused-kernel stack), times
     the model's total over its active weights.
 
     The cost that does not shrink with the micro-batch scales with the weights a micro-batch touches, its FLOPs with
@@ -206,7 +213,8 @@ def microbatch_overhead_tokens(arch: Architecture, fit: EfficiencyFit, stack: St
     expert's weights at each call; FSDP gathers all of them) while a token runs top-k of them: Mixtral 8x7B 46.7 B
     total / 12.9 B active, Granite-3.0-3B-A800M 3.3 B / 0.8 B.
     """
-    share = fit.fused_memory_share if stack.fused_kernels else 1.0
+    phi = fit.fused_memory_share if fit.fused_microbatch_share is None else fit.fused_microbatch_share
+    share = phi if stack.fused_kernels else 1.0
     return fit.microbatch_tokens * share * arch.total_params / arch.active_params
 
 
@@ -267,7 +275,8 @@ def job_factor(
 ) -> float:
     """Everything of the efficiency but the micro-batch term: E · memory-bound · attention · F · M · S · C.
 
-    A stack with fused element-wise kernels moves fewer bytes per token: its memory-bound term is φ · K · R / w.
+    A stack with fused element-wise kernels moves fewer bytes per token: its memory-bound term is φ · K · R / w
+    (its per-micro-batch cost, φ_X · X0, is in microbatch_overhead_tokens).
     """
     stack = stack or stack_for(job.framework)
     base = fit.by_group.get((gpu.architecture, job.method), fit.by_method[job.method])
