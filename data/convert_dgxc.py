@@ -36,6 +36,11 @@ MODELS = [(r"^llama3 70b", "llama3-70b"), (r"^llama3 8b", "llama3-8b"), (r"^llam
 # on H100 for Llama 3.1 8B would be a hardware-FLOPs utilisation above 80 % with a recomputed forward).
 NO_RECOMPUTE = "no full activation recompute (printed MFU up to 62 % rules it out; recipe setting not restated)"
 RECIPE = "Megatron-Core performance recipe (distributed optimizer, comm overlap, tuned layout)"
+# ft_llama3/llama3_finetune.py builds NeMo's finetune_recipe(peft_scheme, performance_mode=True) on SquadDataModule;
+# NeMo's recipes pack in performance mode (packed_sequence = performance_mode, 4,096 tokens) and their
+# finetune_performance_optimizations put LoRA on linear_qkv only (dim 8, alpha 16: the recipe's LoRA settings)
+FT_PACKED = "SQuAD v1.1 packed to 4096 tokens (NeMo finetune_recipe performance_mode: packed_sequence)"
+FT_LORA = {"lora_r": 8, "lora_alpha": 16, "lora_target_modules": "q_proj,k_proj,v_proj"}  # Megatron's fused linear_qkv
 
 
 def _lead_int(text: str) -> int | str:
@@ -116,6 +121,9 @@ def _row(i: int, src: pd.Series) -> dict[str, Any]:
                 "framework_version": "transformers 4.40.0, peft 0.10.0, trl 0.8.2, accelerate 0.29.0"}
     if not hf:  # see NO_RECOMPUTE
         row |= {"gradient_checkpointing": 0, "notes": row["notes"] + f"; gradient_checkpointing 0: {NO_RECOMPUTE}"}
+    if src.source_path.startswith("ft_llama3/"):  # NeMo fine-tuning recipes: packed SQuAD, LoRA on linear_qkv
+        row |= {"packing": 1, "notes": row["notes"] + f"; {FT_PACKED}"}
+        row |= FT_LORA if row["method"] == "lora" else {}
     extra = ([] if hf else [RECIPE]) + (["PROXY config (truncated layer count)"] if proxy else [])
     judge(row, extra)
     return row

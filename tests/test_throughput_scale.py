@@ -161,12 +161,12 @@ def test_parameter_tensors_as_the_stack_builds_the_model(model: str, stack: str,
 
 def test_selective_checkpointing_recomputes_a_share_of_the_layers() -> None:
     """Llama-3.1-8B, 4,096 tokens: 7,504,658,432 matmul weights (32 · 218,103,808 + the 128,256 · 4096 head),
-    attention 4 · 32 · 4096 · 4096 / 2 per token forward, backward 2.5 ×. Half the layers recomputed: 6N + N,
-    attention × (3.5 + 0.5)."""
+    attention 4 · 32 · 4096 · 4096 / 2 per token forward, backward 2.5 ×. Half the layers recomputed: 6N + N_layers
+    (the LM head's forward is not re-run), attention × (3.5 + 0.5)."""
     job = Job(model="llama3.1-8b", tokens_per_sample=4096, batch_size=8)
-    n, attention = 7_504_658_432, 4 * 32 * 4096 * 4096 / 2
-    assert tp.flops_parts(job, recompute=0.5) == pytest.approx((7 * n, 4 * attention), rel=1e-9)
-    assert tp.flops_parts(job) == pytest.approx((8 * n, 4.5 * attention), rel=1e-9)  # checkpointing: all layers
+    n, layers, attention = 7_504_658_432, 32 * 218_103_808, 4 * 32 * 4096 * 4096 / 2
+    assert tp.flops_parts(job, recompute=0.5) == pytest.approx((6 * n + layers, 4 * attention), rel=1e-9)
+    assert tp.flops_parts(job) == pytest.approx((6 * n + 2 * layers, 4.5 * attention), rel=1e-9)  # all layers
     full = tp.estimate_throughput(job, Placement(gpu_model="H100"))
     half = tp.estimate_throughput(job, Placement(gpu_model="H100"), recompute=0.5)
     assert half.tokens_per_second > full.tokens_per_second
@@ -200,3 +200,55 @@ def test_zero_inside_the_node_syncs_parameters_over_nvlink() -> None:
     everyone = tp.communication(job, arch, place, gpu, 50.0, stack_for("internevo"))
     assert node.exposed == pytest.approx(7 / 8 * shard / 240e9 + 8 * (8.4 + 8 * 3.4) * 1e-6, rel=1e-6)
     assert everyone.exposed == pytest.approx(63 / 64 * shard / 40e9 + 64 * (8.4 + 64 * 9.6) * 1e-6, rel=1e-6)
+
+
+@pytest.mark.parametrize("span", [220.0, 1024.0])
+def test_packed_samples_attend_within_themselves(span: float) -> None:
+    """Llama-3.1-8B, 4,096-token packs: attention forward is 4 · 32 · span · 4096 / 2 per token (each packed sample
+    attends only within itself), backward 2.5 ×; the weight matmuls (6N) do not change."""
+    job = Job(model="llama3.1-8b", tokens_per_sample=4096, batch_size=8, gradient_checkpointing=False)
+    n = 7_504_658_432
+    assert tp.flops_parts(job, span=span) == pytest.approx((6 * n, 3.5 * 4 * 32 * span * 4096 / 2), rel=1e-9)
+    assert tp.flops_parts(job, span=8192.0) == tp.flops_parts(job)  # a span beyond the pack is the pack
+    place = Placement(gpu_model="H100", number_gpus=8)
+    packed = tp.estimate_throughput(job, place, span=span)
+    assert packed.tokens_per_second > tp.estimate_throughput(job, place).tokens_per_second
+
+
+@pytest.mark.parametrize("notes, packing, expected", [
+    ("Llama3 8b Finetuning LORA BF16; SQuAD v1.1 packed to 4096 tokens (NeMo finetune_recipe)", 1, 220.0),
+    ("Llama3 8b Finetuning LORA BF16; SQuAD v1.1 packed to 4096 tokens", 0, None),  # not packed
+    ("LLAMA2-7B; some other dataset packed to 4096 tokens", 1, None),  # lengths unknown: left out
+])
+def test_packed_span_of_nemo_squad_rows(notes: str, packing: int, expected: float | None) -> None:
+    row = pd.Series({"framework": "nemo", "packing": packing, "notes": notes})
+    assert tf.packed_span(row) == expected
+
+
+def test_dgx_cloud_finetuning_rows_are_packed_squad_with_lora_on_qkv() -> None:
+    """dgxc-benchmarking ft_llama3 runs NeMo's finetune_recipe in performance mode: SQuAD packed to 4,096 tokens,
+    LoRA dim 8 / alpha 16 on linear_qkv."""
+    data = load_measurements()
+    ft = data[data["campaign"].astype(str).str.contains("ft_llama3/")]
+    assert len(ft) > 0 and (ft["packing"] == 1).all()
+    lora = ft[ft["method"] == "lora"]
+    assert set(lora["lora_target_modules"]) == {"q_proj,k_proj,v_proj"} and (lora["lora_r"] == 8).all()
+    rows = tf.throughput_rows(ft)
+    assert (rows["span"] == tf.SQUAD_SAMPLE_TOKENS).all()
+
+
+def test_lora_shares_full_fine_tuning_base_efficiency() -> None:
+    assert tp.FITTED.by_method["lora"] == tp.FITTED.by_method["full"]
+    assert tf.BASE_METHOD == {"full": "full", "lora": "full", "qlora": "qlora"}
+
+
+def test_fused_stack_keeps_its_own_share_of_the_micro_batch_cost() -> None:
+    """φ_X scales X0 on a fused-kernel stack, φ the memory-bound term; unset, φ_X is φ. InternLM-7B (dense: total =
+    active weights): X0 · φ_X tokens per micro-batch on InternEvo, X0 on the HF Trainer."""
+    arch = get_architecture("internlm-7b")
+    fit = tp.EfficiencyFit({}, {"full": 0.8, "lora": 0.8, "qlora": 0.7}, 2000.0, 1.0, 1.0,
+                           fused_memory_share=0.0, fused_microbatch_share=0.2)
+    assert tp.microbatch_overhead_tokens(arch, fit, stack_for("internevo")) == pytest.approx(400.0)
+    assert tp.microbatch_overhead_tokens(arch, fit, stack_for("hf")) == pytest.approx(2000.0)
+    same = tp.EfficiencyFit({}, {"full": 0.8, "lora": 0.8, "qlora": 0.7}, 2000.0, 1.0, 1.0, fused_memory_share=0.3)
+    assert tp.microbatch_overhead_tokens(arch, same, stack_for("internevo")) == pytest.approx(600.0)

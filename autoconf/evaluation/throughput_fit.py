@@ -40,8 +40,14 @@ from autoconf.schema import Job, Placement
 X0_GRID = [0.0] + [float(v) for v in np.geomspace(50, 50_000, 61)]  # tokens per micro-batch
 K_GRID = [0.0] + [float(v) for v in np.geomspace(0.05, 2000, 51)]  # memory-bound coefficient
 A_GRID = [0.0] + [float(v) for v in np.geomspace(0.02, 5, 25)]  # attention extra cost
-PHI_GRID = [float(v) for v in np.linspace(0.0, 1.0, 11)]  # fused-kernel stacks' share of the memory-bound term
+PHI_GRID = [float(v) for v in np.linspace(0.0, 1.0, 11)]  # fused-kernel stacks' shares of K·R/w (φ) and of X0 (φ_X)
 METHODS = ("full", "lora", "qlora")
+# Which base efficiency E a method takes. LoRA runs the base model's GEMMs (forward and input gradients) at full
+# fine-tuning's efficiency; what it adds is counted, not fitted: the adapters' FLOPs (flops_parts) and element-wise
+# bytes (throughput.LORA_BYTES_PER_WIDTH). A LoRA E of its own was learnt, with fms-acceleration held out, from NeMo's
+# LoRA rows alone (the only other LoRA rows) through the fused-stack factor S. QLoRA keeps its own E: its
+# dequantisation kernels are not counted.
+BASE_METHOD = {"full": "full", "lora": "full", "qlora": "qlora"}
 EXTRAS = ("fused", "moe", "kernels", "compiled", "fp8")  # multiplicative factors F, M, S, C, P (0/1 features)
 _LINK = re.compile(r"(\d+(?:\.\d+)?)\s*Gbps node-node", re.IGNORECASE)
 _VP = re.compile(r"\bVP[ =](\d+)")
@@ -67,6 +73,11 @@ STRATEGIES = {"megatron": "zero1", "megatron-fsdp": "fsdp"}  # Megatron-FSDP: pa
 # NVFP4 (4-bit) and cells whose precision the source leaves open are not modelled.
 PRECISION_FP8 = ("fp8", "amp_fp8", "mxfp8", "fp8-cs", "fp8-mx", "fp8-cs (fp8-mx)")
 PRECISION_NOT_MODELLED = ("nvfp4", "not stated (fp8 per the page text for most rows)")
+# A SQuAD v1.1 training sample in tokens: the dataset card of rajpurkar/squad gives 79,346,108 bytes for 87,599
+# training examples, 906 bytes each with id, title and answer; its context and question (~850 bytes) at ~4 bytes per
+# BPE token of English text, plus NeMo's prompt template: ~220 tokens. Packed to 4,096 tokens the attention FLOPs
+# are 220 / 4,096 of the unpacked ones; twice or half the length moves a DGX Cloud 8B prediction by < 1 %.
+SQUAD_SAMPLE_TOKENS = 220.0
 
 
 
@@ -80,7 +91,7 @@ class Shape:
 
     @property
     def label(self) -> str:
-        base = "E per GPU architecture × method" if self.by_generation else "E per method"
+        base = "E per GPU architecture × method" if self.by_generation else "E per method (LoRA = full)"
         return (base + (", K·R/w" if self.memory_term else "") + (", α·attention share" if self.attention_term else "")
                 + ", X0, F, M")
 
@@ -111,9 +122,9 @@ def _inputs(row: pd.Series) -> tuple[Job, Placement, str]:
     scatter = _SCATTERMOE_EP.search(str(data.get("kernels") or ""))
     if str(data.get("expert_parallel") or "") not in ("", "nan", "1", "1.0") or (scatter and int(scatter.group(1)) > 1):
         raise ValueError("expert parallelism not modelled")
-    if stack in ("nemo", "megatron") and str(data.get("packing")) in ("1", "1.0", "True"):
+    if packed_span(row) is None and stack in ("nemo", "megatron") and str(data.get("packing")) in ("1", "1.0", "True"):
         # NeMo packed SFT attends within each packed sample (THD layout, cu_seqlens: NeMo docs "Sequence Packing");
-        # the samples' lengths are not stated, so the attention FLOPs are unknown
+        # a dataset whose sample lengths we do not know leaves the attention FLOPs unknown
         raise ValueError("packed sequences with per-sample attention not modelled")
     if stack in STACKS:
         data["framework"] = "hf-trainer"
@@ -150,6 +161,20 @@ def _megatron_accumulation(data: dict[str, object]) -> object:
                for c in ("tensor_parallel", "pipeline_parallel", "context_parallel")]
     dp = int(float(str(data["number_gpus"]))) // math.prod(degrees)
     return max(1, int(float(str(data["batch_size"]))) // (int(float(str(mbs))) * max(dp, 1)))
+
+
+def packed_span(row: pd.Series) -> float | None:
+    """Tokens each packed sample attends over, for a NeMo packed fine-tuning row whose dataset we know; else None.
+
+    NeMo packs fine-tuning samples into one sequence and attends within each (THD layout with cu_seqlens: NeMo docs
+    "Sequence Packing"); its finetune recipes pack SQuAD in performance mode (``packed_sequence = performance_mode``,
+    4,096 tokens: nemo/collections/llm/recipes, e.g. llama3_8b.py ``finetune_recipe``).
+    """
+    stack = str(row.get("framework") or "")
+    packed = str(row.get("packing")) in ("1", "1.0", "True")
+    if stack in ("nemo", "megatron") and packed and "SQuAD" in str(row.get("notes") or ""):
+        return SQUAD_SAMPLE_TOKENS
+    return None
 
 
 def _missing(value: object) -> bool:
@@ -199,10 +224,11 @@ def throughput_rows(frame: pd.DataFrame) -> pd.DataFrame:
         link = inter_node_gbps(str(row.get("campaign", "")), str(row["source"]))
         profile = stack_for(stack if stack != "hf" else job.framework)
         recompute = stated_recompute(row)
+        span = packed_span(row)
         found = _ZERO_GROUP.search(str(row.get("kernels") or ""))
         group = int(found.group(1)) if found and int(found.group(1)) > 1 else None
         implied = tp.implied_efficiency(job, place, float(row["tokens_per_second"]), link, profile,
-                                        _recompute(recompute), group)
+                                        _recompute(recompute), group, span)
         records.append({
             "source": row["source"], "framework": stack if stack != "hf" else job.framework, "gpu": gpu.name,
             "model": job.model, "stack": profile.name,
@@ -213,9 +239,9 @@ def throughput_rows(frame: pd.DataFrame) -> pd.DataFrame:
             "kernels": profile.fused_kernels, "compiled": bool(job.torch_compile), "fp8": job.fp8,
             "gpus": place.number_gpus,
             "layout": str(row.get("kernels") or ""),
-            "q": tp.ridge_over_hidden(job, gpu, arch, _recompute(recompute)),
-            "a": tp.attention_share(job, arch, _recompute(recompute)), "link": link, "recompute": recompute,
-            "zero_group": group,
+            "q": tp.ridge_over_hidden(job, gpu, arch, _recompute(recompute), span),
+            "a": tp.attention_share(job, arch, _recompute(recompute), span), "link": link, "recompute": recompute,
+            "zero_group": group, "span": span,
             "implied": implied if implied is not None else math.nan, "measured": float(row["tokens_per_second"]),
         })
     out = pd.DataFrame.from_records(records)
@@ -237,13 +263,18 @@ def _flag(rows: pd.DataFrame, column: str) -> pd.Series:
     return rows[column].astype(bool) if column in rows else pd.Series(False, index=rows.index)
 
 
+def _keys(rows: pd.DataFrame, shape: Shape) -> list[tuple[str, str]]:
+    """Each row's base-efficiency group: (GPU architecture or "*", BASE_METHOD of its method)."""
+    families = rows["family"] if shape.by_generation else ["*"] * len(rows)
+    return [(f, BASE_METHOD[m]) for f, m in zip(families, rows["method"], strict=True)]
+
+
 def _groups(rows: pd.DataFrame, shape: Shape) -> list[tuple[str, str]]:
-    keys = zip(rows["family"], rows["method"], strict=True) if shape.by_generation else (("*", m) for m in rows["method"])
-    return sorted(set(keys))
+    return sorted(set(_keys(rows, shape)))
 
 
 def _design(rows: pd.DataFrame, groups: list[tuple[str, str]], shape: Shape) -> np.ndarray:
-    keys = list(zip(rows["family"] if shape.by_generation else ["*"] * len(rows), rows["method"], strict=True))
+    keys = _keys(rows, shape)
     onehot = np.array([[1.0 if k == g else 0.0 for g in groups] for k in keys]).reshape(len(rows), len(groups))
     extra = [rows[c].astype(float).to_numpy() for c in EXTRAS if _flag(rows, c).any()]
     return np.column_stack([onehot, *extra]) if extra else onehot
@@ -259,46 +290,52 @@ def fit_efficiency(rows: pd.DataFrame, shape: Shape = SHIPPED, fitted_on: str = 
     fused_stack = _flag(rows, "kernels").to_numpy(dtype=bool)
     pinv = np.linalg.pinv(design)
     x0s = np.array(X0_GRID)
-    best: tuple[float, float, float, float, float, np.ndarray] | None = None
-    for phi in PHI_GRID if shape.memory_term and fused_stack.any() else [1.0]:
-        share = np.where(fused_stack, phi, 1.0)  # scales K·R/w and X0 (throughput.EfficiencyFit φ)
-        micro = np.log(x[:, None] / (x[:, None] + np.outer(share, x0s)))  # rows × X0 grid
+    best: tuple[float, float, float, float, float, float, np.ndarray] | None = None
+    phis = PHI_GRID if shape.memory_term and fused_stack.any() else [1.0]
+    for phi_x in phis:
+        share_x = np.where(fused_stack, phi_x, 1.0)  # scales X0 (throughput.EfficiencyFit φ_X)
+        micro = np.log(x[:, None] / (x[:, None] + np.outer(share_x, x0s)))  # rows × X0 grid
         # least-squares residuals are linear in the target: resid(t - micro_j) = resid(t) - resid(micro_j)
         micro_resid = micro - design @ (pinv @ micro)
         micro_norm = np.sum(micro_resid**2, axis=0)
-        for k in K_GRID if shape.memory_term else [0.0]:
-            for alpha in A_GRID if shape.attention_term else [0.0]:
-                terms = log_implied + np.log1p(k * q * share) + np.log1p(alpha * a)
-                resid = terms - design @ (pinv @ terms)
-                sse = resid @ resid - 2 * (resid @ micro_resid) + micro_norm
-                i = int(np.argmin(sse))
-                if best is None or sse[i] < best[0]:
-                    best = (float(sse[i]), float(x0s[i]), k, alpha, phi, pinv @ (terms - micro[:, i]))
+        for phi in phis:
+            share = np.where(fused_stack, phi, 1.0)  # scales K·R/w (throughput.EfficiencyFit φ)
+            for k in K_GRID if shape.memory_term else [0.0]:
+                for alpha in A_GRID if shape.attention_term else [0.0]:
+                    terms = log_implied + np.log1p(k * q * share) + np.log1p(alpha * a)
+                    resid = terms - design @ (pinv @ terms)
+                    sse = resid @ resid - 2 * (resid @ micro_resid) + micro_norm
+                    i = int(np.argmin(sse))
+                    if best is None or sse[i] < best[0]:
+                        best = (float(sse[i]), float(x0s[i]), k, alpha, phi, phi_x, pinv @ (terms - micro[:, i]))
     assert best is not None
-    _, x0, k, alpha, phi, coef = best
+    _, x0, k, alpha, phi, phi_x, coef = best
     values = {g: float(math.exp(c)) for g, c in zip(groups, coef[:len(groups)], strict=True)}
     extras = iter(coef[len(groups):])
     factor = {c: float(math.exp(next(extras))) if _flag(rows, c).any() else 1.0 for c in EXTRAS}
-    counts = Counter(zip(rows["family"] if shape.by_generation else ["*"] * len(rows), rows["method"], strict=True))
+    counts = Counter(_keys(rows, shape))
     by_method = {}
     for method in METHODS:  # pooled (count-weighted geometric mean); a method with no rows: all groups' mean
-        items = [(values[g], counts[g]) for g in groups if g[1] == method]
+        items = [(values[g], counts[g]) for g in groups if g[1] == BASE_METHOD[method]]
         pooled = [(e, n) for e, n in items] or [(e, 1) for e in values.values()]
         by_method[method] = math.exp(sum(n * math.log(e) for e, n in pooled) / sum(n for _, n in pooled))
-    by_group = {g: v for g, v in values.items() if shape.by_generation}
+    by_group = {(family, method): values[(family, BASE_METHOD[method])] for family, _ in groups for method in METHODS
+                if shape.by_generation and (family, BASE_METHOD[method]) in values}
     return tp.EfficiencyFit(by_group, by_method, x0, factor["fused"], factor["moe"], len(rows), k, alpha, fitted_on,
-                            factor["kernels"], factor["compiled"], phi, factor["fp8"])
+                            factor["kernels"], factor["compiled"], phi, factor["fp8"], phi_x)
 
 
 def predict(rows: pd.DataFrame, params: tp.EfficiencyFit) -> np.ndarray:
     """Whole-job tokens/s of each row with the given constants (the row's interconnect)."""
     recompute = rows["recompute"] if "recompute" in rows else pd.Series(math.nan, index=rows.index)
     groups = rows["zero_group"] if "zero_group" in rows else pd.Series(None, index=rows.index, dtype=object)
+    spans = rows["span"] if "span" in rows else pd.Series(math.nan, index=rows.index)
     return np.array([
         tp.estimate_throughput(job, place, fit=params, inter_node_gbps=link, stack=stack,
-                               recompute=_recompute(again), zero_group=_group(group)).tokens_per_second
-        for job, place, link, stack, again, group in zip(rows["job"], rows["placement"], rows["link"], rows["stack"],
-                                                         recompute, groups, strict=True)
+                               recompute=_recompute(again), zero_group=_group(group),
+                               span=_recompute(span)).tokens_per_second
+        for job, place, link, stack, again, group, span in zip(
+            rows["job"], rows["placement"], rows["link"], rows["stack"], recompute, groups, spans, strict=True)
     ])
 
 
@@ -316,6 +353,10 @@ def held_out_predictions(rows: pd.DataFrame, by: str, shape: Shape = SHIPPED) ->
     return out
 
 
+def _phi_x(params: tp.EfficiencyFit) -> float:
+    return params.fused_memory_share if params.fused_microbatch_share is None else params.fused_microbatch_share
+
+
 def fitted_block(params: tp.EfficiencyFit) -> str:
     """The FITTED assignment for autoconf/estimators/theory/throughput.py."""
     groups = ", ".join(f"{k!r}: {v:.4f}" for k, v in sorted(params.by_group.items()))
@@ -329,5 +370,6 @@ def fitted_block(params: tp.EfficiencyFit) -> str:
         f"    memory_bound={params.memory_bound:.4f}, attention_cost={params.attention_cost:.4f},\n"
         f"    stack_factor={params.stack_factor:.4f}, compile_factor={params.compile_factor:.4f}, "
         f"fused_memory_share={params.fused_memory_share:.2f}, fp8_factor={params.fp8_factor:.4f},\n"
+        f"    fused_microbatch_share={_phi_x(params):.2f},\n"
         f"    fitted_on={params.fitted_on!r},\n)"
     )

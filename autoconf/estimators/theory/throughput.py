@@ -37,9 +37,9 @@ from autoconf.estimators.theory.weights import trainable_params
 from autoconf.schema import Job, Placement, ThroughputEstimate
 
 # ---- fitted efficiency -----------------------------------------------------------------------------------
-# efficiency = E[GPU architecture, method] · x / (x + φX0) / (1 + φK · R / w) / (1 + α · a) · (F if fused) · (M if MoE)
+# efficiency = E[GPU architecture, method] · x / (x + φ_X·X0) / (1 + φK · R / w) / (1 + α · a) · (F if fused) · (M if MoE)
 #              · (S if the stack fuses its element-wise kernels) · (C if torch.compile) · (P if FP8 GEMMs);
-#              φ = 1 for unfused stacks. It prices the weight matmuls (at matmul_peak: with FP8, the FP8 peak on the
+#              φ = φ_X = 1 for unfused stacks. It prices the weight matmuls (at matmul_peak: with FP8, the FP8 peak on the
 #              decoder layers' GEMMs); attention runs at its kernel's published efficiency (ATTENTION_EFFICIENCY).
 # x: tokens of one micro-batch on one GPU; X0 a per-micro-batch fixed cost (optimizer step, launches, data
 # loader) in tokens of compute, times total / active weights for MoE (microbatch_overhead_tokens). R / w: the GPU's
@@ -74,27 +74,34 @@ class EfficiencyFit:
     fitted_on: str = ""  # which rows, for the record
     stack_factor: float = 1.0  # S: a stack's fused kernel set (stacks.Stack.fused_kernels)
     compile_factor: float = 1.0  # C: torch.compile (Job.torch_compile)
-    # φ: a fused-kernel stack's time outside large GEMMs relative to an unfused one; it scales both the memory-bound
-    # term K·R/w and the per-micro-batch overhead X0 (element-wise kernels, launches: what fusion removes)
+    # φ: a fused-kernel stack's element-wise traffic relative to an unfused one (it scales the memory-bound term
+    # K·R/w: what fusing norms, activations and rotary removes); φ_X: its per-micro-batch overhead relative to an
+    # unfused one (it scales X0: launches and the work per micro-batch that fusion does not remove); None: φ
     fused_memory_share: float = 1.0
     fp8_factor: float = 1.0  # P: FP8 GEMMs' efficiency relative to the training dtype's (Job.fp8)
+    fused_microbatch_share: float | None = None
 
 
 FITTED = EfficiencyFit(
     by_group={},
-    by_method={'full': 0.7945, 'lora': 0.7623, 'qlora': 0.7535},
-    microbatch_tokens=1990.5, fused_loss_factor=1.1538, moe_factor=1.0828, rows=1465,
+    by_method={'full': 0.7801, 'lora': 0.7801, 'qlora': 0.7483},
+    microbatch_tokens=1990.5, fused_loss_factor=1.1562, moe_factor=1.0809, rows=1471,
     memory_bound=67.3551, attention_cost=0.0000,
-    stack_factor=0.6727, compile_factor=1.0670, fused_memory_share=0.00, fp8_factor=0.7446,
-    fitted_on='1465 ok non-duplicate tokens/s rows of data/measurements.csv (bench/throughput_accuracy.py --fit)',
+    stack_factor=0.7338, compile_factor=1.0859, fused_memory_share=0.00, fp8_factor=0.7451,
+    fused_microbatch_share=0.20,
+    fitted_on='1471 ok non-duplicate tokens/s rows of data/measurements.csv (bench/throughput_accuracy.py --fit)',
 )
 # Those rows: fms-acceleration (A100-SXM4-80GB, L40; full, LoRA, QLoRA, dense and MoE), llm-foundry (MPT
 # 125m-70b pre-training on A100-40GB/80GB and H100, 8-512 GPUs), Liger (A100), NVIDIA DGX Cloud NeMo recipes
 # (H100 and GB200, 8-2,304 GPUs, TP/PP/CP layouts, BF16 and FP8), NeMo 24.07 FP8 pre-training (H100), llm-foundry's
 # FP8 table (H100), InternEvo (A100, 8-1,024 GPUs) and fms-fsdp (A100, H100). P < 1: FP8 GEMMs reach 0.75 of the
 # fraction of their (doubled) peak that BF16 GEMMs reach of theirs (amax / cast / transpose kernels around them).
-# S < 1 with φ = 0: a fused-kernel stack (stacks.py) pays no memory-bound or per-micro-batch overhead term, and
-# its E·S is what is left (0.66 of the HF E: the plain GEMM efficiency of those stacks). No per-GPU-architecture E:
+# S < 1 with φ = 0: a fused-kernel stack (stacks.py) pays no memory-bound term, and its E·S is what is left (0.73
+# of the HF E: the plain GEMM efficiency of those stacks); φ_X = 0.2: it keeps a fifth of the HF per-micro-batch
+# cost X0 (~400 tokens). InternEvo's FLOPS table gives the same order on its own: at 8 GPUs one 16,384-token
+# micro-batch with recompute runs at 0.808 of four 4,096-token ones without (3,314 / 4,103 tokens/s per GPU, the
+# same tokens a step) where the counted FLOPs give 0.762: 4 (4,096 + t0) = 0.808 (16,384 / 0.762 + t0), t0 ≈ 300.
+# No per-GPU-architecture E:
 # fitted per architecture, the leave-one-source-out error was worse (docs/accuracy.md, throughput-theory);
 # the GPU enters through its peak, its ridge point R and its links. E > 1 is not an efficiency by itself:
 # the memory-bound term always divides it (ridge_over_hidden).
@@ -135,13 +142,22 @@ def recompute_fraction(job: Job, recompute: float | None = None) -> float:
     return 1.0 if job.gradient_checkpointing else 0.0
 
 
-def flops_parts(job: Job, arch: Architecture | None = None, recompute: float | None = None) -> tuple[float, float]:
-    """Training FLOPs per token as (weight matmuls, attention scores + weighted sum), recompute included."""
+def attention_span(job: Job, span: float | None = None) -> float:
+    """Tokens a sequence's attention runs over: ``span`` when packed samples attend only within themselves (NeMo's
+    packed fine-tuning: THD layout with cu_seqlens; the mean sample length, at most the packed length), else
+    tokens_per_sample."""
+    return float(job.tokens_per_sample) if span is None else min(float(span), float(job.tokens_per_sample))
+
+
+def flops_parts(job: Job, arch: Architecture | None = None, recompute: float | None = None,
+                span: float | None = None) -> tuple[float, float]:
+    """Training FLOPs per token as (weight matmuls, attention scores + weighted sum), recompute included.
+    ``span``: the attended length of packed samples (attention_span)."""
     arch = arch or get_architecture(job.model)
     again = recompute_fraction(job, recompute)
     n = matmul_params(arch)
     causal = 1.0 if job.attention == "eager" else 0.5
-    attn_fwd = 4.0 * arch.num_layers * job.tokens_per_sample * arch.q_width * causal
+    attn_fwd = 4.0 * arch.num_layers * attention_span(job, span) * arch.q_width * causal
     if job.method == "full":
         fwd, bwd = 2 * n, 4 * n
     else:
@@ -150,29 +166,33 @@ def flops_parts(job: Job, arch: Architecture | None = None, recompute: float | N
     # forward, backward, + the recomputed layers' forward; a flash kernel's backward recomputes QKᵀ: 2.5 × its
     # forward (FlashAttention-2 paper's FLOP count), eager autograd's backward 2 ×
     passes = (3.0 if job.attention == "eager" else 3.5) + again
-    return fwd + bwd + again * fwd, attn_fwd * passes
+    # checkpointing wraps the decoder layers, not the LM head: its forward is not run again
+    head = 2.0 * arch.vocab_size * arch.hidden_size
+    return fwd + bwd + again * (fwd - head), attn_fwd * passes
 
 
-def backward_share(job: Job, arch: Architecture | None = None, recompute: float | None = None) -> float:
+def backward_share(job: Job, arch: Architecture | None = None, recompute: float | None = None,
+                   span: float | None = None) -> float:
     """Share of a micro-batch's counted FLOPs that runs in its backward pass (the recomputed forward included):
     the window in which a once-per-step gradient reduction can overlap compute."""
     arch = arch or get_architecture(job.model)
     n = matmul_params(arch)
     adapters = 0.0 if job.method == "full" else float(trainable_params(job, arch))
     causal = 1.0 if job.attention == "eager" else 0.5
-    forward = 2 * n + 2 * adapters + 4.0 * arch.num_layers * job.tokens_per_sample * arch.q_width * causal
-    return 1.0 - forward / flops_per_token(job, arch, recompute)
+    forward = 2 * n + 2 * adapters + 4.0 * arch.num_layers * attention_span(job, span) * arch.q_width * causal
+    return 1.0 - forward / flops_per_token(job, arch, recompute, span)
 
 
-def flops_per_token(job: Job, arch: Architecture | None = None, recompute: float | None = None) -> float:
+def flops_per_token(job: Job, arch: Architecture | None = None, recompute: float | None = None,
+                    span: float | None = None) -> float:
     """Training FLOPs per token (forward + backward, + forward recompute with checkpointing)."""
-    matmuls, attention = flops_parts(job, arch, recompute)
+    matmuls, attention = flops_parts(job, arch, recompute, span)
     return matmuls + attention
 
 
-def attention_share(job: Job, arch: Architecture, recompute: float | None = None) -> float:
+def attention_share(job: Job, arch: Architecture, recompute: float | None = None, span: float | None = None) -> float:
     """Fraction of the counted FLOPs that are attention's QKᵀ and AV (grows with the sequence length)."""
-    matmuls, attention = flops_parts(job, arch, recompute)
+    matmuls, attention = flops_parts(job, arch, recompute, span)
     return attention / (matmuls + attention)
 
 
@@ -184,7 +204,7 @@ def micro_batch_tokens(job: Job, placement: Placement) -> float:
 
 
 def microbatch_overhead_tokens(arch: Architecture, fit: EfficiencyFit, stack: Stack) -> float:
-    """X0 of a model: the fitted per-micro-batch cost in tokens of compute (φ-scaled on a fused-kernel stack), times
+    """X0 of a model: the fitted per-micro-batch cost in tokens of compute (φ_X-scaled on a fused-kernel stack), times
     the model's total over its active weights.
 
     The cost that does not shrink with the micro-batch scales with the weights a micro-batch touches, its FLOPs with
@@ -193,7 +213,8 @@ def microbatch_overhead_tokens(arch: Architecture, fit: EfficiencyFit, stack: St
     expert's weights at each call; FSDP gathers all of them) while a token runs top-k of them: Mixtral 8x7B 46.7 B
     total / 12.9 B active, Granite-3.0-3B-A800M 3.3 B / 0.8 B.
     """
-    share = fit.fused_memory_share if stack.fused_kernels else 1.0
+    phi = fit.fused_memory_share if fit.fused_microbatch_share is None else fit.fused_microbatch_share
+    share = phi if stack.fused_kernels else 1.0
     return fit.microbatch_tokens * share * arch.total_params / arch.active_params
 
 
@@ -231,7 +252,8 @@ def elementwise_bytes_factor(job: Job, arch: Architecture) -> float:
     return 1.0 + LORA_BYTES_PER_WIDTH[bool(job.gradient_checkpointing)] * width
 
 
-def ridge_over_hidden(job: Job, gpu: GPUSpec, arch: Architecture, recompute: float | None = None) -> float:
+def ridge_over_hidden(job: Job, gpu: GPUSpec, arch: Architecture, recompute: float | None = None,
+                      span: float | None = None) -> float:
     """R / w · L·h² / N_layers: the GPU's dense peak FLOPs per byte of memory bandwidth, over the layer's matmul
     width, times the decoder layers' element-wise bytes per matmul FLOP relative to a layer of h² weights.
 
@@ -243,23 +265,24 @@ def ridge_over_hidden(job: Job, gpu: GPUSpec, arch: Architecture, recompute: flo
     add element-wise bytes (elementwise_bytes_factor).
     """
     weights_per_h2 = arch.num_layers * arch.hidden_size**2 / layer_matmul_params(arch)
-    ridge = job_peak(job, gpu, arch, recompute) / (gpu.memory_bandwidth_gbps * 1e9)
+    ridge = job_peak(job, gpu, arch, recompute, span) / (gpu.memory_bandwidth_gbps * 1e9)
     return ridge / matmul_width(arch) * weights_per_h2 * elementwise_bytes_factor(job, arch)
 
 
 def job_factor(
     job: Job, gpu: GPUSpec, arch: Architecture, fit: EfficiencyFit = FITTED, stack: Stack | None = None,
-    recompute: float | None = None,
+    recompute: float | None = None, span: float | None = None,
 ) -> float:
     """Everything of the efficiency but the micro-batch term: E · memory-bound · attention · F · M · S · C.
 
-    A stack with fused element-wise kernels moves fewer bytes per token: its memory-bound term is φ · K · R / w.
+    A stack with fused element-wise kernels moves fewer bytes per token: its memory-bound term is φ · K · R / w
+    (its per-micro-batch cost, φ_X · X0, is in microbatch_overhead_tokens).
     """
     stack = stack or stack_for(job.framework)
     base = fit.by_group.get((gpu.architecture, job.method), fit.by_method[job.method])
     share = fit.fused_memory_share if stack.fused_kernels else 1.0
-    base /= 1.0 + share * fit.memory_bound * ridge_over_hidden(job, gpu, arch, recompute)
-    base /= 1.0 + fit.attention_cost * attention_share(job, arch, recompute)
+    base /= 1.0 + share * fit.memory_bound * ridge_over_hidden(job, gpu, arch, recompute, span)
+    base /= 1.0 + fit.attention_cost * attention_share(job, arch, recompute, span)
     base *= fit.fused_loss_factor if fused_kernels(job) else 1.0
     base *= fit.stack_factor if stack.fused_kernels else 1.0
     base *= fit.compile_factor if job.torch_compile else 1.0
@@ -269,12 +292,12 @@ def job_factor(
 
 def efficiency(
     job: Job, placement: Placement, gpu: GPUSpec, arch: Architecture, fit: EfficiencyFit = FITTED,
-    stack: Stack | None = None, recompute: float | None = None,
+    stack: Stack | None = None, recompute: float | None = None, span: float | None = None,
 ) -> float:
     """Fraction of the dense peak reached on the counted FLOPs, from the fitted constants."""
     stack = stack or stack_for(job.framework)
     x = micro_batch_tokens(job, placement)
-    factor = job_factor(job, gpu, arch, fit, stack, recompute)
+    factor = job_factor(job, gpu, arch, fit, stack, recompute, span)
     x0 = microbatch_overhead_tokens(arch, fit, stack)
     return min(factor * x / (x + x0), MAX_EFFICIENCY)
 
@@ -282,16 +305,16 @@ def efficiency(
 def implied_efficiency(
     job: Job, placement: Placement, measured_tokens_per_second: float,
     inter_node_gbps: float = INTER_NODE_BANDWIDTH_GBPS, stack: Stack | None = None, recompute: float | None = None,
-    zero_group: int | None = None,
+    zero_group: int | None = None, span: float | None = None,
 ) -> float | None:
     """The efficiency that makes this model reproduce a measured tokens/s (None if comm-bound)."""
     arch, gpu = get_architecture(job.model), get_gpu(placement.gpu_model)
-    at_peak = compute_seconds(job, arch, placement, gpu, 1.0, recompute, stack, matmuls_only=True)
-    attention = compute_seconds(job, arch, placement, gpu, 1.0, recompute, stack) - at_peak
+    at_peak = compute_seconds(job, arch, placement, gpu, 1.0, recompute, stack, matmuls_only=True, span=span)
+    attention = compute_seconds(job, arch, placement, gpu, 1.0, recompute, stack, span=span) - at_peak
     comm = communication(job, arch, placement, gpu, inter_node_gbps, stack, zero_group)
     busy = job.batch_size * job.tokens_per_sample / measured_tokens_per_second - comm.exposed
     # invert step_seconds: busy = compute when everything hides, else compute · (1 − w) + last-backward collectives
-    w = backward_share(job, arch, recompute) / job.gradient_accumulation_steps
+    w = backward_share(job, arch, recompute, span) / job.gradient_accumulation_steps
     compute = busy
     if comm.last_backward > w * busy:
         compute = (busy - comm.last_backward) / (1.0 - w)
@@ -312,7 +335,8 @@ def peak_flops(gpu: GPUSpec, dtype: str) -> float:
     return peak * 1e12
 
 
-def job_peak(job: Job, gpu: GPUSpec, arch: Architecture, recompute: float | None = None) -> float:
+def job_peak(job: Job, gpu: GPUSpec, arch: Architecture, recompute: float | None = None,
+             span: float | None = None) -> float:
     """The dense peak the job's FLOPs run at, FLOP/s: the training dtype's, or with FP8 the harmonic blend of
     the FP8 peak on the decoder layers' weight matmuls and the dtype's peak on attention and the LM head.
 
@@ -327,7 +351,7 @@ def job_peak(job: Job, gpu: GPUSpec, arch: Architecture, recompute: float | None
     if not gpu.fp8_tflops:
         raise InvalidInputError("fp8", f"needs FP8 tensor cores; {gpu.name} has no FP8 TFLOPS in the catalogue "
                                        "(Hopper, Ada and Blackwell have)")
-    matmuls, attention = flops_parts(job, arch, recompute)
+    matmuls, attention = flops_parts(job, arch, recompute, span)
     layers = matmuls * (1.0 - arch.vocab_size * arch.hidden_size / matmul_params(arch))
     return (matmuls + attention) / (layers / (gpu.fp8_tflops * 1e12) + (matmuls - layers + attention) / dtype_peak)
 
@@ -349,16 +373,16 @@ def attention_efficiency(gpu: GPUSpec, stack: Stack) -> float:
 
 
 def attention_seconds(job: Job, gpu: GPUSpec, arch: Architecture, stack: Stack | None = None,
-                      recompute: float | None = None) -> float:
+                      recompute: float | None = None, span: float | None = None) -> float:
     """Seconds per token of attention FLOPs on one whole GPU, at the kernel's published efficiency and the dtype peak
     (FP8 recipes keep attention in BF16)."""
-    _, attention = flops_parts(job, arch, recompute)
+    _, attention = flops_parts(job, arch, recompute, span)
     return attention / (peak_flops(gpu, job.dtype) * attention_efficiency(gpu, stack or stack_for(job.framework)))
 
 
 def compute_seconds(
     job: Job, arch: Architecture, placement: Placement, gpu: GPUSpec, eff: float, recompute: float | None = None,
-    stack: Stack | None = None, matmuls_only: bool = False,
+    stack: Stack | None = None, matmuls_only: bool = False, span: float | None = None,
 ) -> float:
     """Seconds of compute per optimizer step on one GPU: the matmuls at efficiency ``eff`` of matmul_peak, attention
     at attention_seconds, with the pipeline bubble.
@@ -370,7 +394,7 @@ def compute_seconds(
     matmuls, _ = flops_parts(job, arch, recompute)
     per_token = matmuls / (matmul_peak(job, gpu, arch, recompute) * eff)
     if not matmuls_only:
-        per_token += attention_seconds(job, gpu, arch, stack, recompute)
+        per_token += attention_seconds(job, gpu, arch, stack, recompute, span)
     micro_batches = job.gradient_accumulation_steps
     return tokens * per_token / placement.number_gpus * (1 + (placement.pp - 1) / (placement.virtual_pp * micro_batches))
 
@@ -391,25 +415,26 @@ def step_seconds(compute: float, comm: Communication, backward_window: float = 1
 def estimate_throughput(
     job: Job, placement: Placement, *, efficiency_override: float | None = None,
     inter_node_gbps: float = INTER_NODE_BANDWIDTH_GBPS, fit: EfficiencyFit = FITTED, stack: str | None = None,
-    recompute: float | None = None, zero_group: int | None = None,
+    recompute: float | None = None, zero_group: int | None = None, span: float | None = None,
 ) -> ThroughputEstimate:
     """Tokens/s of the whole job and per GPU, the assumed efficiency, and the step's parts.
 
     ``stack`` names a throughput profile (stacks.STACKS); default: the Job's framework. ``recompute``: the share
     of layers recomputed under selective checkpointing (recompute_fraction); default: all with checkpointing.
     ``zero_group``: ZeRO-1/2 inside groups of that many data-parallel ranks (communication.communication).
+    ``span``: packed samples that attend only within themselves, their mean length in tokens (attention_span).
     """
     arch, gpu = get_architecture(job.model), get_gpu(placement.gpu_model)
     job_peak(job, gpu, arch)  # a GPU without a published peak (or FP8 without FP8 tensor cores) is refused first
     profile = stack_for(stack or job.framework)
     eff = efficiency_override if efficiency_override is not None else efficiency(
-        job, placement, gpu, arch, fit, profile, recompute)
+        job, placement, gpu, arch, fit, profile, recompute, span)
     if not 0 < eff <= 1:
         raise InvalidInputError("efficiency", f"must be in (0, 1]; got {eff}")
-    flops = flops_per_token(job, arch, recompute)
-    compute = compute_seconds(job, arch, placement, gpu, eff, recompute, profile)
+    flops = flops_per_token(job, arch, recompute, span)
+    compute = compute_seconds(job, arch, placement, gpu, eff, recompute, profile, span=span)
     comm = communication(job, arch, placement, gpu, inter_node_gbps, profile, zero_group)
-    step = step_seconds(compute, comm, backward_share(job, arch, recompute) / job.gradient_accumulation_steps)
+    step = step_seconds(compute, comm, backward_share(job, arch, recompute, span) / job.gradient_accumulation_steps)
     tps = job.batch_size * job.tokens_per_sample / step
     return ThroughputEstimate(
         tokens_per_second=tps, tokens_per_second_per_gpu=tps / placement.number_gpus,
