@@ -11,7 +11,6 @@ throughput.py it follows; tests/test_layout.py checks every layout of several jo
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -126,18 +125,15 @@ class _Latency:
         return out
 
 
-def _buckets(profile: Stack, strategy: np.ndarray, dp: np.ndarray, split: np.ndarray, grads: np.ndarray,
-             width: int) -> np.ndarray:
-    """communication()'s gradient buckets per step: max(1, ⌈gradient elements / stacks.bucket_params⌉), once per
-    distinct (strategy, dp, model-parallel split ``split``; the split sets a rank's gradient bytes ``grads``)."""
-    _, group = _dense(split)
-    _, inverse = _dense((group * (int(dp.max(initial=0)) + 1) + dp) * len(STRATEGIES) + strategy)
+def _buckets(profile: Stack, strategy: np.ndarray, dp: np.ndarray, grads: np.ndarray, width: int) -> np.ndarray:
+    """communication()'s gradient buckets per step: max(1, ⌈gradient elements / stacks.bucket_params⌉), with
+    bucket_params once per distinct (strategy, dp) and the rest over the rows (np.ceil of the same quotient)."""
+    _, inverse = _dense(dp * len(STRATEGIES) + strategy)
     first = np.empty(int(inverse.max(initial=-1)) + 1, dtype=np.intp)
-    first[inverse] = np.arange(len(inverse))  # a row of each distinct (strategy, dp, split): its last
-    values = np.array([max(1, math.ceil(b / width / bucket_params(profile, STRATEGIES[k], d, width)))
-                       for k, d, b in zip(strategy[first].tolist(), dp[first].tolist(), grads[first].tolist(),
-                                          strict=True)], dtype=float)
-    out: np.ndarray = values[inverse]
+    first[inverse] = np.arange(len(inverse))  # a row of each distinct (strategy, dp): its last
+    per = np.array([bucket_params(profile, STRATEGIES[k], d, width)
+                    for k, d in zip(strategy[first].tolist(), dp[first].tolist(), strict=True)], dtype=float)
+    out: np.ndarray = np.maximum(1.0, np.ceil(grads / width / per[inverse]))
     return out
 
 
@@ -180,7 +176,7 @@ def layout_speeds(job: Job, gpu_model: str, rows: Layouts, *, stack: str | None 
     alpha = _Latency(link)
     gather, scatter = _ring(shard, d, bw), _ring(grads, d, bw)
     s = rows.strategy
-    buckets = _buckets(profile, s, d, t * (int(p.max(initial=0)) + 1) + p, grads, grad_width)
+    buckets = _buckets(profile, s, d, grads, grad_width)
     units = -(-arch.num_layers // p)  # FSDP units on one pipeline stage
     zero = (s == ZERO1) | (s == ZERO2)
     zero_reduce = scatter + buckets * alpha("reduce-scatter", d, nodes)
