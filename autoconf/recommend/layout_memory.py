@@ -46,8 +46,7 @@ class Gate:
         """(device peak, OOM risk) of ``rows`` as theory states them (None: not a theory gate)."""
         if self.peak is None:
             return None
-        risk = oom_probability(self.need[rows], np.full(len(rows), self.capacity),
-                               method=np.full(len(rows), self.method))
+        risk = oom_probability(self.need[rows], np.full(len(rows), self.capacity), method=self.method)  # one σ
         return self.peak[rows], np.asarray(risk, dtype=float)
 
 

@@ -194,12 +194,40 @@ class JobColumns:
         scalar, which the formulas combine with the placement columns as they do for one ``Job`` (a branch on a
         job field alone is a Python ``if``; numpy broadcasts the rest); a caller may then set a field to ``size``
         entries of its own, as the layout search does for the batch, accumulation and checkpointing. The LoRA
-        targets stay a one-entry ``Codes``. ``take`` keeps the scalar fields."""
-        out = cls.of([job])
-        for target in (out, out.settings, out.settings.profile):
-            for name, value in list(target.__dict__.items()):
-                if isinstance(value, np.ndarray):
-                    setattr(target, name, value.item())
+        targets stay a one-entry ``Codes``. ``take`` keeps the scalar fields.
+
+        The values are those of ``of([job])``'s one-entry columns (each field with its column's type: str, int,
+        bool, float), built without the arrays: tests/test_layout_memory.py checks them field by field."""
+        out = object.__new__(cls)
+        for names, kind in ((JOB_TEXT, str), (JOB_INT, int), (JOB_BOOL, bool)):
+            for name in names:
+                setattr(out, name, kind(getattr(job, name)))
+        loss_kernel = job.loss_kernel or ""
+        fused = "fused-linear-ce" if job.fused_loss else FRAMEWORK_LOSS_KERNEL.get(job.framework, "hf")
+        for name, value in (("lora_dropout", float(job.lora_dropout)),
+                            ("image_resolution", int(job.image_resolution or 0)),
+                            ("lora_target_modules", Codes.of([job.lora_target_modules])),
+                            ("effective_loss_kernel", str(loss_kernel if loss_kernel != "" else fused))):
+            setattr(out, name, value)
+        profile = PROFILES[job.framework]
+        fit = profile.device_fit
+        columns = object.__new__(ProfileColumns)
+        for name, value in (("full_copy_on_gpu", bool(profile.full_copy_on_gpu)),
+                            ("quant_saves_input", bool(profile.quant_saves_input)),
+                            ("kbit_upcast", bool(profile.kbit_upcast)),
+                            ("fused_ce_bytes_per_vocab", float(profile.fused_ce_bytes_per_vocab or 0)),
+                            ("loss_segment_bytes_per_vocab", float(profile.loss_segment_bytes_per_vocab)),
+                            ("has_fit", fit is not None), ("fit_context", fit.context_bytes if fit else 0.0),
+                            ("fit_nccl", fit.nccl_bytes if fit else 0.0),
+                            ("fit_fragmentation", fit.fragmentation if fit else 0.0)):
+            setattr(columns, name, value)
+        settings = object.__new__(ResolvedColumns)
+        settings.profile = columns
+        for name, field in OVERRIDE_FIELDS.items():  # not set: the profile's value
+            given = getattr(job, field)
+            setattr(settings, name, bool(getattr(profile, name)) if given is None else float(given) > 0)
+        setattr(settings, "adapter_bytes", float(profile.adapter_bytes))  # noqa: B010 - a scalar, not a column
+        out.settings = settings
         out.size = size
         return out
 
