@@ -66,10 +66,16 @@ class Speeds:
 
 def _ring(num_bytes: np.ndarray | float, ranks: np.ndarray, bandwidth: np.ndarray | float) -> np.ndarray:
     """throughput._ring_seconds over arrays (0 for one rank or no bytes)."""
+    return _rings((num_bytes,), ranks, bandwidth)[0]
+
+
+def _rings(sizes: tuple[np.ndarray | float, ...], ranks: np.ndarray, bandwidth: np.ndarray | float,
+           ) -> list[np.ndarray]:
+    """``_ring`` of each of ``sizes`` over the same ranks and bandwidth (their factors computed once)."""
     ranks_f = np.maximum(ranks, 1).astype(float)
-    seconds = (ranks_f - 1) / ranks_f * num_bytes / (np.asarray(bandwidth) * 1e9 * tp.COLLECTIVE_EFFICIENCY)
-    out: np.ndarray = np.where((ranks > 1) & (np.asarray(num_bytes) > 0), seconds, 0.0)
-    return out
+    share, rate = (ranks_f - 1) / ranks_f, np.asarray(bandwidth) * 1e9 * tp.COLLECTIVE_EFFICIENCY
+    several = ranks > 1
+    return [np.where(several & (np.asarray(b) > 0), share * b / rate, 0.0) for b in sizes]
 
 
 @lru_cache(maxsize=1024)
@@ -174,7 +180,7 @@ def layout_speeds(job: Job, gpu_model: str, rows: Layouts, *, stack: str | None 
     nodes = np.where(spread, np.minimum(d, np.maximum(1, -(-(d * t * p) // rows.gpus_per_worker))), 1)  # dp_nodes()
     link = gpu.intra_node_link
     alpha = _Latency(link)
-    gather, scatter = _ring(shard, d, bw), _ring(grads, d, bw)
+    gather, scatter = _rings((shard, grads), d, bw)
     s = rows.strategy
     buckets = _buckets(profile, s, d, grads, grad_width)
     units = -(-arch.num_layers // p)  # FSDP units on one pipeline stage
@@ -190,7 +196,8 @@ def layout_speeds(job: Job, gpu_model: str, rows: Layouts, *, stack: str | None 
         zero_exposed = gather + sync
     # fsdp-hybrid: throughput.communication's branch (shards inside the node, replicas all-reduce over the network)
     local = np.minimum(d, rows.gpus_per_worker)
-    inner = 2 * _ring(shard, local, intra) + _ring(grads, local, intra)
+    local_gather, local_scatter = _rings((shard, grads), local, intra)
+    inner = 2 * local_gather + local_scatter
     one_node = np.ones_like(local)
     inner = inner + units * (2 * alpha("all-gather", local, one_node) + alpha("reduce-scatter", local, one_node))
     outer = (2 * _ring(grads / local, workers, np.minimum(intra, network / local))  # nic_share: 1 / local each
@@ -209,7 +216,7 @@ def layout_speeds(job: Job, gpu_model: str, rows: Layouts, *, stack: str | None 
     if not profile.overlap_grad_reduce:
         hidden, exposed, last = np.zeros_like(hidden), hidden + exposed, np.zeros_like(hidden)
     # tensor_parallel_seconds(): 2 all-reduces (2 rings each + α) per layer forward, 2 backward (+2 recompute)
-    message = rows.batch / (d * g) * job.tokens_per_sample * arch.hidden_size * width
+    message = rows.batch / (d * g) * job.tokens_per_sample * arch.hidden_size * width  # one micro-batch's
     per_layer = np.where(rows.checkpointing == 1, 6, 4)
     layers = -(-arch.num_layers // p)
     tp_nodes = -(-t // rows.gpus_per_worker)  # a TP group wider than a node rings over the network
@@ -221,7 +228,7 @@ def layout_speeds(job: Job, gpu_model: str, rows: Layouts, *, stack: str | None 
     # pipeline_seconds(): activations forward and gradients back, 1/tp each, per micro-batch (virtual_pp = 1 here:
     # on the critical path for every stack)
     crosses = t * p > rows.gpus_per_worker
-    p2p_bytes = rows.batch / (d * g) * job.tokens_per_sample * arch.hidden_size * width / t
+    p2p_bytes = message / t
     p2p_one = (p2p_bytes / (np.where(crosses, min(intra, network), intra) * 1e9 * tp.COLLECTIVE_EFFICIENCY)
                + np.where(crosses, latency_seconds("send", 2, 2, link), latency_seconds("send", 2, 1, link)))
     exposed = exposed + np.where(p > 1, g * 2 * p2p_one, 0.0)
