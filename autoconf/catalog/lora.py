@@ -119,6 +119,12 @@ def lora_params(arch: Architecture, targets: tuple[str, ...], rank: int) -> int:
     """Trainable LoRA parameters over every decoder layer and the vision side (peft's count)."""
     lora_targets(arch, targets)  # refuses half a fused pair
     wanted = _wanted(arch, targets)
-    total = sum(_count(arch, layer.linears, wanted, rank) for layer in arch.layers)
+    counted: dict[tuple[Linear, ...], int] = {}  # decoder layers of one shape (most models: all) are counted once
+    total = 0
+    for layer in arch.layers:
+        found = counted.get(layer.linears)
+        if found is None:
+            found = counted[layer.linears] = _count(arch, layer.linears, wanted, rank)
+        total += found
     vision = arch.vision.linears if arch.vision else ()
     return total + _count(arch, vision, wanted, rank, vision=True)

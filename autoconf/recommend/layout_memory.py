@@ -46,8 +46,7 @@ class Gate:
         """(device peak, OOM risk) of ``rows`` as theory states them (None: not a theory gate)."""
         if self.peak is None:
             return None
-        risk = oom_probability(self.need[rows], np.full(len(rows), self.capacity),
-                               method=np.full(len(rows), self.method))
+        risk = oom_probability(self.need[rows], np.full(len(rows), self.capacity), method=self.method)  # one σ
         return self.peak[rows], np.asarray(risk, dtype=float)
 
 
@@ -61,7 +60,8 @@ def columns(job: Job, space: Space) -> tuple[JobColumns, PlacementColumns]:
     for name, column in (("batch_size", rows.batch), ("gradient_accumulation_steps", rows.accumulation),
                          ("gradient_checkpointing", rows.checkpointing.astype(bool))):
         setattr(jobs, name, column)
-    places = PlacementColumns(rows.gpus, rows.gpus_per_worker, rows.tp, rows.pp, np.full(n, "none"), None,
+    # offload "none" on every layout: one Python string, so the formulas' offload branches are Python ``if``s
+    places = PlacementColumns(rows.gpus, rows.gpus_per_worker, rows.tp, rows.pp, "none", None,
                               _STRATEGY_CODES[rows.strategy])
     return jobs, places
 

@@ -11,7 +11,6 @@ throughput.py it follows; tests/test_layout.py checks every layout of several jo
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -67,10 +66,16 @@ class Speeds:
 
 def _ring(num_bytes: np.ndarray | float, ranks: np.ndarray, bandwidth: np.ndarray | float) -> np.ndarray:
     """throughput._ring_seconds over arrays (0 for one rank or no bytes)."""
+    return _rings((num_bytes,), ranks, bandwidth)[0]
+
+
+def _rings(sizes: tuple[np.ndarray | float, ...], ranks: np.ndarray, bandwidth: np.ndarray | float,
+           ) -> list[np.ndarray]:
+    """``_ring`` of each of ``sizes`` over the same ranks and bandwidth (their factors computed once)."""
     ranks_f = np.maximum(ranks, 1).astype(float)
-    seconds = (ranks_f - 1) / ranks_f * num_bytes / (np.asarray(bandwidth) * 1e9 * tp.COLLECTIVE_EFFICIENCY)
-    out: np.ndarray = np.where((ranks > 1) & (np.asarray(num_bytes) > 0), seconds, 0.0)
-    return out
+    share, rate = (ranks_f - 1) / ranks_f, np.asarray(bandwidth) * 1e9 * tp.COLLECTIVE_EFFICIENCY
+    several = ranks > 1
+    return [np.where(several & (np.asarray(b) > 0), share * b / rate, 0.0) for b in sizes]
 
 
 @lru_cache(maxsize=1024)
@@ -88,43 +93,53 @@ def _job_constants(job: Job, gpu_model: str, stack: str) -> tuple[np.ndarray, ..
             np.array([tp.backward_share(v, arch) for v in variants]))
 
 
-def _distinct(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(first row of each distinct value of the integer ``code``, each row's index into those): one 1-D sort (a
-    sort of whole rows, np.unique(axis=0), costs far more)."""
-    _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
-    return first, inverse.reshape(-1)
+def _dense(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct values of the small non-negative integer ``code``, each row's index into them) through a
+    table of ``code.max() + 1`` slots: no sort (np.unique's argsort and its bookkeeping cost more on a search's
+    few hundred rows; the order of the distinct values is irrelevant to their users)."""
+    slots = np.zeros(int(code.max(initial=0)) + 1, dtype=np.intp)
+    slots[code] = 1
+    values = np.flatnonzero(slots)
+    slots[values] = np.arange(len(values))
+    return values, slots[code]
 
 
-@lru_cache(maxsize=64)
-def _pairs(ranks: bytes, nodes: bytes) -> tuple[tuple[tuple[int, int], ...], np.ndarray]:
-    """The distinct (ranks, nodes) pairs of two int64 columns (given as bytes) and each row's index into them,
-    memoised on the columns' contents: the collectives over the same groups (data-parallel ranks and nodes, ...)
-    share one sort."""
-    r, k = np.frombuffer(ranks, dtype=np.int64), np.frombuffer(nodes, dtype=np.int64)
-    first, inverse = _distinct(r * (int(k.max(initial=0)) + 1) + k)
-    inverse.flags.writeable = False
-    return tuple(zip(r[first].tolist(), k[first].tolist(), strict=True)), inverse
+class _Latency:
+    """collectives.latency_seconds of each layout's (ranks, nodes) pair, computed once per distinct pair: the
+    collectives over the same groups (data-parallel ranks and their nodes, ...) share one table of pairs, and the
+    same collective over the same group is computed once per search."""
 
+    def __init__(self, link: str) -> None:
+        self.link = link
+        self.groups: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, list[tuple[int, int]], np.ndarray]] = {}
+        self.values: dict[tuple[str, int, int], np.ndarray] = {}
 
-def _alpha(kind: Collective, ranks: np.ndarray, nodes: np.ndarray, link: str) -> np.ndarray:
-    """collectives.latency_seconds of each (ranks, nodes) pair, computed once per distinct pair."""
-    r, k = (np.ascontiguousarray(a, dtype=np.int64).reshape(-1) for a in np.broadcast_arrays(ranks, nodes))
-    pairs, inverse = _pairs(r.tobytes(), k.tobytes())
-    values = np.array([latency_seconds(kind, a, b, link) for a, b in pairs])
-    out: np.ndarray = values[inverse].reshape(np.broadcast_shapes(np.shape(ranks), np.shape(nodes)))
-    return out
+    def __call__(self, kind: Collective, ranks: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+        key = (id(ranks), id(nodes))
+        found = self.values.get((kind, *key))
+        if found is not None:
+            return found
+        group = self.groups.get(key)
+        if group is None:  # the arrays stay referenced with their pairs, so their ids are not reused meanwhile
+            width = int(nodes.max(initial=0)) + 1
+            codes, inverse = _dense(ranks * width + nodes)
+            pairs = list(zip((codes // width).tolist(), (codes % width).tolist(), strict=True))
+            group = self.groups[key] = (ranks, nodes, pairs, inverse)
+        values = np.array([latency_seconds(kind, a, b, self.link) for a, b in group[2]])
+        out: np.ndarray = values[group[3]]
+        self.values[(kind, *key)] = out
+        return out
 
 
 def _buckets(profile: Stack, strategy: np.ndarray, dp: np.ndarray, grads: np.ndarray, width: int) -> np.ndarray:
-    """communication()'s gradient buckets per step: max(1, ⌈gradient elements / stacks.bucket_params⌉), once per
-    distinct (strategy, dp, gradient bytes of a rank)."""
-    grads = np.broadcast_to(grads, dp.shape).astype(float)
-    _, code = np.unique(grads, return_inverse=True)  # the few distinct gradient sizes (one per tp · pp)
-    first, inverse = _distinct((code.reshape(-1) * (int(dp.max(initial=0)) + 1) + dp) * len(STRATEGIES) + strategy)
-    values = np.array([max(1, math.ceil(b / width / bucket_params(profile, STRATEGIES[k], d, width)))
-                       for k, d, b in zip(strategy[first].tolist(), dp[first].tolist(), grads[first].tolist(),
-                                          strict=True)], dtype=float)
-    out: np.ndarray = values[inverse]
+    """communication()'s gradient buckets per step: max(1, ⌈gradient elements / stacks.bucket_params⌉), with
+    bucket_params once per distinct (strategy, dp) and the rest over the rows (np.ceil of the same quotient)."""
+    _, inverse = _dense(dp * len(STRATEGIES) + strategy)
+    first = np.empty(int(inverse.max(initial=-1)) + 1, dtype=np.intp)
+    first[inverse] = np.arange(len(inverse))  # a row of each distinct (strategy, dp): its last
+    per = np.array([bucket_params(profile, STRATEGIES[k], d, width)
+                    for k, d in zip(strategy[first].tolist(), dp[first].tolist(), strict=True)], dtype=float)
+    out: np.ndarray = np.maximum(1.0, np.ceil(grads / width / per[inverse]))
     return out
 
 
@@ -164,56 +179,60 @@ def layout_speeds(job: Job, gpu_model: str, rows: Layouts, *, stack: str | None 
     bw = np.where(spread, np.minimum(intra, network * share), intra)
     nodes = np.where(spread, np.minimum(d, np.maximum(1, -(-(d * t * p) // rows.gpus_per_worker))), 1)  # dp_nodes()
     link = gpu.intra_node_link
-    gather, scatter = _ring(shard, d, bw), _ring(grads, d, bw)
+    alpha = _Latency(link)
+    gather, scatter = _rings((shard, grads), d, bw)
     s = rows.strategy
     buckets = _buckets(profile, s, d, grads, grad_width)
     units = -(-arch.num_layers // p)  # FSDP units on one pipeline stage
     zero = (s == ZERO1) | (s == ZERO2)
-    zero_reduce = scatter + buckets * _alpha("reduce-scatter", d, nodes, link)
+    zero_reduce = scatter + buckets * alpha("reduce-scatter", d, nodes)
     zero_hidden = zero_reduce * np.where(s == ZERO2, g, 1)
-    sync = (np.minimum(d, parameter_tensors(arch, profile)) * _alpha("broadcast", d, nodes, link)
+    sync = (np.minimum(d, parameter_tensors(arch, profile)) * alpha("broadcast", d, nodes)
             if profile.param_broadcast
-            else (profile.param_gather_calls or buckets) * _alpha("all-gather", d, nodes, link))
+            else (profile.param_gather_calls or buckets) * alpha("all-gather", d, nodes))
     if profile.overlap_param_gather:
         zero_hidden, zero_exposed = zero_hidden + gather + sync, np.zeros_like(gather)
     else:
         zero_exposed = gather + sync
     # fsdp-hybrid: throughput.communication's branch (shards inside the node, replicas all-reduce over the network)
     local = np.minimum(d, rows.gpus_per_worker)
-    inner = 2 * _ring(shard, local, intra) + _ring(grads, local, intra)
-    inner = inner + units * (2 * _alpha("all-gather", local, np.ones_like(local), link)
-                             + _alpha("reduce-scatter", local, np.ones_like(local), link))
+    local_gather, local_scatter = _rings((shard, grads), local, intra)
+    inner = 2 * local_gather + local_scatter
+    one_node = np.ones_like(local)
+    inner = inner + units * (2 * alpha("all-gather", local, one_node) + alpha("reduce-scatter", local, one_node))
     outer = (2 * _ring(grads / local, workers, np.minimum(intra, network / local))  # nic_share: 1 / local each
-             + units * _alpha("all-reduce", workers, workers, link))
-    ddp = 2 * scatter + buckets * _alpha("all-reduce", d, nodes, link)
-    grad_op = g * (gather + scatter + units * (_alpha("all-gather", d, nodes, link)
-                                               + _alpha("reduce-scatter", d, nodes, link)))
-    full = g * (2 * gather + scatter + units * (2 * _alpha("all-gather", d, nodes, link)
-                                                + _alpha("reduce-scatter", d, nodes, link)))
-    hidden = np.select([s == DDP, zero, s == SHARD_GRAD_OP, s == HYBRID],
-                       [ddp, zero_hidden, grad_op, g * inner + outer],
-                       full)  # ZeRO-3 and FSDP full shard: gather forward and backward
+             + units * alpha("all-reduce", workers, workers))
+    ddp = 2 * scatter + buckets * alpha("all-reduce", d, nodes)
+    grad_op = g * (gather + scatter + units * (alpha("all-gather", d, nodes)
+                                               + alpha("reduce-scatter", d, nodes)))
+    full = g * (2 * gather + scatter + units * (2 * alpha("all-gather", d, nodes)
+                                                + alpha("reduce-scatter", d, nodes)))
+    # by strategy (the masks exclude each other; nested np.where costs less than np.select on short columns)
+    is_ddp, is_zero1, is_hybrid = s == DDP, s == ZERO1, s == HYBRID
+    hidden = np.where(is_ddp, ddp, np.where(zero, zero_hidden, np.where(
+        s == SHARD_GRAD_OP, grad_op, np.where(is_hybrid, g * inner + outer,
+                                              full))))  # ZeRO-3 and FSDP full shard: gather forward and backward
     exposed = np.where(zero, zero_exposed, 0.0)
     # the once-per-step reductions (communication().last_backward): DDP's, ZeRO-1's, HSDP's replicas'
-    last = np.select([s == DDP, s == ZERO1, s == HYBRID], [ddp, zero_reduce, outer], 0.0)
+    last = np.where(is_ddp, ddp, np.where(is_zero1, zero_reduce, np.where(is_hybrid, outer, 0.0)))
     if not profile.overlap_grad_reduce:
         hidden, exposed, last = np.zeros_like(hidden), hidden + exposed, np.zeros_like(hidden)
     # tensor_parallel_seconds(): 2 all-reduces (2 rings each + α) per layer forward, 2 backward (+2 recompute)
-    message = rows.batch / (d * g) * job.tokens_per_sample * arch.hidden_size * width
+    message = rows.batch / (d * g) * job.tokens_per_sample * arch.hidden_size * width  # one micro-batch's
     per_layer = np.where(rows.checkpointing == 1, 6, 4)
     layers = -(-arch.num_layers // p)
     tp_nodes = -(-t // rows.gpus_per_worker)  # a TP group wider than a node rings over the network
     one = (2 * _ring(message, t, np.where(tp_nodes > 1, min(intra, network), intra))
-           + _alpha("all-reduce", t, tp_nodes, link))
+           + alpha("all-reduce", t, tp_nodes))
     tensor = g * per_layer * layers * np.where(t > 1, one, 0.0)
     overlapped = tensor * (1.0 - profile.tp_exposed_share) if profile.tp_overlap else np.zeros_like(tensor)
     hidden, exposed = hidden + overlapped, exposed + tensor - overlapped
     # pipeline_seconds(): activations forward and gradients back, 1/tp each, per micro-batch (virtual_pp = 1 here:
     # on the critical path for every stack)
     crosses = t * p > rows.gpus_per_worker
-    p2p_bytes = rows.batch / (d * g) * job.tokens_per_sample * arch.hidden_size * width / t
+    p2p_bytes = message / t
     p2p_one = (p2p_bytes / (np.where(crosses, min(intra, network), intra) * 1e9 * tp.COLLECTIVE_EFFICIENCY)
-               + _alpha("send", np.full_like(t, 2), np.where(crosses, 2, 1), link))
+               + np.where(crosses, latency_seconds("send", 2, 2, link), latency_seconds("send", 2, 1, link)))
     exposed = exposed + np.where(p > 1, g * 2 * p2p_one, 0.0)
     # step_seconds(): the once-per-step reductions hide behind the last micro-batch's backward only
     window = backward_by[c] / g * compute

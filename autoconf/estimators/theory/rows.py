@@ -26,15 +26,18 @@ Num = Any
 Flag = Any  # a bool for one row, a bool array for a batch
 
 
+_BOOLS = (bool, np.bool_)  # a tuple: isinstance over it is faster than over the union ``bool | np.bool_``
+
+
 def where(cond: Flag, a: Num, b: Num) -> Num:
     """``a if cond else b`` for one row; np.where over rows."""
-    if isinstance(cond, bool | np.bool_):
+    if isinstance(cond, _BOOLS):
         return a if cond else b
     return np.where(cond, a, b)
 
 
 def not_(flag: Flag) -> Flag:
-    return not flag if isinstance(flag, bool | np.bool_) else ~flag
+    return not flag if isinstance(flag, _BOOLS) else ~flag
 
 
 def is_in(value: Any, choices: Sequence[Any]) -> Flag:  # noqa: ANN401 - a field: a scalar or a column
@@ -191,12 +194,40 @@ class JobColumns:
         scalar, which the formulas combine with the placement columns as they do for one ``Job`` (a branch on a
         job field alone is a Python ``if``; numpy broadcasts the rest); a caller may then set a field to ``size``
         entries of its own, as the layout search does for the batch, accumulation and checkpointing. The LoRA
-        targets stay a one-entry ``Codes``. ``take`` keeps the scalar fields."""
-        out = cls.of([job])
-        for target in (out, out.settings, out.settings.profile):
-            for name, value in list(target.__dict__.items()):
-                if isinstance(value, np.ndarray):
-                    setattr(target, name, value.item())
+        targets stay a one-entry ``Codes``. ``take`` keeps the scalar fields.
+
+        The values are those of ``of([job])``'s one-entry columns (each field with its column's type: str, int,
+        bool, float), built without the arrays: tests/test_layout_memory.py checks them field by field."""
+        out = object.__new__(cls)
+        for names, kind in ((JOB_TEXT, str), (JOB_INT, int), (JOB_BOOL, bool)):
+            for name in names:
+                setattr(out, name, kind(getattr(job, name)))
+        loss_kernel = job.loss_kernel or ""
+        fused = "fused-linear-ce" if job.fused_loss else FRAMEWORK_LOSS_KERNEL.get(job.framework, "hf")
+        for name, value in (("lora_dropout", float(job.lora_dropout)),
+                            ("image_resolution", int(job.image_resolution or 0)),
+                            ("lora_target_modules", Codes.of([job.lora_target_modules])),
+                            ("effective_loss_kernel", str(loss_kernel if loss_kernel != "" else fused))):
+            setattr(out, name, value)
+        profile = PROFILES[job.framework]
+        fit = profile.device_fit
+        columns = object.__new__(ProfileColumns)
+        for name, value in (("full_copy_on_gpu", bool(profile.full_copy_on_gpu)),
+                            ("quant_saves_input", bool(profile.quant_saves_input)),
+                            ("kbit_upcast", bool(profile.kbit_upcast)),
+                            ("fused_ce_bytes_per_vocab", float(profile.fused_ce_bytes_per_vocab or 0)),
+                            ("loss_segment_bytes_per_vocab", float(profile.loss_segment_bytes_per_vocab)),
+                            ("has_fit", fit is not None), ("fit_context", fit.context_bytes if fit else 0.0),
+                            ("fit_nccl", fit.nccl_bytes if fit else 0.0),
+                            ("fit_fragmentation", fit.fragmentation if fit else 0.0)):
+            setattr(columns, name, value)
+        settings = object.__new__(ResolvedColumns)
+        settings.profile = columns
+        for name, field in OVERRIDE_FIELDS.items():  # not set: the profile's value
+            given = getattr(job, field)
+            setattr(settings, name, bool(getattr(profile, name)) if given is None else float(given) > 0)
+        setattr(settings, "adapter_bytes", float(profile.adapter_bytes))  # noqa: B010 - a scalar, not a column
+        out.settings = settings
         out.size = size
         return out
 
@@ -234,12 +265,13 @@ def lookup_text(value: np.ndarray, table: Mapping[str, str], default: str) -> np
 
 
 class FlatColumns:
-    """Columns that are all numpy arrays of one length: ``take`` selects the same rows of each."""
+    """Columns that are numpy arrays of one length, or a Python scalar that every row shares: ``take`` selects the
+    same rows of each array."""
 
     def take(self, rows: np.ndarray | slice) -> Self:
         out = object.__new__(type(self))
         for name, value in self.__dict__.items():
-            setattr(out, name, value[rows])
+            setattr(out, name, value[rows] if isinstance(value, np.ndarray) else value)
         return out
 
 
@@ -249,14 +281,15 @@ _FSDP, _DDP = STRATEGY_NAMES.index("fsdp"), STRATEGY_NAMES.index("ddp")
 
 
 class PlacementColumns(FlatColumns):
-    """The Placement fields the theory reads, one numpy entry per row (``gpus_per_worker`` 0 = the default).
+    """The Placement fields the theory reads, one numpy entry per row (``gpus_per_worker`` 0 = the default;
+    ``offload`` may be one string that every row shares, as the layout search gives it).
 
     The effective strategy is held as ``strategy_code``, an index of STRATEGY_NAMES per row: the formulas ask
     which strategies a row has (``strategy_in``) about twenty times, an integer comparison each instead of a
     text one."""
 
     def __init__(self, number_gpus: np.ndarray, gpus_per_worker: np.ndarray, tp: np.ndarray, pp: np.ndarray,
-                 offload: np.ndarray, strategy: np.ndarray | None, codes: np.ndarray | None = None) -> None:
+                 offload: np.ndarray | str, strategy: np.ndarray | None, codes: np.ndarray | None = None) -> None:
         """``strategy``: "" where the Placement leaves it to the default (fsdp on > 1 data-parallel GPU, else ddp);
         or ``codes``: every row's effective strategy as an index of STRATEGY_NAMES (then ``strategy`` is None)."""
         self.number_gpus, self.gpus_per_worker, self.tp, self.pp = number_gpus, gpus_per_worker, tp, pp
@@ -294,7 +327,10 @@ def strategy_in(placement: AnyPlacement, choices: Sequence[str]) -> Flag:
     """``placement.effective_strategy in choices`` for one Placement; a mask over rows (by strategy_code)."""
     if isinstance(placement, Placement):
         return placement.effective_strategy in choices
-    return is_in(placement.strategy_code, [STRATEGY_NAMES.index(c) for c in choices])
+    table = np.zeros(len(STRATEGY_NAMES), dtype=bool)  # one look-up per row instead of a comparison per choice
+    table[[STRATEGY_NAMES.index(c) for c in choices]] = True
+    out: np.ndarray = table[placement.strategy_code]
+    return out
 
 
 def settings_of(job: AnyJob) -> Resolved | ResolvedColumns:

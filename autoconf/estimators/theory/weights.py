@@ -70,6 +70,10 @@ def trainable_params(job: AnyJob, arch: Architecture) -> Num:
         return arch.text_params if job.method == "full" else _adapters(arch, job.lora_target_modules, job.lora_r,
                                                                        job.dora)
     targets: Codes = job.lora_target_modules
+    if isinstance(job.method, str) and isinstance(job.lora_r, int) and len(targets.table) == 1:
+        # JobColumns.broadcast: one job on every row, its count as a float (what the column path gives each row)
+        return float(arch.text_params if job.method == "full"
+                     else _adapters(arch, targets.table[0], job.lora_r, bool(job.dora)))
     keys = (targets.codes * 8192 + job.lora_r) * 2 + job.dora  # lora_r ≤ 4096 (schema.Job)
     distinct, inverse = np.unique(keys, return_inverse=True)
     lora = job.method != "full"
