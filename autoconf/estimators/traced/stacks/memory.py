@@ -256,7 +256,9 @@ def trace_stack(spec: dict[str, Any], timeout_s: float = TRACE_TIMEOUT_S) -> dic
             pass
     path.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    if _stack_dirs():  # after the caller's own path (this autoconf), before the environment's packages
+    if _stack_dirs() and "$DIR" in INSTALL[spec["stack"]]:
+        # only stacks installed into a directory of their own see it (after the caller's own path, this autoconf,
+        # before the environment's packages): peft, which trl imports, refuses the torchao that torchtune needs there
         env["PYTHONPATH"] = os.pathsep.join([*filter(None, [os.environ.get("PYTHONPATH")]), *_stack_dirs()])
     with tempfile.TemporaryDirectory(prefix="autoconf-stack-") as tmp:
         spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "out.npz"
