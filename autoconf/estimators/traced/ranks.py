@@ -228,6 +228,11 @@ def largest_rank(job: Job, placement: Placement, ranks: list[int], summaries: li
     needed = max(sim.max_reserved, summary["reserved_peak"]) if sim.out_of_memory else sim.max_reserved
     reserved = float(needed) + workspace
     device = reserved + outside
+    fit = resolve(job).profile.device_fit
+    if fit is not None:  # a stack with a measured device line: device from it, as theory/cuda.py peaks and the step do
+        nccl = fit.nccl_bytes if placement.number_gpus > 1 else 0.0
+        device = allocated * (1 + fit.fragmentation) + fit.context_bytes + nccl
+        reserved = min(reserved, device)
     w, g, o, a, lg = (float(v) for v in top["parts"])
     memory = MemoryEstimate(
         weights_bytes=w, gradients_bytes=g, optimizer_bytes=o, activations_bytes=a, logits_bytes=lg,
