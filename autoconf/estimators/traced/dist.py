@@ -49,6 +49,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.overrides import TorchFunctionMode
 
 from autoconf.estimators.traced.allocator import replay
+from autoconf.estimators.traced.fsdp1 import clip_fsdp1, is_fsdp1, patch_fsdp1, wrap_fsdp1
 from autoconf.estimators.traced.hf_config import DTYPES
 from autoconf.estimators.traced.hf_parallel import by_mesh, clip_by_mesh, parallel_model, split_by_mesh
 from autoconf.estimators.traced.model import build_optimizer, finish, meta_model
@@ -70,7 +71,8 @@ from autoconf.estimators.traced.wrap import ACTIVE, RankBytes, join_world, patch
 CLIP, LOAD, SAVE = 4, 5, 6
 PHASES = ("forward", "loss", "backward", "optimizer", "clip", "load", "save")
 # single: one unwrapped GPU, for the allocator replay of a one-GPU step (docs/traced_vs_theory.md, findings)
-STRATEGIES = ("ddp", "fsdp", "fsdp-shard-grad-op", "fsdp-hybrid", "tp", "single")
+# fsdp1: torch's FullyShardedDataParallel as accelerate wraps it for the FSDP1 stacks (fsdp1.py)
+STRATEGIES = ("ddp", "fsdp", "fsdp-shard-grad-op", "fsdp-hybrid", "tp", "single", "fsdp1")
 MAX_GRAD_NORM = 1.0  # transformers TrainingArguments.max_grad_norm default
 
 
@@ -124,6 +126,8 @@ def update(model: torch.nn.Module, opt: torch.optim.Optimizer, tracker: RankByte
     trained: list[torch.Tensor] = [p for p in model.parameters() if p.requires_grad]
     if len(by_mesh(trained)) > 1:  # tensor parallel: parameters on several meshes, clipped as the Trainer does
         clip_by_mesh(trained, MAX_GRAD_NORM)
+    elif is_fsdp1(model):
+        clip_fsdp1(model, MAX_GRAD_NORM)
     else:
         torch.nn.utils.clip_grad_norm_(trained, MAX_GRAD_NORM)
     tracker.set_phase(OPT_STEP, OPTIMIZER)
@@ -189,24 +193,37 @@ def trace_rank(spec: dict[str, Any]) -> dict[str, Any]:
     else:
         mesh = join_world(world, int(spec.get("rank", 0)), int(spec.get("replicas", 1)))
         model = meta_model(spec)
-    if strategy not in ("ddp", "single", "tp"):
+    if strategy == "fsdp1":
+        patch_fsdp1()
+    elif strategy not in ("ddp", "single", "tp"):
         patch_fsdp()
         model = wrap_fsdp2(model, mesh, reshard=strategy != "fsdp-shard-grad-op", amp=DTYPES[spec["dtype"]][1])
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
     clock = {"build": time.perf_counter() - start}
+    if strategy == "fsdp1":  # the whole model in host memory (rank 0) or on meta: not the GPU's (fsdp1.py)
+        with fake_mode:
+            model.to_empty(device="cpu")
+            base: Any = model.get_base_model() if hasattr(model, "get_base_model") else model  # type: ignore[operator]
+            base.tie_weights()
+        finish(model, spec)  # the Trainer enables checkpointing before accelerate wraps the model
     with fake_mode, tracker, replicated:
         tracker.enter(0, LOAD, WEIGHTS)
-        model.to_empty(device="cpu")
+        if strategy == "fsdp1":  # each unit flattened, padded, sharded: FSDP1's constructor
+            model = wrap_fsdp1(model, spec, DTYPES[spec["dtype"]][1])
+        else:
+            model.to_empty(device="cpu")
         if strategy == "ddp":
             with tracker.charged(GRADIENTS):  # the reducer's gradient buckets
                 model = wrap_ddp(model)
         inner: torch.nn.Module = model.module if isinstance(model, DistributedDataParallel) else model
-        finish(inner, spec)
+        if strategy != "fsdp1":
+            finish(inner, spec)
         tracker.sample()
         opt = build_optimizer(inner, spec)
         if strategy == "tp":
             split_by_mesh(opt)
-        hooks = StepHooks(inner, spec["arch"]["num_layers"])
+        hooked: Any = inner.module if strategy == "fsdp1" else inner  # FSDP1: the HF model inside the root
+        hooks = StepHooks(hooked, spec["arch"]["num_layers"])
         clock["load"] = time.perf_counter() - start - sum(clock.values())
         if spec.get("short_first_step"):
             first_update(inner, opt, tracker)
@@ -217,7 +234,8 @@ def trace_rank(spec: dict[str, Any]) -> dict[str, Any]:
         tracker.enter(2, FORWARD, ACTIVATIONS)
         train_step(model, opt, hooks, tuple(spec["shape"]), spec, tracker)
         clock["step2"] = time.perf_counter() - start - sum(clock.values())
-        save_checkpoint(inner, opt, strategy, tracker)
+        if strategy != "fsdp1":  # FSDP1 stacks save SHARDED_STATE_DICT: the rank's own shards (fsdp1.py)
+            save_checkpoint(inner, opt, strategy, tracker)
         clock["save"] = time.perf_counter() - start - sum(clock.values())
     ACTIVE.clear()
     out = trace_out(tracker, start, params_of(inner), clock, {"transformers": transformers.__version__})

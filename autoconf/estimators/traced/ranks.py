@@ -41,6 +41,9 @@ STRATEGIES = ("ddp", "fsdp", "fsdp-shard-grad-op", "fsdp-hybrid")  # data-parall
 TP_DP_STRATEGIES = ("fsdp", "ddp", "fsdp-hybrid")
 # Stacks whose multi-GPU step is the HF Trainer's through accelerate (FSDP2 wrapping of dist.py, or DDP).
 ACCELERATE_STACKS = ("hf-trainer", "peft")
+# Stacks that run the HF Trainer under accelerate's FSDP1 (torch FullyShardedDataParallel; fsdp1.py), full shard only.
+FSDP1_STACKS = ("fms-hf-tuning", "fsdp-qlora")
+FSDP1_VERSION = 2  # bump when the FSDP1 rank trace changes meaning (its cache keys only)
 # dist.PHASES -> schema Phase: clipping is part of the optimizer phase; a checkpoint save happens between
 # steps with the states live, theory's "static" phase.
 PHASE: dict[str, Phase] = {"forward": "forward", "loss": "loss", "backward": "backward", "optimizer": "optimizer",
@@ -67,6 +70,8 @@ def rank_unsupported(job: Job, placement: Placement) -> str | None:
         return "QLoRA, loss kernels and 8-bit AdamW (traced on one replica only)"
     if placement.offload != "none":
         return f"offload {placement.offload}"
+    if job.framework in FSDP1_STACKS and placement.tp == 1:
+        return None if strategy == "fsdp" else f"{job.framework} with {strategy} (its FSDP1 ranks are traced for fsdp)"
     if job.framework not in ACCELERATE_STACKS:
         return f"{job.framework} wraps its model its own way (rank traces follow {', '.join(ACCELERATE_STACKS)})"
     return None
@@ -188,6 +193,9 @@ def rank_memory(job: Job, placement: Placement, arch: Architecture, spec: dict[s
         rank_spec["replicas"] = placement.workers
         shards = world // placement.workers
     ranks = [0, shards - 1] if strategy != "ddp" and uneven(spec, shards) else [0]
+    if job.framework in FSDP1_STACKS and placement.tp == 1:  # FSDP1: every rank's flat shard is padded alike
+        rank_spec.update(strategy="fsdp1", fsdp1_version=FSDP1_VERSION)  # part of the cache key
+        ranks = [0]
     if placement.tp > 1:  # a (dp_replicate, fsdp, tp) mesh, tp innermost: world is the tp degree (hf_parallel.py)
         rank_spec.update(world=placement.tp, strategy="tp")
         ranks = [0]
@@ -220,6 +228,11 @@ def largest_rank(job: Job, placement: Placement, ranks: list[int], summaries: li
     needed = max(sim.max_reserved, summary["reserved_peak"]) if sim.out_of_memory else sim.max_reserved
     reserved = float(needed) + workspace
     device = reserved + outside
+    fit = resolve(job).profile.device_fit
+    if fit is not None:  # a stack with a measured device line: device from it, as theory/cuda.py peaks and the step do
+        nccl = fit.nccl_bytes if placement.number_gpus > 1 else 0.0
+        device = allocated * (1 + fit.fragmentation) + fit.context_bytes + nccl
+        reserved = min(reserved, device)
     w, g, o, a, lg = (float(v) for v in top["parts"])
     memory = MemoryEstimate(
         weights_bytes=w, gradients_bytes=g, optimizer_bytes=o, activations_bytes=a, logits_bytes=lg,

@@ -1,0 +1,157 @@
+"""FSDP1 (torch's ``FullyShardedDataParallel``) as accelerate wraps a model for the HF Trainer, on a fake process group.
+
+Used by the rank-trace worker (autoconf/estimators/traced/dist.py, strategy ``fsdp1``); imports torch and peft.
+
+Stacks that launch the HF Trainer with an accelerate FSDP config of ``fsdp_version`` 1 (fms-hf-tuning: its
+fms-acceleration benchmark ``accelerate.yaml``; Answer.AI's fsdp_qlora ``train.py`` wraps the same way itself) get:
+
+* ``FullyShardedDataParallel`` with ``FULL_SHARD``, ``use_orig_params=False`` (accelerate's
+  ``FullyShardedDataParallelPlugin`` default when ``FSDP_USE_ORIG_PARAMS`` is unset; fsdp_qlora passes False),
+  ``limit_all_gathers=True`` (the plugin's default), ``BackwardPrefetch.BACKWARD_PRE`` (the yaml's
+  ``fsdp_backward_prefetch``), no forward prefetch.
+* Wrapping: ``transformer_auto_wrap_policy`` over the model's ``_no_split_modules`` (``TRANSFORMER_BASED_WRAP``);
+  for LoRA, peft's ``fsdp_auto_wrap_policy`` (peft/utils/other.py), which the Trainer installs for a peft model
+  under FSDP1 (transformers trainer.py ``update_fsdp_plugin_peft``, called because FSDP1 delays the optimizer's
+  creation): every leaf module with a trainable weight (each ``lora_A`` / ``lora_B``) is a unit of its own, then
+  the decoder layers, then the root. With ``use_orig_params=False`` a flat parameter must be all trainable or
+  all frozen, which that policy ensures.
+* Mixed precision for amp-* jobs: ``MixedPrecision(param_dtype=reduce_dtype=buffer_dtype=<autocast dtype>)``
+  (accelerate's ``set_mixed_precision`` for FSDP1).
+
+Each unit's parameters become one flat parameter, padded to a multiple of the world size and split into equal
+chunks; rank r keeps chunk r (``FlatParamHandle.shard``). FSDP1 gathers a unit into its padded unsharded buffer
+and frees it by resizing storages outside the dispatcher (``_alloc_storage`` / ``_free_storage``,
+torch/distributed/fsdp/_flat_param.py); both are wrapped to tell the tracker. All-gathers count as weights,
+the reduce-scatters' padded gradients as gradients.
+
+Not run as on a GPU: ``sync_module_states`` (the broadcast of rank 0's weights at load) refuses CPU modules
+(``_check_module_states_for_sync_module_states``); it works in place apart from its 250 MB coalescing bucket,
+which is not counted. The model is materialised outside the tracker (with ``fsdp_cpu_ram_efficient_loading`` rank 0
+holds it in host memory, the other ranks on the meta device) and each unit's flat parameter is built and sharded
+inside it, as FSDP1's constructor does on the GPU.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from autoconf.estimators.traced.step import GRADIENTS, WEIGHTS
+from autoconf.estimators.traced.wrap import ACTIVE
+
+
+def wrap_fsdp1(model: nn.Module, spec: dict[str, Any], amp: torch.dtype | None) -> nn.Module:
+    """``model`` (materialised, on the fake process group of dist.join_world) wrapped as the module docstring says."""
+    from torch.distributed.fsdp import BackwardPrefetch, MixedPrecision, ShardingStrategy
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+
+    policy: Callable[..., bool]
+    if spec["method"] == "lora":
+        from peft.utils.other import fsdp_auto_wrap_policy
+
+        policy = fsdp_auto_wrap_policy(model)  # type: ignore[no-untyped-call]  # peft is unannotated
+    else:
+        names = set(getattr(model, "_no_split_modules", None) or [])
+        layers = {type(m) for m in model.modules() if type(m).__name__ in names}
+        policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls=layers)
+    precision = MixedPrecision(param_dtype=amp, reduce_dtype=amp, buffer_dtype=amp) if amp is not None else None
+    return FSDP(model, auto_wrap_policy=policy, sharding_strategy=ShardingStrategy.FULL_SHARD, use_orig_params=False,
+                limit_all_gathers=True, backward_prefetch=BackwardPrefetch.BACKWARD_PRE, forward_prefetch=False,
+                mixed_precision=precision, device_id=torch.device("cpu"), sync_module_states=False)
+
+
+def patch_fsdp1() -> None:
+    """Tell the active tracker about FSDP1's storage resizes (gathered flat parameters, mixed-precision shards)."""
+    from torch.distributed.fsdp import _flat_param
+
+    if getattr(_flat_param, "_autoconf_patched", False):
+        return
+    setattr(_flat_param, "_autoconf_patched", True)  # noqa: B010  # a flag on torch's module
+
+    def resized(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def call(tensor: torch.Tensor, *args: Any) -> Any:
+            out = fn(tensor, *args)
+            if ACTIVE:  # the resize may have been seen by the dispatcher in the current category: weights
+                ACTIVE[-1].track(tensor, WEIGHTS)
+                ACTIVE[-1].reclassify(tensor, WEIGHTS)
+            return out
+        return call
+
+    for name in ("_alloc_storage", "_free_storage"):
+        setattr(_flat_param, name, resized(getattr(_flat_param, name)))
+
+    # FlatParamHandle.shard frees the unsharded flat parameter by resizing its storage to 0 (a storage call the
+    # dispatcher does not see) before keeping the rank's chunk: tell the tracker through a view of that storage.
+    handle_cls = _flat_param.FlatParamHandle
+    shard = handle_cls.shard
+
+    @functools.wraps(shard)
+    def sharded(self: Any) -> Any:
+        whole = self.flat_param.detach()  # shares the unsharded storage
+        out = shard(self)  # type: ignore[no-untyped-call]  # torch's method is unannotated
+        if ACTIVE:
+            ACTIVE[-1].track(whole, WEIGHTS)
+        return out
+
+    setattr(handle_cls, "shard", sharded)  # noqa: B010  # torch's method, wrapped
+
+    # Fake tensors have no data pointers (all 0), and FSDP1 tells storages apart by them: ``_same_storage`` and
+    # ``_catch_all_reshard``'s "already resharded" check (flat_param.data_ptr() == _local_shard.data_ptr()), which
+    # would then skip resharding the units whose post-backward hook never runs (frozen LoRA bases whose inputs need
+    # no gradient: the embedding's unit and the first layer), leaving them gathered through the optimizer step.
+    # Both compare the storage objects instead (their C pointers, distinct per storage, shared by views).
+    from torch.distributed.fsdp import _runtime_utils
+
+    def storage_id(tensor: torch.Tensor) -> int:
+        local = getattr(tensor, "_local_tensor", tensor)  # a DTensor's local shard, as torch's check does
+        return int(local.untyped_storage()._cdata)
+
+    setattr(_flat_param, "_same_storage", lambda a, b: storage_id(a) == storage_id(b))  # noqa: B010
+
+    @functools.wraps(_runtime_utils._catch_all_reshard)
+    def reshard_unless_sharded(state: Any) -> None:  # torch's body, with the storage check
+        handle = state._handle
+        if not handle or (storage_id(handle.flat_param) == storage_id(handle.flat_param._local_shard)
+                          and not handle._skipped_use_sharded_views):
+            return
+        _runtime_utils._reshard(state, handle, _runtime_utils._should_free_in_backward(state, handle))
+
+    setattr(_runtime_utils, "_catch_all_reshard", reshard_unless_sharded)  # noqa: B010
+
+    # The post-backward hook reduce-scatters a unit's padded unsharded gradient into a new shard-sized one and
+    # sets it as the flat parameter's gradient (_runtime_utils._post_backward_hook / _reduce_grad): gradients.
+    # The hook is bound by name when FSDP1 registers it (functools.partial at lazy init), so the wrapper is seen.
+    hook = _runtime_utils._post_backward_hook
+
+    @functools.wraps(hook)
+    def post_backward(state: Any, handle: Any, *args: Any, **kwargs: Any) -> Any:
+        if not ACTIVE:
+            return hook(state, handle, *args, **kwargs)
+        tracker = ACTIVE[-1]
+        with tracker.charged(GRADIENTS):
+            out = hook(state, handle, *args, **kwargs)
+        grad = handle.flat_param.grad if handle is not None else None
+        if grad is not None:
+            tracker.reclassify(grad, GRADIENTS)
+        return out
+
+    _runtime_utils._post_backward_hook = post_backward
+
+
+def is_fsdp1(model: nn.Module) -> bool:
+    """``model`` is an FSDP1 root (``FullyShardedDataParallel``)."""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    return isinstance(model, FSDP)
+
+
+def clip_fsdp1(model: nn.Module, max_norm: float) -> None:
+    """The Trainer's clipping of an FSDP1 model: ``FullyShardedDataParallel.clip_grad_norm_`` (accelerate's
+    ``clip_grad_norm_`` calls it for FSDP1), over the local gradient shards and one all-reduce."""
+    model.clip_grad_norm_(max_norm)  # type: ignore[operator]

@@ -1,0 +1,98 @@
+"""FSDP1 rank traces (torch FullyShardedDataParallel as accelerate wraps it) against per-rank bytes derived by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("peft")
+
+from autoconf.catalog import get_architecture
+from autoconf.estimators.contract import get_estimator
+from autoconf.estimators.traced.estimator import trace_spec
+from autoconf.estimators.traced.ranks import rank_unsupported, trace_ranks
+from autoconf.schema import Job, Placement
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
+
+TINY = "tiny-llama-test"
+SHAPE = (1, 256)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    mp = pytest.MonkeyPatch()
+    mp.setenv("AUTOCONF_CACHE", str(tmp_path_factory.mktemp("autoconf-cache")))
+    yield
+    mp.undo()
+
+
+def _job(method: str, framework: str = "fms-hf-tuning") -> Job:
+    return Job(model=TINY, method=method, tokens_per_sample=SHAPE[1], batch_size=SHAPE[0], framework=framework,
+               gradient_checkpointing=False, optimizer_impl="fused")
+
+
+def _phase(summary: dict, step: int, phase: str) -> dict:
+    return next(p for p in summary["phases"] if p["step"] == step and p["phase"] == phase)
+
+
+def _units(method: str) -> tuple[list[int], int]:
+    """Elements of each FSDP1 flat parameter (wrapping unit) of the tiny llama, and their bytes per element.
+    Full: the root (both embeddings and the final norm, untied) and one unit per decoder layer (q, k, v, o, gate,
+    up, down and two norms). LoRA (r = 8 on q_proj and v_proj, peft's wrap policy): the frozen root and layers,
+    and each lora_A / lora_B a unit of its own (fp32: peft keeps adapters in fp32)."""
+    a = get_architecture(TINY)
+    h, q, kv = a.hidden_size, a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim
+    root = 2 * a.vocab_size * h + h
+    layer = h * q + 2 * h * kv + q * h + 3 * h * a.intermediate_size + 2 * h
+    if method == "full":
+        return [root] + [layer] * a.num_layers, 2
+    r = 8
+    return [r * h, q * r, r * h, kv * r] * a.num_layers, 4
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("method", "world"), [("full", 4), ("lora", 2)])
+def test_fsdp1_rank_holds_its_padded_flat_shards(method: str, world: int) -> None:
+    """At step 2's optimizer step rank 0 holds ⌈unit / world⌉ elements of every flat parameter (FSDP1 pads a
+    flat parameter to a multiple of the world and keeps one equal chunk per rank), their gradients, AdamW's two
+    moments over them, one fp32 step per trained flat parameter and the root's fp32 ``_zero_scalar`` (created by
+    ``FullyShardedDataParallel.clip_grad_norm_``)."""
+    job = _job(method)
+    spec = {**trace_spec(job, get_architecture(TINY)), "world": world, "strategy": "fsdp1", "shape": list(SHAPE)}
+    summary = trace_ranks(spec)
+    trained, size = _units(method)
+    shard = sum(math.ceil(u / world) for u in trained) * size
+    frozen = 0
+    if method == "lora":  # the bf16 root and layers, frozen: sharded, no gradients, no states
+        full, _ = _units("full")
+        frozen = sum(math.ceil(u / world) for u in full) * 2
+    weights, grads, states = _phase(summary, 2, "optimizer")["parts"][:3]
+    assert weights == frozen + shard
+    assert grads == shard
+    assert states == 2 * shard + 4 * len(trained) + 4
+    # load: each unit is flattened whole on the rank, then only its chunk kept; the root, built last, holds at
+    # most two whole copies of itself next to every shard (observed: exactly two, for both cases)
+    root = _units("full")[0][0] * (2 if method == "lora" else size)
+    assert frozen + shard < _phase(summary, 0, "load")["peak"] <= frozen + shard + 2 * root
+
+
+@pytest.mark.parametrize(("framework", "strategy", "traced"), [
+    ("fms-hf-tuning", "fsdp", True), ("fsdp-qlora", "fsdp", True), ("fms-hf-tuning", "ddp", False),
+])
+def test_fsdp1_stacks_are_rank_traced_for_full_shard(framework: str, strategy: str, traced: bool) -> None:
+    why = rank_unsupported(_job("lora", framework), Placement(gpu_model="NVIDIA-A100-80GB-PCIe", number_gpus=2,
+                                                               strategy=strategy))
+    assert (why is None) is traced
+
+
+@pytest.mark.slow
+def test_fsdp1_estimate_names_the_wrapping() -> None:
+    memory = get_estimator("traced").estimate(
+        _job("lora").model_copy(update={"batch_size": 2}),
+        Placement(gpu_model="NVIDIA-A100-80GB-PCIe", number_gpus=2, strategy="fsdp")).memory
+    assert any("FSDP1" in n and "rank 0 of 2" in n for n in memory.notes)
+    assert 0 < memory.peak_allocated_bytes <= memory.peak_reserved_bytes <= memory.peak_bytes
