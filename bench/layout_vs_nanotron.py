@@ -131,8 +131,8 @@ def report(frame: pd.DataFrame) -> str:
         "",
         f"Agreement: {agree} of {len(rows)} cells ({agree / len(rows):.0%}; target ≥ 70 %). Search time per cell "
         f"(array search, recommend/layout.py): first search of the job {cold[len(cold) // 2]:.0f} ms median, "
-        f"{cold[-1]:.0f} ms max (target ≤ 50 ms: {'met' if cold[-1] <= 50 else 'not met'}); again (memory groups "
-        f"memoised) {warm[len(warm) // 2]:.1f} ms median.",
+        f"{cold[-1]:.0f} ms max (target ≤ 50 ms: {'met' if cold[-1] <= 50 else 'not met'}); again (the same job, "
+        f"its layout space memoised) {warm[len(warm) // 2]:.1f} ms median.",
     ]
     return "\n".join(lines)
 
