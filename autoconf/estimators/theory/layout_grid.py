@@ -182,58 +182,79 @@ def layout_speeds(job: Job, gpu_model: str, rows: Layouts, *, stack: str | None 
     alpha = _Latency(link)
     gather, scatter = _rings((shard, grads), d, bw)
     s = rows.strategy
-    buckets = _buckets(profile, s, d, grads, grad_width)
+    # only the strategies some row names are computed (a stack's shardings, e.g. nanotron's DDP / ZeRO-1): the
+    # branches no row picks would only be discarded by the np.where below
+    present = np.zeros(len(STRATEGIES), dtype=bool)
+    present[s] = True
+    has_ddp, has_zero1, has_zero2, has_grad_op, has_zero3, has_fsdp, has_hybrid = present.tolist()
+    has_zero, has_full = has_zero1 or has_zero2, has_zero3 or has_fsdp
+    buckets = _buckets(profile, s, d, grads, grad_width) if has_ddp or has_zero else None
     units = -(-arch.num_layers // p)  # FSDP units on one pipeline stage
     zero = (s == ZERO1) | (s == ZERO2)
-    zero_reduce = scatter + buckets * alpha("reduce-scatter", d, nodes)
-    zero_hidden = zero_reduce * np.where(s == ZERO2, g, 1)
-    sync = (np.minimum(d, parameter_tensors(arch, profile)) * alpha("broadcast", d, nodes)
-            if profile.param_broadcast
-            else (profile.param_gather_calls or buckets) * alpha("all-gather", d, nodes))
-    if profile.overlap_param_gather:
-        zero_hidden, zero_exposed = zero_hidden + gather + sync, np.zeros_like(gather)
-    else:
-        zero_exposed = gather + sync
-    # fsdp-hybrid: throughput.communication's branch (shards inside the node, replicas all-reduce over the network)
-    local = np.minimum(d, rows.gpus_per_worker)
-    local_gather, local_scatter = _rings((shard, grads), local, intra)
-    inner = 2 * local_gather + local_scatter
-    one_node = np.ones_like(local)
-    inner = inner + units * (2 * alpha("all-gather", local, one_node) + alpha("reduce-scatter", local, one_node))
-    outer = (2 * _ring(grads / local, workers, np.minimum(intra, network / local))  # nic_share: 1 / local each
-             + units * alpha("all-reduce", workers, workers))
-    ddp = 2 * scatter + buckets * alpha("all-reduce", d, nodes)
-    grad_op = g * (gather + scatter + units * (alpha("all-gather", d, nodes)
-                                               + alpha("reduce-scatter", d, nodes)))
-    full = g * (2 * gather + scatter + units * (2 * alpha("all-gather", d, nodes)
-                                                + alpha("reduce-scatter", d, nodes)))
-    # by strategy (the masks exclude each other; nested np.where costs less than np.select on short columns)
-    is_ddp, is_zero1, is_hybrid = s == DDP, s == ZERO1, s == HYBRID
-    hidden = np.where(is_ddp, ddp, np.where(zero, zero_hidden, np.where(
-        s == SHARD_GRAD_OP, grad_op, np.where(is_hybrid, g * inner + outer,
-                                              full))))  # ZeRO-3 and FSDP full shard: gather forward and backward
-    exposed = np.where(zero, zero_exposed, 0.0)
+    # by strategy (the masks exclude each other; each present branch overwrites its rows of the running result, as
+    # nested np.where would; fewer calls than np.select on short columns)
+    hidden = exposed = last = np.zeros(len(s))
+    if has_full:  # ZeRO-3 and FSDP full shard: gather forward and backward
+        hidden = g * (2 * gather + scatter + units * (2 * alpha("all-gather", d, nodes)
+                                                      + alpha("reduce-scatter", d, nodes)))
+    if has_hybrid:
+        # fsdp-hybrid: throughput.communication's branch (shards inside the node, replicas all-reduce over the
+        # network)
+        is_hybrid = s == HYBRID
+        local = np.minimum(d, rows.gpus_per_worker)
+        local_gather, local_scatter = _rings((shard, grads), local, intra)
+        inner = 2 * local_gather + local_scatter
+        one_node = np.ones_like(local)
+        inner = inner + units * (2 * alpha("all-gather", local, one_node) + alpha("reduce-scatter", local, one_node))
+        outer = (2 * _ring(grads / local, workers, np.minimum(intra, network / local))  # nic_share: 1 / local each
+                 + units * alpha("all-reduce", workers, workers))
+        hidden = np.where(is_hybrid, g * inner + outer, hidden)
+        last = np.where(is_hybrid, outer, last)
+    if has_grad_op:
+        grad_op = g * (gather + scatter + units * (alpha("all-gather", d, nodes)
+                                                   + alpha("reduce-scatter", d, nodes)))
+        hidden = np.where(s == SHARD_GRAD_OP, grad_op, hidden)
+    if has_zero:
+        zero_reduce = scatter + buckets * alpha("reduce-scatter", d, nodes)
+        zero_hidden = zero_reduce * np.where(s == ZERO2, g, 1)
+        sync = (np.minimum(d, parameter_tensors(arch, profile)) * alpha("broadcast", d, nodes)
+                if profile.param_broadcast
+                else (profile.param_gather_calls or buckets) * alpha("all-gather", d, nodes))
+        if profile.overlap_param_gather:
+            zero_hidden, zero_exposed = zero_hidden + gather + sync, np.zeros_like(gather)
+        else:
+            zero_exposed = gather + sync
+        hidden = np.where(zero, zero_hidden, hidden)
+        exposed = np.where(zero, zero_exposed, 0.0)
+        if has_zero1:
+            last = np.where(s == ZERO1, zero_reduce, last)
+    if has_ddp:
+        is_ddp = s == DDP
+        ddp = 2 * scatter + buckets * alpha("all-reduce", d, nodes)
+        hidden = np.where(is_ddp, ddp, hidden)
+        last = np.where(is_ddp, ddp, last)
     # the once-per-step reductions (communication().last_backward): DDP's, ZeRO-1's, HSDP's replicas'
-    last = np.where(is_ddp, ddp, np.where(is_zero1, zero_reduce, np.where(is_hybrid, outer, 0.0)))
     if not profile.overlap_grad_reduce:
         hidden, exposed, last = np.zeros_like(hidden), hidden + exposed, np.zeros_like(hidden)
     # tensor_parallel_seconds(): 2 all-reduces (2 rings each + α) per layer forward, 2 backward (+2 recompute)
     message = rows.batch / (d * g) * job.tokens_per_sample * arch.hidden_size * width  # one micro-batch's
-    per_layer = np.where(rows.checkpointing == 1, 6, 4)
-    layers = -(-arch.num_layers // p)
-    tp_nodes = -(-t // rows.gpus_per_worker)  # a TP group wider than a node rings over the network
-    one = (2 * _ring(message, t, np.where(tp_nodes > 1, min(intra, network), intra))
-           + alpha("all-reduce", t, tp_nodes))
-    tensor = g * per_layer * layers * np.where(t > 1, one, 0.0)
-    overlapped = tensor * (1.0 - profile.tp_exposed_share) if profile.tp_overlap else np.zeros_like(tensor)
-    hidden, exposed = hidden + overlapped, exposed + tensor - overlapped
+    if (t > 1).any():  # 0 on every row otherwise
+        per_layer = np.where(rows.checkpointing == 1, 6, 4)
+        layers = -(-arch.num_layers // p)
+        tp_nodes = -(-t // rows.gpus_per_worker)  # a TP group wider than a node rings over the network
+        one = (2 * _ring(message, t, np.where(tp_nodes > 1, min(intra, network), intra))
+               + alpha("all-reduce", t, tp_nodes))
+        tensor = g * per_layer * layers * np.where(t > 1, one, 0.0)
+        overlapped = tensor * (1.0 - profile.tp_exposed_share) if profile.tp_overlap else np.zeros_like(tensor)
+        hidden, exposed = hidden + overlapped, exposed + tensor - overlapped
     # pipeline_seconds(): activations forward and gradients back, 1/tp each, per micro-batch (virtual_pp = 1 here:
     # on the critical path for every stack)
-    crosses = t * p > rows.gpus_per_worker
-    p2p_bytes = message / t
-    p2p_one = (p2p_bytes / (np.where(crosses, min(intra, network), intra) * 1e9 * tp.COLLECTIVE_EFFICIENCY)
-               + np.where(crosses, latency_seconds("send", 2, 2, link), latency_seconds("send", 2, 1, link)))
-    exposed = exposed + np.where(p > 1, g * 2 * p2p_one, 0.0)
+    if (p > 1).any():  # 0 on every row otherwise
+        crosses = t * p > rows.gpus_per_worker
+        p2p_bytes = message / t
+        p2p_one = (p2p_bytes / (np.where(crosses, min(intra, network), intra) * 1e9 * tp.COLLECTIVE_EFFICIENCY)
+                   + np.where(crosses, latency_seconds("send", 2, 2, link), latency_seconds("send", 2, 1, link)))
+        exposed = exposed + np.where(p > 1, g * 2 * p2p_one, 0.0)
     # step_seconds(): the once-per-step reductions hide behind the last micro-batch's backward only
     window = backward_by[c] / g * compute
     step = compute + np.maximum(np.maximum(0.0, hidden - compute), last - window) + exposed

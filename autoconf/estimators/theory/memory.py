@@ -119,7 +119,8 @@ def theory_rows(job: JobColumns, place: PlacementColumns, arch: Architecture, gp
     """Theory memory of rows that share ``arch`` (each with its own GPU); refused rows get their exception.
 
     ``job`` and ``gpu`` may hold one value for every row (JobColumns.broadcast, GpuColumns.one);
-    ``risk=False`` leaves ``oom_risk`` NaN, ``parts=False`` leaves ``parts`` empty (only the totals are needed)."""
+    ``risk=False`` leaves ``oom_risk`` NaN; ``parts=False`` leaves ``parts`` empty and fills only ``peak``,
+    ``releasable`` (and ``oom_risk``) of the answered rows: the layout gate's totals."""
     out = _empty(job.size, parts)
     out.errors = refusals(job, place, arch, gpu.no_bf16, gpu.name)
     answered = np.ones(job.size, dtype=bool)
@@ -146,10 +147,14 @@ def theory_rows(job: JobColumns, place: PlacementColumns, arch: Architecture, gp
     side = side_stream_bytes(phases, st, place, has_load)
     cached = loss_segment_cache(job, arch, place)
     peaks = cuda.peaks(allocated, st.outside, job, place, gpu, settings_of(job), calib, side, cached)
-    for part in ALLOCATOR_PARTS if parts else ():
+    if not parts:  # the totals only (the layout gate): allocated, reserved, phase, micro-batch... stay unset
+        out.peak[idx], out.releasable[idx] = peaks.device, peaks.releasable
+        if risk:
+            out.oom_risk[idx] = oom_probability(peaks.device - peaks.releasable, gpu.memory_bytes, method=job.method)
+        return out
+    for part in ALLOCATOR_PARTS:
         out.parts[part][idx] = np.choose(best, [np.broadcast_to(phases[name][part], best.shape) for name in PHASES])
-    if parts:
-        out.parts["overhead"][idx] = peaks.overhead
+    out.parts["overhead"][idx] = peaks.overhead
     out.allocated[idx], out.reserved[idx], out.peak[idx] = peaks.allocated, peaks.reserved, peaks.device
     out.releasable[idx] = peaks.releasable
     out.capacity[idx] = gpu.memory_bytes

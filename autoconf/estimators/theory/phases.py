@@ -111,7 +111,7 @@ def refusals(job: JobColumns, place: PlacementColumns, arch: Architecture, no_bf
         (no_bf16 & is_in(job.dtype, ("bf16", "amp-bf16")), lambda i: InvalidInputError(
             "dtype", f"bf16 is not supported on {gpu_names if isinstance(gpu_names, str) else gpu_names[i]}; "
             "use fp16 or fp32")),
-        (_targets_refused(job, arch) & (job.method != "full"), lambda i: _targets_error(job, arch, i)),
+        (_lora_refused(job, arch), lambda i: _targets_error(job, arch, i)),
         ((job.images_per_sample > 0) & (arch.vision is None), lambda i: images.images_error(
             arch, at(job.images_per_sample, i))),
         (bad_sp, lambda i: _sp_error(int(place.dp[i]), at(job.sequence_parallel, i))),
@@ -124,6 +124,15 @@ def refusals(job: JobColumns, place: PlacementColumns, arch: Architecture, no_bf
             if i not in out:
                 out[i] = error(i)
     return out
+
+
+def _lora_refused(job: JobColumns, arch: Architecture) -> Flag:
+    """LoRA rows whose targets the architecture refuses (the targets are not resolved where no row is LoRA: a
+    search of full fine-tuning layouts)."""
+    lora = job.method != "full"
+    if not np.any(lora):
+        return lora
+    return _targets_refused(job, arch) & lora
 
 
 def _targets_refused(job: JobColumns, arch: Architecture) -> np.ndarray:

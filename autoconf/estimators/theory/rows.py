@@ -327,10 +327,19 @@ def strategy_in(placement: AnyPlacement, choices: Sequence[str]) -> Flag:
     """``placement.effective_strategy in choices`` for one Placement; a mask over rows (by strategy_code)."""
     if isinstance(placement, Placement):
         return placement.effective_strategy in choices
-    table = np.zeros(len(STRATEGY_NAMES), dtype=bool)  # one look-up per row instead of a comparison per choice
-    table[[STRATEGY_NAMES.index(c) for c in choices]] = True
+    key = tuple(choices)
+    table = _CHOICE_TABLES.get(key)
+    if table is None:  # one look-up per row instead of a comparison per choice
+        table = np.zeros(len(STRATEGY_NAMES), dtype=bool)
+        table[[STRATEGY_NAMES.index(c) for c in choices]] = True
+        table.flags.writeable = False
+        _CHOICE_TABLES[key] = table
     out: np.ndarray = table[placement.strategy_code]
     return out
+
+
+# strategy_in's tables by choices: constants of STRATEGY_NAMES (the formulas ask about a dozen fixed sets)
+_CHOICE_TABLES: dict[tuple[str, ...], np.ndarray] = {}
 
 
 def settings_of(job: AnyJob) -> Resolved | ResolvedColumns:
