@@ -141,10 +141,11 @@ def theory_rows(job: JobColumns, place: PlacementColumns, arch: Architecture, gp
             if not (isinstance(value, float) and value == 0.0):  # x + 0.0 is x: a part the phase does not hold
                 total = total + value
         totals.append(total)
+    sums = dict(zip(PHASES, totals, strict=True))  # side_stream_bytes's sums of the phases' parts
     totals[0] = np.where(has_load, totals[0], -np.inf)  # a row without a load phase never peaks there
     best = np.argmax(np.stack(totals, axis=1), axis=1)  # the first maximum, in PHASES order
     allocated = np.choose(best, totals)
-    side = side_stream_bytes(phases, st, place, has_load)
+    side = side_stream_bytes(phases, st, place, has_load, sums)
     cached = loss_segment_cache(job, arch, place)
     peaks = cuda.peaks(allocated, st.outside, job, place, gpu, settings_of(job), calib, side, cached)
     if not parts:  # the totals only (the layout gate): allocated, reserved, phase, micro-batch... stay unset

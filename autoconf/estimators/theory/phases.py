@@ -6,7 +6,7 @@ their phases into the three peaks and the estimate (memory.theory_rows, memory.e
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -34,7 +34,7 @@ from autoconf.estimators.theory.rows import (
     where,
 )
 from autoconf.estimators.theory.states import States, vision_states
-from autoconf.estimators.theory.weights import AMP, sharded_fsdp, weight_bytes
+from autoconf.estimators.theory.weights import AMP, sharded_fsdp
 from autoconf.schema import Calibration, Job, Phase, Placement
 
 PHASES: tuple[Phase, ...] = ("load", "loss", "backward", "static", "optimizer")  # max() order: the first peak wins
@@ -185,7 +185,7 @@ def phase_parts(job: AnyJob, arch: Architecture, placement: AnyPlacement, st: St
     # every rank moves its full checkpoint copy to the GPU before the wrapper shards it
     has_load = fsdp_like(placement) & not_(settings.efficient_loading) & settings.profile.full_copy_on_gpu
     phases: PhaseTable = {
-        "load": {"weights": weight_bytes(job, arch, placement), "gradients": 0.0, "optimizer": 0.0,
+        "load": {"weights": st.replica_weights, "gradients": 0.0, "optimizer": 0.0,
                  "activations": 0.0, "logits": 0.0},
         "loss": {"weights": w + autocast, "gradients": g_live, "optimizer": st.optimizer, "activations": saved,
                  "logits": loss},
@@ -233,7 +233,8 @@ def _sum(values: Iterable[Num]) -> Num:
     return total
 
 
-def side_stream_bytes(phases: PhaseTable, st: States, placement: AnyPlacement, has_load: Flag = True) -> Num:
+def side_stream_bytes(phases: PhaseTable, st: States, placement: AnyPlacement, has_load: Flag = True,
+                      totals: Mapping[str, Num] | None = None) -> Num:
     """Reserved bytes that torch FSDP's side streams keep cached while the compute stream peaks.
 
     Each stream's pool reserves its own peak, so torch reserves (at least) the sum of the three pools' peaks:
@@ -241,11 +242,12 @@ def side_stream_bytes(phases: PhaseTable, st: States, placement: AnyPlacement, h
     reduce-scatter stream's (the sharded gradients, freed by zero_grad but kept cached for the next backward)
     and the all-gather stream's (the gathered units, freed after each layer but kept cached through the
     optimizer step). The result is that sum minus the allocator peak (0 for any other strategy, and nearly 0
-    for LoRA, whose sharded gradients are the adapters'). A load phase counts only where ``has_load``."""
+    for LoRA, whose sharded gradients are the adapters'). A load phase counts only where ``has_load``.
+    ``totals``: each phase's sum of parts where the caller has it (memory.theory_rows: the same sums)."""
     resident = st.weights + st.buffers
     peak = compute = grads = gathered = 0.0
     for name, parts in phases.items():
-        total = _sum(parts.values())
+        total = _sum(parts.values()) if totals is None else totals[name]
         g = parts["gradients"] + parts["vision_gradients"]
         u = 0.0 if name == "load" else maximum(0.0, parts["weights"] - resident)
         if name == "load":  # a row without the phase: 0 changes none of the maxima below (all parts are >= 0)

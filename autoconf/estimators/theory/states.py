@@ -80,6 +80,7 @@ class States:
     buffers: Num  # framework buckets (ZeRO reduce/allgather)
     trainable_params: Num
     outside: Num = 0.0  # bytes held outside torch's allocator (paged optimizer states)
+    replica_weights: Num = 0.0  # weights.weight_bytes: one unsharded replica's (the load phase's weights)
 
 
 @overload
@@ -113,7 +114,7 @@ def model_states(job: AnyJob, arch: Architecture, placement: AnyPlacement) -> St
     full = job.method == "full"
     settings = settings_of(job)
     grad_b = where(full, dtype_bytes(job), settings.adapter_bytes)
-    weights = weight_bytes(job, arch, placement)
+    weights = replica = weight_bytes(job, arch, placement)
     grads = psi_t * grad_b
     zero = strategy_in(placement, ("zero1", "zero2", "zero3"))
     opt = psi_t * optimizer_bytes_per_param(job, zero)
@@ -154,7 +155,7 @@ def model_states(job: AnyJob, arch: Architecture, placement: AnyPlacement) -> St
     persist = persist & not_(in_backward)
     outside = where(is_in(job.optimizer, PAGED), opt, 0.0)
     count = int(psi_t) if isinstance(job, Job) else np.floor(psi_t)
-    return States(weights, grads, opt, gathered, persist, temp, buffers, count, outside)
+    return States(weights, grads, opt, gathered, persist, temp, buffers, count, outside, replica)
 
 
 def _optimizer_temp(job: AnyJob, arch: Architecture, local_trainable: Num, placement: AnyPlacement) -> Num:
