@@ -132,7 +132,8 @@ def theory_rows(job: JobColumns, place: PlacementColumns, arch: Architecture, gp
         one_gpu = not isinstance(gpu.memory_bytes, np.ndarray)  # GpuColumns.one: the same GPU on every row
         job, place, gpu = job.take(idx), place.take(idx), gpu if one_gpu else gpu.take(idx)
     st = model_states(job, arch, place)
-    phases, has_load = phase_parts(job, arch, place, st, calib)
+    samples = micro_batch(job, place)
+    phases, has_load = phase_parts(job, arch, place, st, calib, samples)
     totals = []
     for name in PHASES:  # left to right, as sum() over a phase's parts
         total = np.zeros(len(idx)) + phases[name][ALLOCATOR_PARTS[0]]
@@ -146,7 +147,7 @@ def theory_rows(job: JobColumns, place: PlacementColumns, arch: Architecture, gp
     best = np.argmax(np.stack(totals, axis=1), axis=1)  # the first maximum, in PHASES order
     allocated = np.choose(best, totals)
     side = side_stream_bytes(phases, st, place, has_load, sums)
-    cached = loss_segment_cache(job, arch, place)
+    cached = loss_segment_cache(job, arch, place, samples)
     peaks = cuda.peaks(allocated, st.outside, job, place, gpu, settings_of(job), calib, side, cached)
     if not parts:  # the totals only (the layout gate): allocated, reserved, phase, micro-batch... stay unset
         out.peak[idx], out.releasable[idx] = peaks.device, peaks.releasable
@@ -161,7 +162,7 @@ def theory_rows(job: JobColumns, place: PlacementColumns, arch: Architecture, gp
     out.capacity[idx] = gpu.memory_bytes
     if risk:
         out.oom_risk[idx] = oom_probability(peaks.device - peaks.releasable, gpu.memory_bytes, method=job.method)
-    out.micro_batch[idx] = micro_batch(job, place)
+    out.micro_batch[idx] = samples
     out.cached[idx] = cached
     out.phase[idx] = best
     return out

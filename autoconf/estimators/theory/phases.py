@@ -155,9 +155,10 @@ def _targets_error(job: JobColumns, arch: Architecture, i: int) -> Exception:
 
 
 def phase_parts(job: AnyJob, arch: Architecture, placement: AnyPlacement, st: States,
-                calib: Calibration | None) -> tuple[PhaseTable, Flag]:
-    """Bytes by part in each phase (PHASES) and whether the row has a load phase (else it never peaks there)."""
-    samples = micro_batch(job, placement)
+                calib: Calibration | None, samples: Num | None = None) -> tuple[PhaseTable, Flag]:
+    """Bytes by part in each phase (PHASES) and whether the row has a load phase (else it never peaks there).
+    ``samples``: micro_batch(job, placement) where the caller has it."""
+    samples = micro_batch(job, placement) if samples is None else samples
     tokens = samples * images.text_tokens_per_sample(job, arch)  # image tokens join the text sequence
     tokens = where(job.sequence_parallel > 1, tokens / job.sequence_parallel, tokens)
     settings = settings_of(job)
@@ -248,7 +249,8 @@ def side_stream_bytes(phases: PhaseTable, st: States, placement: AnyPlacement, h
     peak = compute = grads = gathered = 0.0
     for name, parts in phases.items():
         total = _sum(parts.values()) if totals is None else totals[name]
-        g = parts["gradients"] + parts["vision_gradients"]
+        g, vision = parts["gradients"], parts["vision_gradients"]
+        g = g if isinstance(vision, float) and vision == 0.0 else g + vision  # a text model's vision: 0.0
         u = 0.0 if name == "load" else maximum(0.0, parts["weights"] - resident)
         if name == "load":  # a row without the phase: 0 changes none of the maxima below (all parts are >= 0)
             total, g = where(has_load, total, 0.0), where(has_load, g, 0.0)
@@ -258,12 +260,14 @@ def side_stream_bytes(phases: PhaseTable, st: States, placement: AnyPlacement, h
     return where(active, maximum(0.0, compute + grads + gathered - peak), 0.0)
 
 
-def loss_segment_cache(job: AnyJob, arch: Architecture, placement: AnyPlacement) -> Num:
+def loss_segment_cache(job: AnyJob, arch: Architecture, placement: AnyPlacement, samples: Num | None = None) -> Num:
     """Reserved bytes of cached loss-sized segments that shorter batches left (samples of varying length;
     loss.LOSS_SEGMENT_NOTE): per token × the tokens of one micro-batch on this GPU, as the loss phase counts
-    them. Free blocks: in torch reserved and the device peak, never in torch allocated (cuda.peaks)."""
+    them. Free blocks: in torch reserved and the device peak, never in torch allocated (cuda.peaks). ``samples``:
+    micro_batch(job, placement) where the caller has it."""
     per_token = ce.loss_segment_bytes_per_token(job, arch)
-    tokens = micro_batch(job, placement) * images.text_tokens_per_sample(job, arch) / job.sequence_parallel
+    samples = micro_batch(job, placement) if samples is None else samples
+    tokens = samples * images.text_tokens_per_sample(job, arch) / job.sequence_parallel
     return where(per_token != 0, per_token * tokens / placement.tp, 0.0)
 
 
