@@ -118,7 +118,7 @@ def refusals(job: JobColumns, place: PlacementColumns, arch: Architecture, no_bf
         (bad_batch, lambda i: _batch_error(at(per, i), at(job.batch_size, i))),
     ]
     for mask, error in checks:
-        if not np.any(mask):
+        if not (mask.any() if isinstance(mask, np.ndarray) else mask):  # a scalar flag: every row's
             continue
         for i in np.flatnonzero(np.broadcast_to(mask, (job.size,))).tolist():
             if i not in out:
@@ -130,7 +130,7 @@ def _lora_refused(job: JobColumns, arch: Architecture) -> Flag:
     """LoRA rows whose targets the architecture refuses (the targets are not resolved where no row is LoRA: a
     search of full fine-tuning layouts)."""
     lora = job.method != "full"
-    if not np.any(lora):
+    if not (lora.any() if isinstance(lora, np.ndarray) else lora):
         return lora
     return _targets_refused(job, arch) & lora
 
