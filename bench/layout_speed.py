@@ -24,7 +24,7 @@ nanotron stacks, so TP and PP are searched; two with a fixed global batch, two w
 The code trees run in fresh Python processes on this machine: this tree, ``git archive REV autoconf`` of the
 baseline (default: the parent of the commit that added bench/layout_identity.py, the search before its first-search
 speed-up; the 30 searches and the seed space only: it takes minutes per large search) and of ``--previous-rev``
-(default PREVIOUS, the code before the memory-gate speed-up of the issue-26 search2 round; skipped when the clone
+(default PREVIOUS, the code before the fixed-cost round of issue 26's search4 helper; skipped when the clone
 lacks it). Their memory gates are equal on every layout (``bench/layout_identity.py --against REV --memory-only``),
 and so are their answers where the throughput formulas are the same (``--against REV``). The 3,960-point seed space
 through the throughput objective (``recommend.fastest.fastest`` at ado's default of one node, one fresh process,
@@ -53,7 +53,7 @@ from bench._report import update_section
 from bench.layout_vs_nanotron import GPU, LINK, SEQ, SHAPES, STACK
 
 ROOT = Path(__file__).resolve().parents[1]
-PREVIOUS = "16dee41"  # the integration merge before the memory-gate speed-up (JobColumns.broadcast, strategy codes)
+PREVIOUS = "1eaa09ef6636"  # the integration merge before the search fixed-cost round (issue 26, search4)
 LARGE = [  # (job, GPU, stack, free global batch): searched over one to 64 nodes of 8
     (Job(model="llama3.1-70b", method="full", dtype="amp-bf16", tokens_per_sample=4096, batch_size=1536), "H100",
      "megatron", False),
@@ -237,8 +237,8 @@ def report(result: dict[str, list[dict[str, Any]]], large: dict[str, list[dict[s
         "fine-tuning jobs over every GPU count of 1-8 nodes; theory estimator; least of "
         f"{repeats} runs per search; {os.cpu_count()} CPU cores ({platform.machine()}) shared with other work, "
         f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.1f} at the end. Trees: {trees} "
-        "(baseline: one scalar phase table per memory group of a first search; previous: before the memory gate "
-        "broadcast the job's row and compared strategies as integers). Command: `python bench/layout_speed.py`.",
+        "(baseline: one scalar phase table per memory group of a first search; previous: before the search's "
+        "fixed-cost round: the gate's totals only, each phase sum and micro-batch once). Command: `python bench/layout_speed.py`.",
         "",
         "| search | code | layouts | wall ms per search (mean / max) | layouts per wall s | layouts per CPU s "
         "| baseline / this row (CPU) |",
