@@ -72,10 +72,10 @@ def _ring(num_bytes: np.ndarray | float, ranks: np.ndarray, bandwidth: np.ndarra
 def _rings(sizes: tuple[np.ndarray | float, ...], ranks: np.ndarray, bandwidth: np.ndarray | float,
            ) -> list[np.ndarray]:
     """``_ring`` of each of ``sizes`` over the same ranks and bandwidth (their factors computed once)."""
-    ranks_f = np.maximum(ranks, 1).astype(float)
+    ranks_f = np.maximum(ranks, 1.0)  # float: the integer ranks, exactly
     share, rate = (ranks_f - 1) / ranks_f, np.asarray(bandwidth) * 1e9 * tp.COLLECTIVE_EFFICIENCY
     several = ranks > 1
-    return [np.where(several & (np.asarray(b) > 0), share * b / rate, 0.0) for b in sizes]
+    return [np.where(several & (b > 0), share * b / rate, 0.0) for b in sizes]
 
 
 @lru_cache(maxsize=1024)
@@ -159,7 +159,7 @@ def layout_speeds(job: Job, gpu_model: str, rows: Layouts, *, stack: str | None 
     flops, factor, matmuls, peak, attention = flops_by[c], factor_by[c], matmul_by[c], peak_by[c], attention_by[c]
     x0 = tp.microbatch_overhead_tokens(arch, fit, profile)
     n, t, p, d, g = rows.gpus, rows.tp, rows.pp, rows.dp, rows.accumulation
-    tokens = rows.batch.astype(float) * job.tokens_per_sample
+    tokens = rows.batch * float(job.tokens_per_sample)  # float64, each batch exactly
     # efficiency(): micro_batch_tokens over dp · accumulation
     micro = tokens / (d * g)
     eff = np.minimum(factor * micro / (micro + x0), tp.MAX_EFFICIENCY)

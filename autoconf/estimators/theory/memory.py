@@ -125,18 +125,20 @@ def theory_rows(job: JobColumns, place: PlacementColumns, arch: Architecture, gp
     out.errors = refusals(job, place, arch, gpu.no_bf16, gpu.name)
     answered = np.ones(job.size, dtype=bool)
     answered[list(out.errors)] = False
-    idx = np.flatnonzero(answered)
-    if not len(idx):
+    rows = np.flatnonzero(answered)
+    if not len(rows):
         return out
-    if len(idx) < job.size:
+    # the answered rows: a slice where every row is (assignments into a slice cost less than by index)
+    idx: np.ndarray | slice = rows if len(rows) < job.size else slice(None)
+    if len(rows) < job.size:
         one_gpu = not isinstance(gpu.memory_bytes, np.ndarray)  # GpuColumns.one: the same GPU on every row
-        job, place, gpu = job.take(idx), place.take(idx), gpu if one_gpu else gpu.take(idx)
+        job, place, gpu = job.take(rows), place.take(rows), gpu if one_gpu else gpu.take(rows)
     st = model_states(job, arch, place)
     samples = micro_batch(job, place)
     phases, has_load = phase_parts(job, arch, place, st, calib, samples)
     totals = []
     for name in PHASES:  # left to right, as sum() over a phase's parts
-        total = np.zeros(len(idx)) + phases[name][ALLOCATOR_PARTS[0]]
+        total = np.zeros(len(rows)) + phases[name][ALLOCATOR_PARTS[0]]
         for part in ALLOCATOR_PARTS[1:]:
             value = phases[name][part]
             if not (isinstance(value, float) and value == 0.0):  # x + 0.0 is x: a part the phase does not hold
