@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import io
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -24,28 +23,11 @@ from autoconf.estimators.frame import OUTPUT_COLUMNS
 from autoconf.evaluation.data import load_measurements, row_to_inputs
 from autoconf.recommend.frame import recommend_frame
 from bench.learned_identity import answer
+from tests._identity import memory_as_at_the_sample, same  # noqa: F401 (an autouse fixture)
 
 SAMPLE = json.loads((Path(__file__).parent / "fixtures" / "learned_identity_sample.json").read_text(encoding="utf-8"))
 NAMES = ("hybrid", "learned")
 VERSION = "2.1.0"  # the learned-model version the sample was made with (newer versions answer differently)
-NOT_COMPARED = "tokens_per_second"  # the throughput model changed after the sample was made (issue 22's sources round)
-
-
-@pytest.fixture(autouse=True)
-def _memory_as_at_the_sample(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Memory formulas changed since the sample, switched off here as in tests/test_theory_identity.py: torchtune's
-    chunked loss holds one chunk's backward transients (+1·V per token, theory/loss.py, issue 20)."""
-    monkeypatch.setattr("autoconf.estimators.theory.loss.CHUNK_TRANSIENT_BYTES_PER_VOCAB", 0.0)
-
-
-def _same(old: Any, new: Any) -> bool:  # noqa: ANN401
-    if isinstance(old, dict):
-        return old.keys() == new.keys() and all(_same(old[k], new[k]) for k in old if k != NOT_COMPARED)
-    if isinstance(old, list | tuple):
-        return len(old) == len(new) and all(_same(a, b) for a, b in zip(old, new, strict=True))
-    if isinstance(old, float) and not isinstance(old, bool):
-        return old == new or math.isclose(old, new, rel_tol=1e-9)
-    return bool(old == new)
 
 
 def _cell(text: str) -> Any:  # noqa: ANN401
@@ -68,7 +50,7 @@ def test_measured_rows_answer_as_before(name: str) -> None:
         old = item["answer"]
         if isinstance(old, str) and old.startswith("input: "):
             continue  # the row's words are refused before any estimator (theory's identity test covers it)
-        assert _same(old, answer(name, *row_to_inputs(rows[item["row"]]), VERSION)), item["row"]
+        assert same(old, answer(name, *row_to_inputs(rows[item["row"]]), VERSION)), item["row"]
 
 
 @pytest.mark.parametrize(("name", "part"), [(n, p) for n in NAMES for p in ("sweep", "random", "strict")])
@@ -82,4 +64,4 @@ def test_sweep_rows_are_written_as_before(name: str, part: str) -> None:
     assert header[-len(OUTPUT_COLUMNS):] == old_header[-len(OUTPUT_COLUMNS):] == list(OUTPUT_COLUMNS)
     for item, new in zip(items, rows, strict=True):  # the answer's columns (a sample holds fewer input columns)
         old = dict(zip(OUTPUT_COLUMNS, [_cell(c) for c in item["cells"][-len(OUTPUT_COLUMNS):]], strict=True))
-        assert _same(old, dict(zip(OUTPUT_COLUMNS, new[-len(OUTPUT_COLUMNS):], strict=True))), item["words"]
+        assert same(old, dict(zip(OUTPUT_COLUMNS, new[-len(OUTPUT_COLUMNS):], strict=True))), item["words"]

@@ -25,29 +25,10 @@ from autoconf.evaluation.data import load_measurements, row_to_inputs
 from autoconf.recommend.frame import recommend_frame
 from autoconf.schema import job_and_placement
 from bench.theory_identity import _answer as answer_of  # what the full comparison records per row
+from tests._identity import NOT_COMPARED, memory_as_at_the_sample, same  # noqa: F401 (an autouse fixture)
 
 SAMPLE = json.loads((Path(__file__).parent / "fixtures" / "theory_identity_sample.json").read_text(encoding="utf-8"))
 ERRORS = (ValueError, TypeError, ArithmeticError)
-
-
-NOT_COMPARED = "tokens_per_second"  # changed since by the throughput model (see above)
-
-
-@pytest.fixture(autouse=True)
-def _memory_as_at_the_sample(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Memory formulas changed since the sample, switched off here so that the rest is compared as it was:
-    torchtune's chunked loss holds one chunk's backward transients (+1·V per token, theory/loss.py, issue 20)."""
-    monkeypatch.setattr("autoconf.estimators.theory.loss.CHUNK_TRANSIENT_BYTES_PER_VOCAB", 0.0)
-
-
-def _same(old: Any, new: Any) -> bool:  # noqa: ANN401
-    if isinstance(old, dict):
-        return old.keys() == new.keys() and all(_same(old[k], new[k]) for k in old if k != NOT_COMPARED)
-    if isinstance(old, list | tuple):
-        return len(old) == len(new) and all(_same(a, b) for a, b in zip(old, new, strict=True))
-    if isinstance(old, float) and not isinstance(old, bool):
-        return old == new or math.isclose(old, new, rel_tol=1e-9)
-    return bool(old == new)
 
 
 @pytest.mark.parametrize("item", SAMPLE["random"], ids=lambda item: item["words"]["model"])
@@ -57,7 +38,7 @@ def test_random_jobs_answer_as_before(item: dict[str, Any]) -> None:
     except ERRORS as exc:
         assert item["answer"] == "input: " + describe(exc, with_input=False)
         return
-    assert _same(item["answer"], answer_of(*pair))
+    assert same(item["answer"], answer_of(*pair))
 
 
 def test_measured_rows_answer_as_before() -> None:
@@ -68,7 +49,7 @@ def test_measured_rows_answer_as_before() -> None:
         except ERRORS as exc:
             assert item["answer"] == "input: " + describe(exc, with_input=False)
             continue
-        assert _same(item["answer"], answer_of(*pair)), item["row"]
+        assert same(item["answer"], answer_of(*pair)), item["row"]
 
 
 def test_one_batch_answers_as_before_row_by_row() -> None:

@@ -1,0 +1,28 @@
+"""What the identity tests share: comparing a sample made by older code with today's answers."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+NOT_COMPARED = "tokens_per_second"  # the throughput model changed after the samples were made (issue 22)
+
+
+def same(old: Any, new: Any) -> bool:  # noqa: ANN401
+    """Equal structure, floats within 1e-9 relative; dict keys named NOT_COMPARED are skipped."""
+    if isinstance(old, dict):
+        return old.keys() == new.keys() and all(same(old[k], new[k]) for k in old if k != NOT_COMPARED)
+    if isinstance(old, list | tuple):
+        return len(old) == len(new) and all(same(a, b) for a, b in zip(old, new, strict=True))
+    if isinstance(old, float) and not isinstance(old, bool):
+        return old == new or math.isclose(old, new, rel_tol=1e-9)
+    return bool(old == new)
+
+
+@pytest.fixture(autouse=True)
+def memory_as_at_the_sample(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Memory formulas changed since the samples, switched off so that the rest is compared as it was: torchtune's
+    chunked loss holds one chunk's backward transients (+1·V per token, theory/loss.py, issue 20)."""
+    monkeypatch.setattr("autoconf.estimators.theory.loss.CHUNK_TRANSIENT_BYTES_PER_VOCAB", 0.0)
