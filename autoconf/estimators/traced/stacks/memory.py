@@ -45,6 +45,7 @@ RUNS = {"torchtune": "builders, LoRA modules, chunked loss, activation checkpoin
 # and peft 0.21 refuses torchao < 0.16 once it is importable; torchtitan 0.3.0 depends on datasets<4.8 (which pins
 # huggingface_hub below transformers 5's) and imports triton for its expert-parallel kernels (docs/traced.md).
 STACK_PATH = "AUTOCONF_STACK_PATH"
+OWN_DIRECTORY = ("torchtune", "torchtitan")  # the stacks installed there; the others share this environment
 INSTALL = {"torchtune": f"pip install --no-deps --target $DIR torchtune==0.6.1 torchao==0.15.0; {STACK_PATH}=$DIR",
            "torchtitan": "pip install --no-deps --target $DIR torchtitan==0.3.0 spmd_types==0.2.3 einops tyro typeguard "
                          f"docstring_parser torch_checkpointing triton; {STACK_PATH}=$DIR",
@@ -256,7 +257,7 @@ def trace_stack(spec: dict[str, Any], timeout_s: float = TRACE_TIMEOUT_S) -> dic
             pass
     path.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    if _stack_dirs() and "$DIR" in INSTALL[spec["stack"]]:
+    if _stack_dirs() and spec["stack"] in OWN_DIRECTORY:
         # only stacks installed into a directory of their own see it (after the caller's own path, this autoconf,
         # before the environment's packages): peft, which trl imports, refuses the torchao that torchtune needs there
         env["PYTHONPATH"] = os.pathsep.join([*filter(None, [os.environ.get("PYTHONPATH")]), *_stack_dirs()])
