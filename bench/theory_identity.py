@@ -137,26 +137,26 @@ def _sweep_csv(frame: pd.DataFrame) -> str:
         return dst.read_text(encoding="utf-8")
 
 
-def dump() -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    rows = load_measurements().to_dict(orient="records")
+def _inputs(items: list[Any], read: Any) -> list[tuple[Any, Any] | str]:  # noqa: ANN401
+    """(Job, Placement) of each item by ``read``, or the input error's text."""
     pairs: list[tuple[Any, Any] | str] = []
-    for row in rows:
+    for item in items:
         try:
-            pairs.append(row_to_inputs(row))
+            pairs.append(read(item))
         except ERRORS as exc:
             pairs.append("input: " + describe(exc, with_input=False))
+    return pairs
+
+
+def dump() -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    pairs = _inputs(load_measurements().to_dict(orient="records"), row_to_inputs)
     out["measurements"] = [p if isinstance(p, str) else _answer(*p) for p in pairs]
     ok = [p for p in pairs if not isinstance(p, str)]
     out["measurements_batch"] = _batch([j for j, _ in ok], [p for _, p in ok])
     out["sweep_csv"] = _sweep_csv(space_frame())
     words = random_set()
-    inputs: list[tuple[Any, Any] | str] = []
-    for w in words:
-        try:
-            inputs.append(job_and_placement(w))
-        except ERRORS as exc:
-            inputs.append("input: " + describe(exc, with_input=False))
+    inputs = _inputs(words, job_and_placement)
     out["random"] = [p if isinstance(p, str) else _answer(*p) for p in inputs]
     good = [p for p in inputs if not isinstance(p, str)]
     out["random_batch"] = _batch([j for j, _ in good], [p for _, p in good])
