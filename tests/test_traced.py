@@ -19,6 +19,7 @@ from autoconf.estimators.traced.cache import get_fit
 from autoconf.estimators.traced.estimator import TracedEstimator, trace_spec
 from autoconf.estimators.traced.fit import PHASE_NAMES
 from autoconf.schema import Estimate, Job, Placement
+from tests._cache import fresh_cache  # noqa: F401 (an autouse fixture: a fresh cache per module)
 
 # transformers 5 warns from inside peft's checkpointing check; not ours to fix
 pytestmark = pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
@@ -31,15 +32,6 @@ def _job(**kw: object) -> Job:
     # No checkpointing by default: the tests then share two cached fits (full, LoRA) of one regime.
     base = {"model": TINY, "tokens_per_sample": 256, "batch_size": 1, "gradient_checkpointing": False}
     return Job(**{**base, **kw})
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _cache(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """Fresh disk cache for this module: every fit here is traced for real."""
-    mp = pytest.MonkeyPatch()
-    mp.setenv("AUTOCONF_CACHE", str(tmp_path_factory.mktemp("autoconf-cache")))
-    yield
-    mp.undo()
 
 
 @pytest.mark.parametrize(

@@ -14,20 +14,13 @@ from autoconf.estimators.contract import get_estimator
 from autoconf.estimators.traced.estimator import trace_spec
 from autoconf.estimators.traced.ranks import trace_ranks
 from autoconf.schema import Job, Placement
+from tests._cache import fresh_cache  # noqa: F401 (an autouse fixture: a fresh cache per module)
 
 pytestmark = pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
 
 TINY = "tiny-llama-test"
 GPU = "NVIDIA-A100-80GB-PCIe"
 SHAPE = (1, 256)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _cache(tmp_path_factory: pytest.TempPathFactory) -> None:
-    mp = pytest.MonkeyPatch()
-    mp.setenv("AUTOCONF_CACHE", str(tmp_path_factory.mktemp("autoconf-cache")))
-    yield
-    mp.undo()
 
 
 def _job(method: str) -> Job:
