@@ -132,15 +132,6 @@ def test_cli_answers_from_torchtunes_code(tmp_path: Any, monkeypatch: pytest.Mon
     assert "torchtune 0.6.1" in done.stdout and "own code" in done.stdout
 
 
-def test_untraceable_combination_says_why(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AUTOCONF_CACHE", str(tmp_path))
-    done = _cli("--model", "llama3.2-1b", "--seq-len", "256", "--per-device-batch", "2", "--dp", "2", "--qlora")
-    assert done.returncode == 0, done.stderr
-    installed = stack_version("torchtune") is not None and stack_version("torchao") is not None
-    reason = "QLoRA on several GPUs" if installed else "not installed (pip install --no-deps --target"
-    assert "traced: torchtune" in done.stdout and reason in done.stdout
-
-
 def _deepspeed(tmp_path: Path, stage: int, real: bool) -> dict[str, Any]:
     arch = {**ARCH, "max_position_embeddings": 0, "attention_bias": False, "mlp_bias": False, "num_experts": 0,
             "experts_per_token": 0}

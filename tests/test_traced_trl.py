@@ -203,11 +203,3 @@ def test_ado_answers_from_the_sftrainers_code(cache: dict[str, str], monkeypatch
                                         tokens_per_sample=64, batch_size=1, number_gpus=1, estimator="traced",
                                         framework="trl")
     assert out["answered_by"].startswith("traced") and out["peak_memory_gib"] > 0, out
-
-
-def test_untraceable_combination_is_one_line_saying_why(cache: dict[str, str]) -> None:
-    done = _cli(cache, *ESTIMATE[:7], "--qlora", "--dp", "2", "--strategy", "fsdp", "--estimator", "traced",
-                "--framework", "trl")
-    assert done.returncode == 2
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "QLoRA under FSDP" in lines[0] and "Params4bit" in lines[0], done.stderr

@@ -15,8 +15,9 @@ offload, gathered units, framework buckets and everything outside torch's tensor
 NCCL buffers, allocator fragmentation) come from the theory (autoconf/estimators/theory/), as does throughput.
 QLoRA runs bitsandbytes' own 4-bit layers and AdamW8bit on fake tensors (their registered fakes); torchtune's
 chunked loss runs as plain torch, Liger's fused linear CE as an allocation-faithful stand-in (kernels.py).
-What is not traced (FOAK's fused CE, other optimizers, tensor and pipeline parallelism) is answered by the
-theory with a note saying so.
+What cannot be traced (FOAK's fused CE, other optimizers, pipeline parallelism, a stack's combination its code does
+not run) is refused with a one-line error saying why (``untraceable``; the table in docs/traced.md); a trace that
+fails at run time is answered by the theory with a note.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from autoconf.estimators.theory.throughput import estimate_throughput
 from autoconf.estimators.traced.cache import get_fit
 from autoconf.estimators.traced.fit import PHASE_NAMES, Fit, TraceFailed, regime_of
 from autoconf.estimators.traced.ranks import FSDP1_STACKS, PHASE_TEXT, rank_memory, rank_unsupported
-from autoconf.estimators.traced.stacks.memory import missing, routes, stack_memory, stack_unsupported
+from autoconf.estimators.traced.stacks.memory import applies, missing, routes, stack_memory, stack_unsupported
 from autoconf.schema import DEFAULT_LORA_TARGETS, Estimate, EstimatorName, Job, MemoryEstimate, Placement
 
 logger = logging.getLogger(__name__)
@@ -56,9 +57,11 @@ WEIGHTS, GRADIENTS, OPTIMIZER = range(3)
 # Loss kernels and optimizers the trace runs (autoconf/estimators/traced/kernels.py, model.py).
 TRACED_LOSS_KERNELS = ("hf", "chunked", "fused-linear-ce")
 TRACED_OPTIMIZERS = ("adamw", "sgd", "adamw-8bit")
+# Stacks whose model and step are the HF Trainer's: where their driver does not run a job (DeepSpeed's engine), one HF
+# replica is traced and sharded by theory, as for --framework hf-trainer with a ZeRO strategy (a partial trace, noted).
+# Every other stack with a driver is refused outside it: the HF step is not its code (docs/traced.md).
+HF_REPLICA_STACKS = ("deepspeed",)
 # Stacks whose QLoRA is not transformers' bitsandbytes path (theory/frameworks.py profiles' sources).
-# Stacks whose untraceable combinations are an error (the others answer them by the theory, with a note).
-REFUSING_STACKS = ("trl",)
 OWN_QUANT_KERNELS = {"fms-hf-tuning": "fms-acceleration's AutoGPTQ / fused 4-bit Triton kernels with their own autograd"}
 
 
@@ -91,6 +94,10 @@ def untraceable_reason(job: Job, placement: Placement) -> str | None:
         # amp keeps fp32 weights and CPU autocast does not cast _grouped_mm: it refuses fp32 inputs too
         return (f"MoE experts in {job.dtype}: torch's grouped_mm (the traced experts) takes bf16 inputs only on CPU "
                 "(CPU autocast does not cast it)")
+    if resolve(job).optimizer_in_backward or resolve(job).activation_offloading:
+        return "optimizer-in-backward and activation offloading are not traced (the traced step keeps both on the GPU)"
+    if job.dora and job.method != "full":
+        return "DoRA: the HF step traces peft's plain LoRA layers (DoRA is traced with --framework trl)"
     if job.optimizer not in TRACED_OPTIMIZERS:
         return f"optimizer {job.optimizer} is not traced (traced: {', '.join(TRACED_OPTIMIZERS)})"
     if job.optimizer_state_dtype == "fp32" and job.method == "full" and job.dtype in ("bf16", "fp16"):
@@ -100,6 +107,26 @@ def untraceable_reason(job: Job, placement: Placement) -> str | None:
         if why is not None:
             return f"tensor/pipeline parallel ranks are traced for one stack only: {why}"
     return None
+
+
+def untraceable(job: Job, placement: Placement, arch: Architecture) -> str | None:
+    """Why traced refuses ``job``, by one rule for every stack (None: it answers).
+
+    A stack with a driver (torchtune, torchtitan, trl; DeepSpeed's ZeRO on several GPUs) is refused where its code
+    cannot run the job, whether or not the driver is installed here; DeepSpeed then goes to one HF replica
+    (HF_REPLICA_STACKS). Everything the HF step answers is refused where it cannot trace the job. A trace that fails
+    at run time, a driver not installed and a partial trace are answers with a note, not refusals.
+    """
+    if applies(job, placement):
+        why = stack_unsupported(job, placement, arch)
+        if why is not None and job.framework not in HF_REPLICA_STACKS:
+            return why
+        if why is None and missing(job, placement) is None:
+            return None  # the stack's own code runs it
+    reason = untraceable_reason(job, placement)
+    if reason is None and arch.family in REMOTE_CODE:
+        reason = f"{arch.family} is hub remote code (no transformers class to trace)"
+    return reason
 
 
 # peft's own default targets for model types without q_proj/v_proj (peft.utils.constants,
@@ -185,14 +212,13 @@ class TracedEstimator(Estimator):
 
     def estimate(self, job: Job, placement: Placement) -> Estimate:
         arch = get_architecture(job.model)
-        if routes(job, placement):  # the stack's own training code (autoconf/estimators/traced/stacks/)
-            return self._stack_estimate(job, placement, arch)
-        reason = untraceable_reason(job, placement)
-        if reason is None and arch.family in REMOTE_CODE:
-            reason = f"{arch.family} is hub remote code (no transformers class to trace)"
+        reason = untraceable(job, placement, arch)
         if reason is not None:  # a property of the job: say so, never answer it under the traced name
             raise InvalidInputError("estimator", f"traced cannot run this job ({job.framework}): {reason}; "
                                     "use --estimator theory")
+        engine = stack_unsupported(job, placement, arch) if applies(job, placement) else None
+        if engine is None and routes(job, placement):  # the stack's own training code (traced/stacks/)
+            return self._stack_estimate(job, placement, arch)
         memory = None
         try:
             memory = self._traced_memory(job, placement, arch)
@@ -203,28 +229,23 @@ class TracedEstimator(Estimator):
             theory = estimate_memory(job, placement, arch=arch)
             memory = theory.model_copy(update={"notes": (*theory.notes, f"traced: {reason}; theory estimate")})
         absent = missing(job, placement)  # a stack driver that would apply is not installed
+        if engine is not None:  # HF_REPLICA_STACKS: the stack's driver does not run this job
+            absent = f"traced: {job.framework}'s own code not run: {engine}; the HF step answers"
         if absent is not None:
             memory = memory.model_copy(update={"notes": (*memory.notes, absent)})
         return Estimate(job=job, placement=placement, memory=memory, throughput=self._throughput(job, placement),
                         estimator="traced", model_version=self.model_version)
 
     def _stack_estimate(self, job: Job, placement: Placement, arch: Architecture) -> Estimate:
-        reason = stack_unsupported(job, placement, arch)
-        if reason is not None and job.framework in REFUSING_STACKS:  # a property of the job: a one-line error
-            raise InvalidInputError("estimator", f"traced cannot run this job ({job.framework}): {reason}; "
-                                    "use --estimator theory")
-        memory = None
-        if reason is None:
-            try:
-                memory = stack_memory(job, placement, arch, micro_batch(job, placement))
-                memory = memory.model_copy(update={
-                    "oom_risk": oom_probability(memory.peak_bytes, memory.capacity_bytes, TRACED_REL_SIGMA)})
-            except TraceFailed as exc:
-                logger.warning("%s trace failed for %s: %s", job.framework, job.model, exc)
-                reason = f"trace failed: {exc}"
-        if memory is None:
+        # estimate() has refused what the stack's code cannot run (untraceable)
+        try:
+            memory = stack_memory(job, placement, arch, micro_batch(job, placement))
+            memory = memory.model_copy(update={
+                "oom_risk": oom_probability(memory.peak_bytes, memory.capacity_bytes, TRACED_REL_SIGMA)})
+        except TraceFailed as exc:  # the driver failed on a job it should run: theory, with the reason
+            logger.warning("%s trace failed for %s: %s", job.framework, job.model, exc)
             theory = estimate_memory(job, placement, arch=arch)
-            note = f"traced: {job.framework}: {reason}; theory estimate"
+            note = f"traced: {job.framework}: trace failed: {exc}; theory estimate"
             memory = theory.model_copy(update={"notes": (*theory.notes, note)})
         return Estimate(job=job, placement=placement, memory=memory, throughput=self._throughput(job, placement),
                         estimator="traced", model_version=self.model_version)

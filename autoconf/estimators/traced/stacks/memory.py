@@ -65,7 +65,9 @@ def stack_version(name: str) -> str | None:
     return None if found is None else found.version
 
 
-def _applies(job: Job, placement: Placement) -> bool:
+def applies(job: Job, placement: Placement) -> bool:
+    """Whether a stack driver is meant for the job (installed or not): torchtune, torchtitan and trl always,
+    DeepSpeed for its ZeRO strategies on several GPUs."""
     if job.framework == "deepspeed":
         return placement.effective_strategy in ZERO and placement.dp > 1
     return job.framework in DRIVERS
@@ -73,7 +75,7 @@ def _applies(job: Job, placement: Placement) -> bool:
 
 def missing(job: Job, placement: Placement) -> str | None:
     """A note when the job's stack has a driver that applies but is not installed (its HF step answers instead)."""
-    if not _applies(job, placement):
+    if not applies(job, placement):
         return None
     absent = [name for name in NEEDS[job.framework] if stack_version(name) is None]
     if not absent:
@@ -82,9 +84,11 @@ def missing(job: Job, placement: Placement) -> str | None:
 
 
 def routes(job: Job, placement: Placement) -> bool:
-    """Whether the job goes to its stack's driver: torchtune and torchtitan always, DeepSpeed for its ZeRO strategies
-    on several GPUs, when installed (a refusal is then answered by the theory with its reason)."""
-    return _applies(job, placement) and missing(job, placement) is None
+    """Whether the job goes to its stack's driver: one applies and is installed (the estimator refuses first what
+    the stack's code cannot run: estimator.untraceable)."""
+    return applies(job, placement) and missing(job, placement) is None
+
+
 # torchtune builders we map catalogue architectures onto (torchtune.models.<family>._component_builders)
 TORCHTUNE_TYPES = {"llama": "llama3_2", "qwen2": "qwen2", "mistral": "mistral"}
 LORA_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "all-linear")
@@ -105,7 +109,10 @@ def torchtune_unsupported(job: Job, placement: Placement, arch: Architecture) ->
     if job.optimizer != "adamw":
         return f"torchtune configs use torch.optim.AdamW; {job.optimizer} is not traced"
     if job.effective_loss_kernel not in ("chunked", "hf"):
-        return f"the {job.effective_loss_kernel} loss kernel (Triton) has no fake CPU implementation"
+        return (f"torchtune's recipes compute CEWithChunkedOutputLoss (chunked) or nn.CrossEntropyLoss (hf); "
+                f"the {job.effective_loss_kernel} loss kernel is not theirs")
+    if job.dora and job.method != "full":
+        return "DoRA: torchtune's DoRALinear (use_dora) is not traced (the driver builds LoRALinear)"
     if job.method != "full" and not set(job.lora_target_modules) <= set(LORA_NAMES):
         return f"torchtune's LoRA builders adapt {', '.join(LORA_NAMES[:-1])}; got {', '.join(job.lora_target_modules)}"
     if placement.tp > 1 or placement.pp > 1 or placement.offload != "none":
@@ -121,8 +128,10 @@ def torchtitan_unsupported(job: Job, placement: Placement, arch: Architecture) -
     """Why torchtitan's own code cannot be traced for this job (None: it can)."""
     if arch.model_type != "llama" or arch.attention_bias or arch.mlp_bias:
         return f"torchtitan's Llama3Model is traced for bias-free llama models, not {arch.model_type}"
+    if job.method == "qlora":
+        return "torchtitan has no QLoRA (no 4-bit base weights; its low precision is float8 training)"
     if job.method != "full":
-        return "torchtitan trains full models; its LoRA converter (components/lora.py) is not traced"
+        return "torchtitan is traced for full training; its LoRA converter (components/lora.py) is not traced"
     if job.dtype not in ("bf16", "amp-bf16", "fp32"):
         return f"torchtitan trains in training.dtype float32 or bfloat16 with bf16 or fp32 compute, not {job.dtype}"
     if job.optimizer != "adamw":
@@ -138,6 +147,8 @@ def torchtitan_unsupported(job: Job, placement: Placement, arch: Architecture) -
 
 def stack_unsupported(job: Job, placement: Placement, arch: Architecture) -> str | None:
     """Why ``job.framework``'s own code cannot be traced (None: it can); only stacks in DRIVERS are asked."""
+    if resolve(job).optimizer_in_backward or resolve(job).activation_offloading:
+        return f"optimizer-in-backward and activation offloading are not traced for {job.framework}"
     if job.framework == "torchtitan":
         return torchtitan_unsupported(job, placement, arch)
     if job.framework == "deepspeed":
@@ -176,10 +187,14 @@ def trl_unsupported(job: Job, placement: Placement, arch: Architecture) -> str |
 
 def deepspeed_unsupported(job: Job, placement: Placement, arch: Architecture) -> str | None:
     """Why DeepSpeed's ZeRO engine cannot be traced for this job (None: it can)."""
-    if job.method == "qlora" or job.optimizer != "adamw":
-        return "QLoRA and bitsandbytes optimizers cannot run on fake CPU tensors"
+    if job.method == "qlora":
+        return "QLoRA (bitsandbytes' 4-bit Params4bit in ZeRO's flat partitions) is not traced"
+    if job.optimizer != "adamw":
+        return f"the engine is traced with the Trainer's torch AdamW; {job.optimizer} is not"
+    if job.dora and job.method != "full":
+        return "DoRA is not traced by the engine driver"
     if job.effective_loss_kernel != "hf":
-        return f"the {job.effective_loss_kernel} loss kernel (Triton) has no fake CPU implementation"
+        return f"the engine is traced with the model's own loss; the {job.effective_loss_kernel} kernel is not"
     if placement.tp > 1 or placement.pp > 1 or placement.offload != "none" or job.sequence_parallel > 1:
         return "ZeRO with tensor/pipeline/sequence parallelism or offload is not traced"
     if arch.family in REMOTE_CODE:
