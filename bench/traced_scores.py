@@ -104,10 +104,9 @@ def pending(rows: pd.DataFrame) -> tuple[pd.Series, dict[str, tuple[dict[str, An
     """Which rows answer without a new fit (cached, untraceable, or one of the few rank-traced rows), and the
     uncached fits the rest need: cache key -> (trace spec, regime, rows it answers)."""
     from autoconf.catalog import get_architecture
-    from autoconf.catalog.families import REMOTE_CODE
     from autoconf.estimators.theory.memory import micro_batch
     from autoconf.estimators.traced.cache import cache_dir, cache_key
-    from autoconf.estimators.traced.estimator import _regime, trace_spec, untraceable_reason
+    from autoconf.estimators.traced.estimator import _regime, trace_spec, untraceable
     from autoconf.estimators.traced.ranks import rank_unsupported
     from autoconf.evaluation.data import row_to_inputs
 
@@ -122,7 +121,7 @@ def pending(rows: pd.DataFrame) -> tuple[pd.Series, dict[str, tuple[dict[str, An
         except Exception:  # noqa: BLE001  # refused rows answer at once
             ready.append(True)
             continue
-        if untraceable_reason(job, placement) or arch.family in REMOTE_CODE:
+        if untraceable(job, placement, arch):  # every stack's refusal (estimator.untraceable): answered at once
             ready.append(True)
         elif (placement.dp > 1 or placement.tp > 1) and rank_unsupported(job, placement) is None:
             ready.append(True)  # rank traces are few (a dozen rows): traced even here
