@@ -71,10 +71,14 @@ def test_refused_without_the_stack_installed(stack: str, monkeypatch: pytest.Mon
     ("hf-trainer", {"method": "full", "activation_offloading": True}, "optimizer-in-backward and activation offloading"),
     ("torchtitan", {"method": "qlora"}, "torchtitan has no QLoRA"),
     ("torchtune", {"method": "lora", "loss_kernel": "fused-linear-ce"}, "the fused-linear-ce loss kernel is not theirs"),
+    ("torchtune", {"method": "lora", "attention": "eager"}, "it has no eager path"),
+    ("torchtitan", {"method": "full", "attention": "eager"}, "it has no eager path"),
+    ("torchtune", {"method": "lora", "optimizer_state_dtype": "fp32"}, "keeps its states in the parameter dtype (bf16)"),
+    ("trl", {"method": "full", "optimizer_state_dtype": "fp32"}, "keeps its states in the parameter dtype (bf16)"),
 ])
 def test_settings_the_trace_would_ignore_are_refused(framework: str, fields: dict[str, Any], words: str) -> None:
     """A job setting the traced code does not run is refused, not traced without it (peft's LoRA for DoRA; every
-    gradient and activation kept on the GPU)."""
+    gradient and activation kept on the GPU; SDPA for eager; the parameter dtype's AdamW states for fp32 ones)."""
     job = Job(model=MODEL, tokens_per_sample=256, batch_size=1, framework=framework, **fields)
     with pytest.raises(InvalidInputError, match="traced cannot run this job") as info:
         get_estimator("traced").estimate(job, Placement(gpu_model=GPU))

@@ -106,6 +106,8 @@ def torchtune_unsupported(job: Job, placement: Placement, arch: Architecture) ->
         return "QLoRA on several GPUs: sharding torchao's NF4Tensor weights with FSDP2 was not traced"
     if job.dtype not in ("bf16", "fp32"):
         return f"torchtune recipes train in bf16 or fp32 (training.get_dtype), not {job.dtype}"
+    if job.attention == "eager":
+        return "torchtune's attention is SDPA or flex attention (_sdpa_or_flex_attention); it has no eager path"
     if job.optimizer != "adamw":
         return f"torchtune configs use torch.optim.AdamW; {job.optimizer} is not traced"
     if job.effective_loss_kernel not in ("chunked", "hf"):
@@ -132,8 +134,12 @@ def torchtitan_unsupported(job: Job, placement: Placement, arch: Architecture) -
         return "torchtitan has no QLoRA (no 4-bit base weights; its low precision is float8 training)"
     if job.method != "full":
         return "torchtitan is traced for full training; its LoRA converter (components/lora.py) is not traced"
+    if arch.head_dim * arch.num_heads != arch.hidden_size:
+        return "the driver builds torchtitan's Llama3 layers from dim and n_heads (head_dim = dim / heads); this model's differs"
     if job.dtype not in ("bf16", "amp-bf16", "fp32"):
         return f"torchtitan trains in training.dtype float32 or bfloat16 with bf16 or fp32 compute, not {job.dtype}"
+    if job.attention == "eager":
+        return "torchtitan's attention is SDPA or flex attention; it has no eager path"
     if job.optimizer != "adamw":
         return f"torchtitan's default optimizer is AdamW; {job.optimizer} is not traced"
     if job.effective_loss_kernel != "hf":
@@ -149,6 +155,11 @@ def stack_unsupported(job: Job, placement: Placement, arch: Architecture) -> str
     """Why ``job.framework``'s own code cannot be traced (None: it can); only stacks in DRIVERS are asked."""
     if resolve(job).optimizer_in_backward or resolve(job).activation_offloading:
         return f"optimizer-in-backward and activation offloading are not traced for {job.framework}"
+    low = job.dtype in ("bf16", "fp16") and (job.method == "full" or job.framework == "torchtune")
+    if job.framework != "deepspeed" and job.optimizer_state_dtype == "fp32" and low:
+        # torch optimizers keep states in the trained parameters' dtype: the base's, or for LoRA torchtune's adapters'
+        # (peft's are fp32); DeepSpeed keeps fp32 master weights and states whatever the model dtype
+        return f"{job.framework}'s torch AdamW keeps its states in the parameter dtype ({job.dtype}), not fp32"
     if job.framework == "torchtitan":
         return torchtitan_unsupported(job, placement, arch)
     if job.framework == "deepspeed":
