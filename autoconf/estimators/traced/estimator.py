@@ -16,7 +16,7 @@ NCCL buffers, allocator fragmentation) come from the theory (autoconf/estimators
 QLoRA runs bitsandbytes' own 4-bit layers and AdamW8bit on fake tensors (their registered fakes); torchtune's
 chunked loss runs as plain torch, Liger's fused linear CE as an allocation-faithful stand-in (kernels.py).
 What cannot be traced (FOAK's fused CE, other optimizers, pipeline parallelism, a stack's combination its code does
-not run) is refused with a one-line error saying why (``untraceable``; the table in docs/traced.md); a trace that
+not run) is refused with a one-line error saying why (traced/refusal.py; the table in docs/traced.md); a trace that
 fails at run time is answered by the theory with a note.
 """
 
@@ -29,7 +29,6 @@ from typing import Any, ClassVar
 import numpy as np
 
 from autoconf.catalog import Architecture, get_architecture, get_gpu
-from autoconf.catalog.families import REMOTE_CODE
 from autoconf.errors import AutoconfError, InvalidInputError
 from autoconf.estimators.contract import Estimator
 from autoconf.estimators.risk import oom_probability
@@ -41,6 +40,7 @@ from autoconf.estimators.theory.throughput import estimate_throughput
 from autoconf.estimators.traced.cache import get_fit
 from autoconf.estimators.traced.fit import PHASE_NAMES, Fit, TraceFailed, regime_of
 from autoconf.estimators.traced.ranks import FSDP1_STACKS, PHASE_TEXT, rank_memory, rank_unsupported
+from autoconf.estimators.traced.refusal import untraceable
 from autoconf.estimators.traced.stacks.memory import applies, missing, routes, stack_memory, stack_unsupported
 from autoconf.schema import DEFAULT_LORA_TARGETS, Estimate, EstimatorName, Job, MemoryEstimate, Placement
 
@@ -54,81 +54,6 @@ TRACED_REL_SIGMA = 0.06
 # Architecture fields that do not change the model (kept out of the cache key).
 _NON_STRUCTURAL = ("source", "verification", "answerable", "aliases")
 WEIGHTS, GRADIENTS, OPTIMIZER = range(3)
-# Loss kernels and optimizers the trace runs (autoconf/estimators/traced/kernels.py, model.py).
-TRACED_LOSS_KERNELS = ("hf", "chunked", "fused-linear-ce")
-TRACED_OPTIMIZERS = ("adamw", "sgd", "adamw-8bit")
-# Stacks whose model and step are the HF Trainer's: where their driver does not run a job (DeepSpeed's engine), one HF
-# replica is traced and sharded by theory, as for --framework hf-trainer with a ZeRO strategy (a partial trace, noted).
-# Every other stack with a driver is refused outside it: the HF step is not its code (docs/traced.md).
-HF_REPLICA_STACKS = ("deepspeed",)
-# Stacks whose QLoRA is not transformers' bitsandbytes path (theory/frameworks.py profiles' sources).
-OWN_QUANT_KERNELS = {"fms-hf-tuning": "fms-acceleration's AutoGPTQ / fused 4-bit Triton kernels with their own autograd"}
-
-
-def arch_experts(job: Job) -> bool:
-    """The job's model routes tokens to experts (MoE)."""
-    return get_architecture(job.model).num_experts > 1
-
-
-def untraceable_reason(job: Job, placement: Placement) -> str | None:
-    """Why this job cannot be traced on fake CPU tensors, or None."""
-    kernel = job.effective_loss_kernel
-    if kernel not in TRACED_LOSS_KERNELS:
-        return (f"the {kernel} loss kernel ({job.framework}'s fused Triton cross-entropy) has no traced stand-in "
-                f"(traced: {', '.join(TRACED_LOSS_KERNELS)})")
-    if kernel == "fused-linear-ce" and job.dtype.startswith("amp"):
-        return "Liger's fused linear CE under amp (its autocast path) is not traced"
-    if job.method == "qlora" and job.framework in OWN_QUANT_KERNELS:
-        return (f"{job.framework}'s QLoRA runs its own quantised kernels ({OWN_QUANT_KERNELS[job.framework]}); "
-                "traced QLoRA is transformers' bitsandbytes path")
-    if job.method == "qlora" and resolve(job).quantize_lm_head:
-        return "QLoRA with a 4-bit lm_head: transformers' bitsandbytes loader keeps the head unquantised"
-    if job.method == "qlora" and arch_experts(job):
-        # transformers/integrations/bitsandbytes.py replace_with_bnb_linear: `type(module) is nn.Linear` only; the
-        # experts are 3-D parameters (e.g. MixtralExperts.gate_up_proj), so they would stay bf16 (then fp32 under
-        # peft's kbit upcast, which grouped_mm refuses), where the stacks that measured MoE QLoRA quantised each
-        # expert's nn.Linear
-        return ("QLoRA of MoE experts: transformers 5 keeps them as 3-D parameters, which its bitsandbytes conversion "
-                "(nn.Linear only) leaves unquantised")
-    if arch_experts(job) and job.dtype != "bf16":
-        # amp keeps fp32 weights and CPU autocast does not cast _grouped_mm: it refuses fp32 inputs too
-        return (f"MoE experts in {job.dtype}: torch's grouped_mm (the traced experts) takes bf16 inputs only on CPU "
-                "(CPU autocast does not cast it)")
-    if resolve(job).optimizer_in_backward or resolve(job).activation_offloading:
-        return "optimizer-in-backward and activation offloading are not traced (the traced step keeps both on the GPU)"
-    if job.dora and job.method != "full":
-        return "DoRA: the HF step traces peft's plain LoRA layers (DoRA is traced with --framework trl)"
-    if job.optimizer not in TRACED_OPTIMIZERS:
-        return f"optimizer {job.optimizer} is not traced (traced: {', '.join(TRACED_OPTIMIZERS)})"
-    if job.optimizer_state_dtype == "fp32" and job.method == "full" and job.dtype in ("bf16", "fp16"):
-        return "torch optimizers keep states in the parameter dtype; fp32 states with bf16/fp16 weights are not traced"
-    if placement.tp > 1 or placement.pp > 1:
-        why = rank_unsupported(job, placement)
-        if why is not None:
-            return f"tensor/pipeline parallel ranks are traced for one stack only: {why}"
-    return None
-
-
-def untraceable(job: Job, placement: Placement, arch: Architecture) -> str | None:
-    """Why traced refuses ``job``, by one rule for every stack (None: it answers).
-
-    A stack with a driver (torchtune, torchtitan, trl; DeepSpeed's ZeRO on several GPUs) is refused where its code
-    cannot run the job, whether or not the driver is installed here; DeepSpeed then goes to one HF replica
-    (HF_REPLICA_STACKS). Everything the HF step answers is refused where it cannot trace the job. A trace that fails
-    at run time, a driver not installed and a partial trace are answers with a note, not refusals.
-    """
-    if applies(job, placement):
-        why = stack_unsupported(job, placement, arch)
-        if why is not None and job.framework not in HF_REPLICA_STACKS:
-            return why
-        if why is None and missing(job, placement) is None:
-            return None  # the stack's own code runs it
-    reason = untraceable_reason(job, placement)
-    if reason is None and arch.family in REMOTE_CODE:
-        reason = f"{arch.family} is hub remote code (no transformers class to trace)"
-    return reason
-
-
 # peft's own default targets for model types without q_proj/v_proj (peft.utils.constants,
 # TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING: gpt_bigcode -> c_attn), used when the job keeps
 # the default q_proj,v_proj, as peft does when no targets are given.

@@ -85,7 +85,7 @@ def missing(job: Job, placement: Placement) -> str | None:
 
 def routes(job: Job, placement: Placement) -> bool:
     """Whether the job goes to its stack's driver: one applies and is installed (the estimator refuses first what
-    the stack's code cannot run: estimator.untraceable)."""
+    the stack's code cannot run: traced/refusal.py)."""
     return applies(job, placement) and missing(job, placement) is None
 
 

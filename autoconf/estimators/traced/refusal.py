@@ -1,0 +1,91 @@
+"""Why the traced estimator refuses a job: one rule for every stack (docs/traced.md, "What it cannot trace").
+
+A combination is refused when the code that would answer it cannot run it on fake tensors or does not run it: the
+stack's own driver (torchtune, torchtitan, trl; stacks/memory.py ``stack_unsupported``) or the HF step (everything
+else, and DeepSpeed outside its engine). The refusal reads the job only, so it does not depend on what is installed.
+What is not a refusal: a trace that fails at run time (theory answers, noted), a driver not installed here (the HF
+step answers, noted with the install line), a partial trace (one replica traced, sharding from theory, noted).
+"""
+
+from __future__ import annotations
+
+from autoconf.catalog import Architecture, get_architecture
+from autoconf.catalog.families import REMOTE_CODE
+from autoconf.estimators.theory.frameworks import resolve
+from autoconf.estimators.traced.ranks import rank_unsupported
+from autoconf.estimators.traced.stacks.memory import applies, missing, stack_unsupported
+from autoconf.schema import Job, Placement
+
+# Loss kernels and optimizers the trace runs (autoconf/estimators/traced/kernels.py, model.py).
+TRACED_LOSS_KERNELS = ("hf", "chunked", "fused-linear-ce")
+TRACED_OPTIMIZERS = ("adamw", "sgd", "adamw-8bit")
+# Stacks whose model and step are the HF Trainer's: where their driver does not run a job (DeepSpeed's engine), one HF
+# replica is traced and sharded by theory, as for --framework hf-trainer with a ZeRO strategy (a partial trace, noted).
+# Every other stack with a driver is refused outside it: the HF step is not its code (docs/traced.md).
+HF_REPLICA_STACKS = ("deepspeed",)
+# Stacks whose QLoRA is not transformers' bitsandbytes path (theory/frameworks.py profiles' sources).
+OWN_QUANT_KERNELS = {"fms-hf-tuning": "fms-acceleration's AutoGPTQ / fused 4-bit Triton kernels with their own autograd"}
+
+
+def arch_experts(job: Job) -> bool:
+    """The job's model routes tokens to experts (MoE)."""
+    return get_architecture(job.model).num_experts > 1
+
+
+def untraceable_reason(job: Job, placement: Placement) -> str | None:
+    """Why this job cannot be traced on fake CPU tensors, or None."""
+    kernel = job.effective_loss_kernel
+    if kernel not in TRACED_LOSS_KERNELS:
+        return (f"the {kernel} loss kernel (a Triton cross-entropy over bf16 logits, as FOAK's and Unsloth's) has no "
+                f"traced stand-in (traced: {', '.join(TRACED_LOSS_KERNELS)})")
+    if kernel == "fused-linear-ce" and job.dtype.startswith("amp"):
+        return "Liger's fused linear CE under amp (its autocast path) is not traced"
+    if job.method == "qlora" and job.framework in OWN_QUANT_KERNELS:
+        return (f"{job.framework}'s QLoRA runs its own quantised kernels ({OWN_QUANT_KERNELS[job.framework]}); "
+                "traced QLoRA is transformers' bitsandbytes path")
+    if job.method == "qlora" and resolve(job).quantize_lm_head:
+        return "QLoRA with a 4-bit lm_head: transformers' bitsandbytes loader keeps the head unquantised"
+    if job.method == "qlora" and arch_experts(job):
+        # transformers/integrations/bitsandbytes.py replace_with_bnb_linear: `type(module) is nn.Linear` only; the
+        # experts are 3-D parameters (e.g. MixtralExperts.gate_up_proj), so they would stay bf16 (then fp32 under
+        # peft's kbit upcast, which grouped_mm refuses), where the stacks that measured MoE QLoRA quantised each
+        # expert's nn.Linear
+        return ("QLoRA of MoE experts: transformers 5 keeps them as 3-D parameters, which its bitsandbytes conversion "
+                "(nn.Linear only) leaves unquantised")
+    if arch_experts(job) and job.dtype != "bf16":
+        # amp keeps fp32 weights and CPU autocast does not cast _grouped_mm: it refuses fp32 inputs too
+        return (f"MoE experts in {job.dtype}: torch's grouped_mm (the traced experts) takes bf16 inputs only on CPU "
+                "(CPU autocast does not cast it)")
+    if resolve(job).optimizer_in_backward or resolve(job).activation_offloading:
+        return "optimizer-in-backward and activation offloading are not traced (the traced step keeps both on the GPU)"
+    if job.dora and job.method != "full":
+        return "DoRA: the HF step traces peft's plain LoRA layers (DoRA is traced with --framework trl)"
+    if job.optimizer not in TRACED_OPTIMIZERS:
+        return f"optimizer {job.optimizer} is not traced (traced: {', '.join(TRACED_OPTIMIZERS)})"
+    if job.optimizer_state_dtype == "fp32" and job.method == "full" and job.dtype in ("bf16", "fp16"):
+        return "torch optimizers keep states in the parameter dtype; fp32 states with bf16/fp16 weights are not traced"
+    if placement.tp > 1 or placement.pp > 1:
+        why = rank_unsupported(job, placement)
+        if why is not None:
+            return f"tensor/pipeline parallel ranks of this job are not traced: {why}"
+    return None
+
+
+def untraceable(job: Job, placement: Placement, arch: Architecture) -> str | None:
+    """Why traced refuses ``job``, by one rule for every stack (None: it answers).
+
+    A stack with a driver (torchtune, torchtitan, trl; DeepSpeed's ZeRO on several GPUs) is refused where its code
+    cannot run the job, whether or not the driver is installed here; DeepSpeed then goes to one HF replica
+    (HF_REPLICA_STACKS). Everything the HF step answers is refused where it cannot trace the job. A trace that fails
+    at run time, a driver not installed and a partial trace are answers with a note, not refusals.
+    """
+    if applies(job, placement):
+        why = stack_unsupported(job, placement, arch)
+        if why is not None and job.framework not in HF_REPLICA_STACKS:
+            return why
+        if why is None and missing(job, placement) is None:
+            return None  # the stack's own code runs it
+    reason = untraceable_reason(job, placement)
+    if reason is None and arch.family in REMOTE_CODE:
+        reason = f"{arch.family} is hub remote code (no transformers class to trace)"
+    return reason
