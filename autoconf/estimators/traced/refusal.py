@@ -36,8 +36,8 @@ def untraceable_reason(job: Job, placement: Placement) -> str | None:
     """Why this job cannot be traced on fake CPU tensors, or None."""
     kernel = job.effective_loss_kernel
     if kernel not in TRACED_LOSS_KERNELS:
-        return (f"the {kernel} loss kernel (a Triton cross-entropy over bf16 logits, as FOAK's and Unsloth's) has no "
-                f"traced stand-in (traced: {', '.join(TRACED_LOSS_KERNELS)})")
+        return (f"the {kernel} loss kernel ({job.framework}'s fused Triton cross-entropy) has no traced stand-in "
+                f"(traced: {', '.join(TRACED_LOSS_KERNELS)})")
     if kernel == "fused-linear-ce" and job.dtype.startswith("amp"):
         return "Liger's fused linear CE under amp (its autocast path) is not traced"
     if job.method == "qlora" and job.framework in OWN_QUANT_KERNELS:
