@@ -147,6 +147,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.limit and new >= args.limit:
                 break
     store.write_text(json.dumps(results))
+    for k, row in results.items():  # the theory of the code as it is now (a trace is kept until its inputs change)
+        _, job_json, placement_json = k.split("|")
+        row["theory"] = summary(get_estimator("theory").estimate(Job.model_validate_json(job_json),
+                                                                 Placement.model_validate_json(placement_json)).memory)
     REPORT.write_text(render(list(results.values())), encoding="utf-8")
     print(f"wrote {REPORT}: {len(results)} configurations ({new} new in {time.perf_counter() - start:.0f} s)")
     return 0
