@@ -101,6 +101,9 @@ def key(part: str, job: Job, placement: Placement) -> str:
     return f"{part}|{job.model_dump_json()}|{placement.model_dump_json()}"
 
 
+FAILED: dict[tuple[object, ...], str] = {}  # a single-GPU fit that failed fails every shape of its regime
+
+
 def answer(part: str, job: Job, placement: Placement) -> dict[str, object]:
     arch = get_architecture(job.model)
     row: dict[str, object] = {
@@ -110,6 +113,10 @@ def answer(part: str, job: Job, placement: Placement) -> dict[str, object]:
         "gpus": placement.number_gpus, "tp": placement.tp, "strategy": placement.effective_strategy,
     }
     row["theory"] = summary(get_estimator("theory").estimate(job, placement).memory)
+    fit = (job.model, job.method, job.gradient_checkpointing, int(str(row["batch"])) > 1)
+    if part == "single" and fit in FAILED:
+        row["failed"] = FAILED[fit]
+        return row
     try:
         traced = get_estimator("traced").estimate(job, placement).memory
     except AutoconfError as exc:
@@ -117,7 +124,7 @@ def answer(part: str, job: Job, placement: Placement) -> dict[str, object]:
         return row
     fallback = [n for n in traced.notes if "theory estimate" in n or "own code not run" in n]
     if fallback:
-        row["failed"] = fallback[0]
+        row["failed"] = FAILED[fit] = fallback[0]
         return row
     row["traced"] = summary(traced)
     row["notes"] = [n for n in traced.notes if n.startswith("traced")][:2]
@@ -129,9 +136,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--part", choices=(*PARTS, "all"), default="all")
     parser.add_argument("--limit", type=int, default=0, help="answer at most N new configurations, then render")
     parser.add_argument("--render", action="store_true", help="only re-render docs/traced_grid.md from grid.json")
+    parser.add_argument("--retry", action="store_true", help="answer again what was refused or failed")
     args = parser.parse_args(argv)
     store = cache_dir().parent / "grid.json"
     results: dict[str, dict[str, object]] = json.loads(store.read_text()) if store.exists() else {}
+    if args.retry:
+        results = {k: row for k, row in results.items() if "traced" in row}
     start, new = time.perf_counter(), 0
     parts = PARTS if args.part == "all" else {args.part: PARTS[args.part]}
     for part, grid in ([] if args.render else parts.items()):
