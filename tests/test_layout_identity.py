@@ -28,6 +28,7 @@ from autoconf.estimators.theory import throughput as tp
 from autoconf.recommend.layout import SHARDINGS, fastest_layout, row_inputs, search_space
 from autoconf.schema import Job, Placement
 from bench.layout_identity import ESTIMATOR, _setup, gate_memory, same
+from tests._identity import memory_as_at_the_sample  # noqa: F401 (an autouse fixture: the frozen memory formulas)
 
 SAMPLE = json.loads((Path(__file__).parent / "fixtures" / "layout_identity_sample.json").read_text(encoding="utf-8"))
 TIE = 1e-9  # tokens/s this close are a tie for the brute force (two implementations round differently)

@@ -82,6 +82,13 @@ def norm_size(arch: Architecture, width: int) -> int:
     return width * {"layer": 2, "rms": 1}.get(FAMILIES[arch.family].norm, 0)
 
 
+def qk_norm_kind(arch: Architecture) -> str:
+    """The QK-norm the architecture runs ("head", "full", "layer_head") or "" : implied by the family (qwen3,
+    gemma3, olmo2) or switched on by the config where the family makes it optional."""
+    fam = FAMILIES[arch.family]
+    return fam.qk_norm if arch.qk_norm or not fam.qk_norm_optional else ""
+
+
 def attention(arch: Architecture) -> tuple[tuple[Linear, ...], int]:
     """Self-attention linears and its other parameters (QK-norms, MLA's latent norms)."""
     fam, h = FAMILIES[arch.family], arch.hidden_size
@@ -94,7 +101,7 @@ def attention(arch: Architecture) -> tuple[tuple[Linear, ...], int]:
         q, k, v = fam.qkv
         qkv = (Linear(q, h, arch.q_width, qkv_b), Linear(k, h, arch.kv_width, qkv_b), Linear(v, h, arch.kv_width, qkv_b))
     sizes = {"head": 2 * arch.head_dim, "full": arch.q_width + arch.kv_width, "layer_head": 2 * 2 * arch.head_dim}
-    other = sizes.get(fam.qk_norm, 0) if arch.qk_norm or not fam.qk_norm_optional else 0
+    other = sizes.get(qk_norm_kind(arch), 0)
     return qkv + (Linear(fam.out, arch.q_width, h, out_b),), other
 
 

@@ -77,6 +77,12 @@ def _wanted(arch: Architecture, targets: tuple[str, ...]) -> set[str]:
     return wanted
 
 
+def target_names(arch: Architecture, targets: tuple[str, ...]) -> tuple[str, ...]:
+    """The module names peft is given for these targets: the default q_proj, v_proj becomes the family's
+    own default where the architecture has no such modules (phi3's qkv_proj, falcon's query_key_value, ...)."""
+    return tuple(sorted(_wanted(arch, targets)))
+
+
 def _chosen(arch: Architecture, linears: tuple[Linear, ...], wanted: set[str], vision: bool = False) -> tuple[Linear, ...]:
     adaptable = tuple(lin for lin in linears if _adaptable(arch, lin, vision))
     if "all-linear" in wanted:

@@ -27,6 +27,7 @@ Every function takes one ``Job`` or the columns of a batch (rows.py); the archit
 from __future__ import annotations
 
 from autoconf.catalog.architecture import Architecture
+from autoconf.catalog.families import qk_norm_kind
 from autoconf.catalog.shapes import ATTENTION, CROSS, MAMBA, SLIDING, LayerShape
 from autoconf.estimators.theory import images, layers
 from autoconf.estimators.theory.rows import AnyJob, Flag, Num, is_in, lookup, minimum, not_, per_value, settings_of, where
@@ -39,6 +40,8 @@ from autoconf.schema import Calibration
 # token; norms and the residual stream stay fp32). The autocast weight copies are counted as weights.
 PRECISION_FACTOR = {"bf16": 1.0, "fp16": 1.0, "fp32": 2.0, "amp-bf16": 1.2, "amp-fp16": 1.2}
 NORM_BYTES_PER_HIDDEN = 8  # RMSNorm with an fp32 input copy (traced llama: 16·h for its two norms)
+# families whose RMSNorm applies (1 + weight) in fp32 (modeling_gemma / gemma2 / gemma3 RMSNorm.forward)
+FP32_WEIGHT_NORMS = frozenset({"gemma", "gemma2", "gemma3_text"})
 BF16_NORM_BYTES_PER_HIDDEN = 4  # a norm computed in bf16: its input and its output (traced gpt_bigcode: 8·h for two)
 LORA_DROPOUT_BYTES_PER_HIDDEN = 4  # fp32 dropout output kept per adapted module (traced)
 LORA_A_BYTES_PER_RANK = 4  # fp32 lora_A output kept per adapted module (traced)
@@ -73,7 +76,8 @@ def attention_coef(job: AnyJob, arch: Architecture, calib: Calibration | None = 
         return calib.attn_act_factor_flash
     h = arch.hidden_size
     # 8·h per RMSNorm (its fp32 input copy): llama's 2 norms give the traced 16·h; gemma2/3's 4 norms 32·h
-    norms = _norm_bytes(job, arch) * h * (2 if arch.model_type == "gpt_bigcode" else max(arch.norms_per_layer, 2))
+    count = 2 if arch.model_type == "gpt_bigcode" else max(arch.norms_per_layer, 2)
+    norms = (_norm_bytes(job, arch) + _fp32_weight_input(job, arch)) * h * count
     if kind == MAMBA and arch.mamba is not None:
         return (norms + layers.mamba_bytes(arch.mamba, images.text_tokens_per_sample(job, arch))) / h
     if kind == CROSS:
@@ -82,11 +86,37 @@ def attention_coef(job: AnyJob, arch: Architecture, calib: Calibration | None = 
     if arch.mla is not None:
         return (norms + layers.mla_bytes(arch, arch.mla)) / h
     attn = 4 * arch.q_width + 4 * arch.kv_width + 4 * arch.num_heads + 8
-    if arch.qk_norm:  # q_norm / k_norm keep fp32 copies of q and k, like any RMSNorm (same reasoning as norms)
-        attn += 4 * arch.q_width + 4 * arch.kv_width
+    attn = attn + qk_norm_bytes(job, arch)
     if arch.model_type != "gpt_bigcode":  # eager: GQA k, v expanded
         attn = where(job.attention == "eager", attn + (4 * arch.q_width - 4 * arch.kv_width - 4 * arch.num_heads), attn)
     return (norms + attn) / h
+
+
+def _fp32_weight_input(job: AnyJob, arch: Architecture) -> Num:
+    """Extra bytes per unit a trainable Gemma RMSNorm keeps: it multiplies by (1 + weight) in fp32
+    (GemmaRMSNorm.forward: ``output * (1.0 + self.weight.float())``), so the normalized input its weight's
+    gradient needs is saved in fp32 (4 B) where llama's multiply keeps it in the activation dtype (2 B): +2 per
+    unit per norm under full fine-tuning (traced gemma-2b: +4·h per layer for its two norms; LoRA: equal)."""
+    return where((job.method == "full") & (arch.family in FP32_WEIGHT_NORMS), 2.0, 0.0)
+
+
+def qk_norm_bytes(job: AnyJob, arch: Architecture) -> Num:
+    """Bytes per token one layer's q_norm and k_norm keep (RMSNorm over each head, or over all of q / k).
+
+    Like the decoder norms: the fp32 input copy (4 per unit), the fp32 rsqrt per normalized row (4 per head,
+    or per token for a full-width norm), and, where the norm weight trains, the normalized input its gradient
+    needs (2 per unit, 4 for Gemma's fp32 multiply). Traced qwen3-0.6b: +18,528 B per token per layer in full
+    fine-tuning (6 · 3,072 + 4 · 24), +12,384 with LoRA (4 · 3,072 + 4 · 24), exactly.
+    """
+    kind = qk_norm_kind(arch)
+    if not kind:
+        return 0.0
+    width = arch.q_width + arch.kv_width
+    if kind == "layer_head":  # phi's optional per-head LayerNorm: untraced, its fp32 input copies only
+        return 4.0 * width
+    rows = arch.num_heads + arch.kv_width // max(arch.head_dim, 1) if kind == "head" else 2
+    weight = where(job.method == "full", 2.0 + _fp32_weight_input(job, arch), 0.0)
+    return (4.0 + weight) * width + 4.0 * rows
 
 
 def _norm_bytes(job: AnyJob, arch: Architecture) -> Num:

@@ -175,6 +175,8 @@ def phase_parts(job: AnyJob, arch: Architecture, placement: AnyPlacement, st: St
     # share a sample's text, not its images)
     vision_act = images.activation_bytes_per_image(job, arch) * job.images_per_sample * samples * in_flight
     recompute = where(job.gradient_checkpointing, layer, 0.0)
+    # a tied head's gradient waits in autograd's input buffer (one of st.tied_transient's two) while the first
+    # layer is recomputed, and the sum at the very end holds both (states.tied_grad_transient)
     loss = ce.loss_bytes_per_token(job, arch, calib) * tokens / placement.tp
     head = ce.loss_fixed_bytes(job, arch) / placement.tp
     loss = where(head != 0, loss + head, loss)
@@ -192,8 +194,8 @@ def phase_parts(job: AnyJob, arch: Architecture, placement: AnyPlacement, st: St
                  "logits": loss},
         "backward": {"weights": w + autocast, "gradients": g_live, "optimizer": st.optimizer,
                      "activations": saved + recompute, "logits": 0.0},
-        "static": {"weights": w, "gradients": st.gradients, "optimizer": st.optimizer, "activations": recompute,
-                   "logits": 0.0},
+        "static": {"weights": w, "gradients": st.gradients, "optimizer": st.optimizer,
+                   "activations": maximum(recompute + st.tied_transient / 2, st.tied_transient), "logits": 0.0},
         "optimizer": {"weights": st.weights, "gradients": st.gradients,
                       "optimizer": st.optimizer + st.optimizer_step_temp, "activations": 0.0, "logits": 0.0},
     }

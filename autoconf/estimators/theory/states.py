@@ -81,6 +81,7 @@ class States:
     trainable_params: Num
     outside: Num = 0.0  # bytes held outside torch's allocator (paged optimizer states)
     replica_weights: Num = 0.0  # weights.weight_bytes: one unsharded replica's (the load phase's weights)
+    tied_transient: Num = 0.0  # tied embedding gradients summed at the end of backward (tied_grad_transient)
 
 
 @overload
@@ -155,7 +156,28 @@ def model_states(job: AnyJob, arch: Architecture, placement: AnyPlacement) -> St
     persist = persist & not_(in_backward)
     outside = where(is_in(job.optimizer, PAGED), opt, 0.0)
     count = int(psi_t) if isinstance(job, Job) else np.floor(psi_t)
-    return States(weights, grads, opt, gathered, persist, temp, buffers, count, outside, replica)
+    tied = tied_grad_transient(job, arch, placement, grad_b)
+    return States(weights, grads, opt, gathered, persist, temp, buffers, count, outside, replica,
+                  where(in_backward, 0.0, tied))
+
+
+# A tied weight's gradient addends and their sum beyond the one gradient: the two addends (tied_grad_transient)
+TIED_GRADIENT_COPIES = 2.0
+
+
+def tied_grad_transient(job: AnyJob, arch: Architecture, placement: AnyPlacement, grad_b: Num) -> Num:
+    """Bytes beyond the gradients when a tied embedding's two gradients meet at the end of backward.
+
+    The head's gradient of a tied weight waits in the autograd engine's input buffer of the weight's
+    AccumulateGrad until the embedding's backward (the last op) yields the second; InputBuffer::add then sums
+    them out of place (torch/csrc/autograd/input_buffer.cpp; traced: aten.embedding_dense_backward, then
+    aten.add.Tensor, on real CPU tensors too), so the two addends and the sum, three V × h gradients, are
+    live at once: two beyond the one the gradients count (traced llama3.2-1b full: +0.98 GiB = 2 · V · h · 2 B).
+    Only where the embedding trains (full fine-tuning) and one rank holds both uses (no pipeline split).
+    """
+    tied = arch.tie_word_embeddings and arch.vocab_size > 0
+    return where((job.method == "full") & (placement.pp == 1) & tied,
+                 TIED_GRADIENT_COPIES * arch.vocab_size * arch.hidden_size * grad_b / placement.tp, 0.0)
 
 
 def _optimizer_temp(job: AnyJob, arch: Architecture, local_trainable: Num, placement: AnyPlacement) -> Num:

@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from autoconf.catalog import Architecture, get_architecture, get_gpu
+from autoconf.catalog.lora import target_names
 from autoconf.errors import AutoconfError, InvalidInputError
 from autoconf.estimators.contract import Estimator
 from autoconf.estimators.risk import oom_probability
@@ -42,7 +43,7 @@ from autoconf.estimators.traced.fit import PHASE_NAMES, Fit, TraceFailed, regime
 from autoconf.estimators.traced.ranks import FSDP1_STACKS, PHASE_TEXT, rank_memory, rank_unsupported
 from autoconf.estimators.traced.refusal import untraceable
 from autoconf.estimators.traced.stacks.memory import applies, missing, routes, stack_memory, stack_unsupported
-from autoconf.schema import DEFAULT_LORA_TARGETS, Estimate, EstimatorName, Job, MemoryEstimate, Placement
+from autoconf.schema import Estimate, EstimatorName, Job, MemoryEstimate, Placement
 
 logger = logging.getLogger(__name__)
 
@@ -57,15 +58,10 @@ WEIGHTS, GRADIENTS, OPTIMIZER = range(3)
 # peft's own default targets for model types without q_proj/v_proj (peft.utils.constants,
 # TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING: gpt_bigcode -> c_attn), used when the job keeps
 # the default q_proj,v_proj, as peft does when no targets are given.
-PEFT_DEFAULT_TARGETS = {"gpt_bigcode": ("c_attn",)}
-
-
 def lora_targets(job: Job, arch: Architecture) -> tuple[str, ...]:
-    """The job's LoRA targets as modules of this architecture (peft's default for the default)."""
-    if tuple(job.lora_target_modules) == DEFAULT_LORA_TARGETS and arch.model_type in PEFT_DEFAULT_TARGETS:
-        return PEFT_DEFAULT_TARGETS[arch.model_type]
+    """The job's LoRA targets as modules of this architecture (the family's peft default for the default)."""
     if arch.lora_targets(job.lora_target_modules):
-        return tuple(sorted(job.lora_target_modules))
+        return target_names(arch, tuple(job.lora_target_modules))
     names = ", ".join(lin.name for lin in arch.layer_linears if lin.name != "router")
     raise InvalidInputError(
         "lora_target_modules",

@@ -38,6 +38,9 @@ _OVERRIDES = {"hidden_size": "hidden_size", "intermediate_size": "intermediate_s
               "num_kv_heads": "num_key_value_heads", "head_dim": "head_dim", "vocab_size": "vocab_size"}
 
 
+NO_WINDOW = 1 << 30  # tokens: longer than any sequence we trace
+
+
 def _from_catalogue(arch: Mapping[str, Any]) -> transformers.PretrainedConfig | None:
     """AutoConfig.for_model over the model's own config.json, with the Architecture's changed core fields
     applied to the (text) config; None for the legacy families or a model that does not resolve by name."""
@@ -89,6 +92,16 @@ def _llama_like_kwargs(arch: Mapping[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
+def _no_window(text: transformers.PretrainedConfig) -> None:
+    """Sliding-window layers attend as full causal layers. GPU flash-attention applies the window inside the kernel
+    and saves the same tensors (out and logsumexp) either way; SDPA on fake CPU tensors would need an explicit
+    (b, 1, s, s) mask once the length passes the window, which also changes the op sequence with the length
+    (gemma3 builds its sliding mask for every step), so no fit could be made. A window longer than any sequence
+    skips the mask, as the mistral / mixtral ``sliding_window=None`` above."""
+    if getattr(text, "sliding_window", None):
+        text.sliding_window = NO_WINDOW
+
+
 def hf_config(arch: Architecture | Mapping[str, Any], attention: str) -> transformers.PretrainedConfig:
     """The transformers config of an Architecture (or a dict of its fields); ``attention`` is the
     transformers implementation name (sdpa, eager, flash_attention_2)."""
@@ -108,6 +121,7 @@ def hf_config(arch: Architecture | Mapping[str, Any], attention: str) -> transfo
     else:
         config = transformers.AutoConfig.for_model(mtype, **_llama_like_kwargs(arch))
     config.use_cache = False
+    _no_window(config.get_text_config())
     # Dropout 0 everywhere (HF defaults for these families; fms-hf-tuning keeps them).
     for name in ("attention_dropout", "attn_pdrop", "resid_pdrop", "embd_pdrop"):
         if hasattr(config, name):
