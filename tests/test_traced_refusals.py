@@ -75,11 +75,12 @@ def test_refused_without_the_stack_installed(stack: str, monkeypatch: pytest.Mon
     ("torchtitan", {"method": "full", "attention": "eager"}, "it has no eager path"),
     ("torchtune", {"method": "lora", "optimizer_state_dtype": "fp32"}, "keeps its states in the parameter dtype (bf16)"),
     ("trl", {"method": "full", "optimizer_state_dtype": "fp32"}, "keeps its states in the parameter dtype (bf16)"),
+    ("hf-trainer", {"model": "gemma-2-2b", "method": "lora"}, "gemma2's attention (logit soft-capping) has no SDPA"),
 ])
 def test_settings_the_trace_would_ignore_are_refused(framework: str, fields: dict[str, Any], words: str) -> None:
     """A job setting the traced code does not run is refused, not traced without it (peft's LoRA for DoRA; every
     gradient and activation kept on the GPU; SDPA for eager; the parameter dtype's AdamW states for fp32 ones)."""
-    job = Job(model=MODEL, tokens_per_sample=256, batch_size=1, framework=framework, **fields)
+    job = Job(**{"model": MODEL, "tokens_per_sample": 256, "batch_size": 1, "framework": framework, **fields})
     with pytest.raises(InvalidInputError, match="traced cannot run this job") as info:
         get_estimator("traced").estimate(job, Placement(gpu_model=GPU))
     assert words in str(info.value)
