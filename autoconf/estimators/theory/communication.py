@@ -144,6 +144,8 @@ def communication(
         sync = (min(group, parameter_tensors(arch, stack)) * alpha("broadcast", group, inside) if stack.param_broadcast
                 else (stack.param_gather_calls or buckets) * alpha("all-gather", group, inside))
         exposed = gather + sync
+        if strategy == "zero1" and stack.zero1_reduce_after_backward:  # no DDP hook: one all-reduce after backward
+            hidden, last, exposed = 0.0, 0.0, exposed + 2 * scatter + alpha("all-reduce")
         if stack.overlap_param_gather:  # the updated shards are gathered during the next forward
             hidden, exposed = hidden + exposed, 0.0
     elif strategy == "fsdp-shard-grad-op":

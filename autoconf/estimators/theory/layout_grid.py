@@ -226,7 +226,11 @@ def layout_speeds(job: Job, gpu_model: str, rows: Layouts, *, stack: str | None 
             zero_exposed = gather + sync
         hidden = np.where(zero, zero_hidden, hidden)
         exposed = np.where(zero, zero_exposed, 0.0)
-        if has_zero1:
+        if has_zero1 and profile.zero1_reduce_after_backward:  # communication(): one exposed all-reduce, no hook
+            is_zero1 = s == ZERO1
+            hidden = np.where(is_zero1, 0.0, hidden)
+            exposed = np.where(is_zero1, exposed + 2 * scatter + alpha("all-reduce", d, nodes), exposed)
+        elif has_zero1:
             last = np.where(s == ZERO1, zero_reduce, last)
     if has_ddp:
         is_ddp = s == DDP
