@@ -10,11 +10,14 @@ when nanotron's layout is within 5 % of the choice's tokens/s by our model (equi
 Not stated by the source and assumed here: H100 80GB SXM nodes of 8 GPUs (the Ultrascale Playbook's cluster),
 4,096-token sequences (nanotron's slurm_launcher.py default), full pre-training in bf16 with fp32 master weights
 (amp-bf16), no activation checkpointing in nanotron's runs, a 3,200 Gb/s (400 GB/s) node network. nanotron's own
-kernels and overlaps are its stack profile (``nanotron`` in theory/stacks.py, with sources); with the HF Trainer's
-profile 9 of 26 cells agreed. The model shapes (bench/nanotron_models/) are inferred from nanotron's sizes: the
+kernels, overlaps and NCCL release are its stack profile (``nanotron`` in theory/stacks.py, with sources); with the
+HF Trainer's profile 9 of 26 cells agreed. The model shapes (bench/nanotron_models/) are inferred from nanotron's sizes: the
 Llama 3 shapes (3.2 1B, 3.2 3B, 3.1 8B, 3.1 70B) with full multi-head attention (key/value heads = heads) and a
 131,072-token vocabulary have 1.342, 3.574, 8.859 and 79.995 billion parameters, nanotron's 1.34, 3.57, 8.86 and
-80.0 to every printed digit (the GQA catalogue shapes have 1.24, 3.21, 8.03 and 70.6). *Memory*: theory's device
+80.0 to every printed digit (the GQA catalogue shapes have 1.24, 3.21, 8.03 and 70.6). nanotron's sweep script
+(scripts/scaling_benchmarks.py, 2025-02) names the same shapes: (layers, hidden, heads, MLP) 1B (16, 2048, 32, 8192),
+3B (28, 3072, 32, 8192; "24heads -> 32heads"), 8B (32, 4096, 32, 14336), 70B (80, 8192, 64, 28672), key/value heads
+= heads, vocabulary 131,072, embeddings tied below an MLP of 10,000. *Memory*: theory's device
 peak of nanotron's layout (GB) against the figure's printed value.
 
     python bench/layout_vs_nanotron.py [--output docs/accuracy.md]

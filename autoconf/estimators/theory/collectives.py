@@ -22,6 +22,14 @@ shrink with the message. It follows NCCL's own cost model, the one NCCL uses to 
 
 Every constant is the Simple protocol's, the one NCCL picks for the megabyte buckets and layer shards of
 training (LL and LL128 carry small messages). Microseconds.
+
+The constants changed between NCCL releases. ``nccl="2.8"`` (the default, above) is the table most stacks are priced
+with; ``nccl="2.18"`` is NCCL v2.18.1's (tag v2.18.1-1, src/graph/tuning.cc; unchanged in 2.19-2.21): network ring
+hop 14 µs (was 9.6), network tree hop 28 µs (was 50), and the ring's plateau × 1.4 from compute capability 8.0
+(``minCompCap < 80 ? 1.9 : 1.4``; every GPU that runs FlashAttention-2 is ≥ 8.0). Its multi-node rings also charge
+each in-node step at least 3 × the host's network overhead (1 µs on Intel / other CPUs, 2 µs on AMD); on NVLink
+(3.4 µs) the Intel figure changes nothing and the host CPU is not modelled. A stack names its release in
+stacks.Stack.nccl (nanotron's benchmark: PyTorch 2.1, which ships NCCL 2.18.1).
 """
 
 from __future__ import annotations
@@ -35,16 +43,24 @@ RING_BASE_US = 8.4  # baseLat[Ring][Simple]
 RING_HOP_US = {"nvlink": 3.4, "pcie": 5.7, "net": 9.6}  # hwLat[NVLINK | PCI | NET][Ring][Simple]
 TREE_HOP_US = {"nvlink": 28.0, "pcie": 28.0, "net": 50.0}  # hwLat[...][Tree][Simple] (baseLat[Tree][Simple] = 0)
 RING_PLATEAU = 1.9  # multi-node ring all-reduce of a large message: latency × 1.9
+# NCCL 2.18.1: the same base and in-node hops; the network's ring and tree hops and the plateau differ
+RING_HOP_US_2_18 = {**RING_HOP_US, "net": 14.0}
+TREE_HOP_US_2_18 = {**TREE_HOP_US, "net": 28.0}
+RING_PLATEAU_2_18 = 1.4  # compute capability >= 8.0
+NCCL_RELEASES = ("2.8", "2.18")
 
 
-def latency_seconds(kind: Collective, ranks: int, nodes: int, link: str) -> float:
+def latency_seconds(kind: Collective, ranks: int, nodes: int, link: str, nccl: str = "2.8") -> float:
     """α of one collective call over ``ranks`` GPUs spread on ``nodes`` nodes; ``link`` the in-node link
-    ("nvlink" or "pcie"). 0 for a single rank."""
+    ("nvlink" or "pcie"); ``nccl`` the release whose constants apply (NCCL_RELEASES). 0 for a single rank."""
     if ranks <= 1:
         return 0.0
+    newer = nccl == "2.18"
+    ring_hop, tree_hop = (RING_HOP_US_2_18, TREE_HOP_US_2_18) if newer else (RING_HOP_US, TREE_HOP_US)
+    plateau = RING_PLATEAU_2_18 if newer else RING_PLATEAU
     nodes = max(1, min(nodes, ranks))
-    intra = RING_HOP_US["nvlink" if link == "nvlink" else "pcie"]
-    net = RING_HOP_US["net"]
+    intra = ring_hop["nvlink" if link == "nvlink" else "pcie"]
+    net = ring_hop["net"]
     if kind == "send":
         return (RING_BASE_US + (net if nodes > 1 else intra)) * 1e-6
     if kind == "broadcast":
@@ -53,7 +69,7 @@ def latency_seconds(kind: Collective, ranks: int, nodes: int, link: str) -> floa
         steps, inter = ranks - 1, nodes - 1
         return (RING_BASE_US + (steps - inter) * intra + inter * net) * 1e-6
     steps, inter = 2 * (ranks - 1), 2 * (nodes - 1)
-    ring = (RING_BASE_US + (steps - inter) * intra + inter * net) * (RING_PLATEAU if nodes > 1 else 1.0)
-    tree_intra = TREE_HOP_US["nvlink" if link == "nvlink" else "pcie"]
-    tree = 2 * ((ranks / nodes - 1) * tree_intra + math.floor(math.log2(nodes)) * TREE_HOP_US["net"])
+    ring = (RING_BASE_US + (steps - inter) * intra + inter * net) * (plateau if nodes > 1 else 1.0)
+    tree_intra = tree_hop["nvlink" if link == "nvlink" else "pcie"]
+    tree = 2 * ((ranks / nodes - 1) * tree_intra + math.floor(math.log2(nodes)) * tree_hop["net"])
     return min(ring, tree) * 1e-6

@@ -120,7 +120,7 @@ def communication(
     nodes, link = dp_nodes(placement), gpu.intra_node_link
 
     def alpha(kind: Collective, ranks: int = dp, over: int = nodes) -> float:
-        return latency_seconds(kind, ranks, over, link)
+        return latency_seconds(kind, ranks, over, link, stack.nccl)
 
     units = -(-arch.num_layers // placement.pp)  # FSDP units (decoder layers) on this pipeline stage
     buckets = max(1, math.ceil(grads / grad_width / bucket_params(stack, strategy, dp, grad_width)))
@@ -144,6 +144,8 @@ def communication(
         sync = (min(group, parameter_tensors(arch, stack)) * alpha("broadcast", group, inside) if stack.param_broadcast
                 else (stack.param_gather_calls or buckets) * alpha("all-gather", group, inside))
         exposed = gather + sync
+        if strategy == "zero1" and stack.zero1_reduce_after_backward:  # no DDP hook: one all-reduce after backward
+            hidden, last, exposed = 0.0, 0.0, exposed + 2 * scatter + alpha("all-reduce")
         if stack.overlap_param_gather:  # the updated shards are gathered during the next forward
             hidden, exposed = hidden + exposed, 0.0
     elif strategy == "fsdp-shard-grad-op":
@@ -166,9 +168,10 @@ def communication(
         hidden, exposed, last = gas * (2 * gather + scatter + calls), 0.0, 0.0
     if not stack.overlap_grad_reduce:
         hidden, exposed, last = 0.0, hidden + exposed, 0.0
-    tensor = gas * tensor_parallel_seconds(job, arch, placement, gpu, placement.inter_node_gbps or inter_node_gbps)
+    net_gbps = placement.inter_node_gbps or inter_node_gbps
+    tensor = gas * tensor_parallel_seconds(job, arch, placement, gpu, net_gbps, stack.nccl)
     overlapped = tensor * (1.0 - stack.tp_exposed_share) if stack.tp_overlap else 0.0
-    p2p = gas * pipeline_seconds(job, arch, placement, gpu, placement.inter_node_gbps or inter_node_gbps)
+    p2p = gas * pipeline_seconds(job, arch, placement, gpu, net_gbps, stack.nccl)
     if stack.overlap_p2p and placement.virtual_pp > 1:  # NeMo: overlap_p2p_comm with the interleaved schedule
         hidden += p2p
     else:
@@ -194,7 +197,7 @@ def parameter_tensors(arch: Architecture, stack: Stack) -> int:
 
 
 def pipeline_seconds(job: Job, arch: Architecture, placement: Placement, gpu: GPUSpec,
-                     inter_node_gbps: float = INTER_NODE_BANDWIDTH_GBPS) -> float:
+                     inter_node_gbps: float = INTER_NODE_BANDWIDTH_GBPS, nccl: str = "2.8") -> float:
     """Pipeline point-to-point per micro-batch on one stage: the b·s·h activations sent forward and their gradient
     sent back, once per model chunk (virtual_pp), each 1/tp of it (Megatron's scatter-gather optimisation), on the
     1F1B critical path (Narayanan et al. 2021, §4.1). Stages tp·pp GPUs wide or wider than a node talk over the
@@ -208,12 +211,12 @@ def pipeline_seconds(job: Job, arch: Architecture, placement: Placement, gpu: GP
     intra = intra_bandwidth(gpu, placement)
     bandwidth = min(intra, inter_node_gbps) if crosses else intra
     one = message / (bandwidth * 1e9 * COLLECTIVE_EFFICIENCY) + latency_seconds(
-        "send", 2, 2 if crosses else 1, gpu.intra_node_link)
+        "send", 2, 2 if crosses else 1, gpu.intra_node_link, nccl)
     return 2 * placement.virtual_pp * one
 
 
 def tensor_parallel_seconds(job: Job, arch: Architecture, placement: Placement, gpu: GPUSpec,
-                            inter_node_gbps: float = INTER_NODE_BANDWIDTH_GBPS) -> float:
+                            inter_node_gbps: float = INTER_NODE_BANDWIDTH_GBPS, nccl: str = "2.8") -> float:
     """Megatron TP: 2 all-reduces of b·s·h activations per layer forward, 2 backward (+2 recompute). A TP group
     wider than a node (its ranks are consecutive) runs its rings at the node's network and pays its hops' latency."""
     if placement.tp <= 1:
@@ -227,4 +230,4 @@ def tensor_parallel_seconds(job: Job, arch: Architecture, placement: Placement, 
     intra = intra_bandwidth(gpu, placement)
     bandwidth = min(intra, inter_node_gbps) if nodes > 1 else intra
     one = 2 * _ring_seconds(message, placement.tp, bandwidth)
-    return per_layer * layers * (one + latency_seconds("all-reduce", placement.tp, nodes, gpu.intra_node_link))
+    return per_layer * layers * (one + latency_seconds("all-reduce", placement.tp, nodes, gpu.intra_node_link, nccl))

@@ -109,8 +109,8 @@ class _Latency:
     collectives over the same groups (data-parallel ranks and their nodes, ...) share one table of pairs, and the
     same collective over the same group is computed once per search."""
 
-    def __init__(self, link: str) -> None:
-        self.link = link
+    def __init__(self, link: str, nccl: str) -> None:
+        self.link, self.nccl = link, nccl
         self.groups: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, list[tuple[int, int]], np.ndarray]] = {}
         self.values: dict[tuple[str, int, int], np.ndarray] = {}
 
@@ -125,7 +125,7 @@ class _Latency:
             codes, inverse = _dense(ranks * width + nodes)
             pairs = list(zip((codes // width).tolist(), (codes % width).tolist(), strict=True))
             group = self.groups[key] = (ranks, nodes, pairs, inverse)
-        values = np.array([latency_seconds(kind, a, b, self.link) for a, b in group[2]])
+        values = np.array([latency_seconds(kind, a, b, self.link, self.nccl) for a, b in group[2]])
         out: np.ndarray = values[group[3]]
         self.values[(kind, *key)] = out
         return out
@@ -179,7 +179,7 @@ def layout_speeds(job: Job, gpu_model: str, rows: Layouts, *, stack: str | None 
     bw = np.where(spread, np.minimum(intra, network * share), intra)
     nodes = np.where(spread, np.minimum(d, np.maximum(1, -(-(d * t * p) // rows.gpus_per_worker))), 1)  # dp_nodes()
     link = gpu.intra_node_link
-    alpha = _Latency(link)
+    alpha = _Latency(link, profile.nccl)
     gather, scatter = _rings((shard, grads), d, bw)
     s = rows.strategy
     # only the strategies some row names are computed (a stack's shardings, e.g. nanotron's DDP / ZeRO-1): the
@@ -226,7 +226,11 @@ def layout_speeds(job: Job, gpu_model: str, rows: Layouts, *, stack: str | None 
             zero_exposed = gather + sync
         hidden = np.where(zero, zero_hidden, hidden)
         exposed = np.where(zero, zero_exposed, 0.0)
-        if has_zero1:
+        if has_zero1 and profile.zero1_reduce_after_backward:  # communication(): one exposed all-reduce, no hook
+            is_zero1 = s == ZERO1
+            hidden = np.where(is_zero1, 0.0, hidden)
+            exposed = np.where(is_zero1, exposed + 2 * scatter + alpha("all-reduce", d, nodes), exposed)
+        elif has_zero1:
             last = np.where(s == ZERO1, zero_reduce, last)
     if has_ddp:
         is_ddp = s == DDP
@@ -253,7 +257,8 @@ def layout_speeds(job: Job, gpu_model: str, rows: Layouts, *, stack: str | None 
         crosses = t * p > rows.gpus_per_worker
         p2p_bytes = message / t
         p2p_one = (p2p_bytes / (np.where(crosses, min(intra, network), intra) * 1e9 * tp.COLLECTIVE_EFFICIENCY)
-                   + np.where(crosses, latency_seconds("send", 2, 2, link), latency_seconds("send", 2, 1, link)))
+                   + np.where(crosses, latency_seconds("send", 2, 2, link, profile.nccl),
+                              latency_seconds("send", 2, 1, link, profile.nccl)))
         exposed = exposed + np.where(p > 1, g * 2 * p2p_one, 0.0)
     # step_seconds(): the once-per-step reductions hide behind the last micro-batch's backward only
     window = backward_by[c] / g * compute

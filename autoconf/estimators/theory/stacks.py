@@ -36,6 +36,11 @@ The profile says *what* a stack does, with a source per claim; *how much* each b
   call per gradient bucket (DeepSpeed ``allgather_bucket_size``, Megatron's per-bucket gathers).
 - fused_qkv: the stack builds one fused QKV projection per layer (InternEvo's ``Wqkv``): it sets how many parameter
   tensors a ZeRO that partitions whole tensors spreads over its ranks (communication.parameter_tensors).
+- zero1_reduce_after_backward: ZeRO-1 runs without a DDP wrapper, so nothing reduces gradients during backward: the
+  whole gradient buffer is all-reduced in one call after the last backward, exposed (nanotron until 2025-06 with
+  ``accumulate_grad_in_fp32``: trainer.py ``make_ddp``).
+- nccl: the NCCL release whose latency constants price the stack's collective calls (collectives.NCCL_RELEASES;
+  "2.8" unless the stack's runs say which; nanotron's benchmark: "2.18").
 """
 
 from __future__ import annotations
@@ -60,6 +65,8 @@ class Stack:
     overlap_p2p: bool = False  # pipeline sends overlap compute under the interleaved schedule (virtual_pp > 1)
     param_gather_calls: int = 0  # ZeRO parameter all-gather calls after the step (0: one per gradient bucket)
     fused_qkv: bool = False  # one fused QKV projection per layer (InternEvo's Wqkv): fewer parameter tensors
+    nccl: str = "2.8"  # collectives.latency_seconds: the NCCL release of the stack's runs
+    zero1_reduce_after_backward: bool = False  # ZeRO-1's gradients all-reduced once after backward, exposed
 
 
 DDP_BUCKET_BYTES = 25 * 2**20  # torch.nn.parallel.DistributedDataParallel(bucket_cap_mb=25)
@@ -107,11 +114,20 @@ STACKS: dict[str, Stack] = {
                              "backward; parallel/tensor_parallel/functional.py _ColumnLinearAsyncCommunication: "
                              "the all-gather overlaps the local shard's matmul, row_linear's reduce-scatter does not; "
                              "config.py ddp_bucket_cap_mb=25: the fp32 hook reduces each torch DDP bucket (25 MiB of "
-                             "the bf16 gradients) in one call, all_reduce_coalesced (ZeRO-0) or reduce_scatter_coalesced "
-                             "(ZeRO-1, v0.5); optim/zero.py _all_gather_params: one all_gather_coalesced of all shards",
+                             "the bf16 gradients) in one all_reduce_coalesced call (ZeRO-0); ZeRO-1 with "
+                             "accumulate_grad_in_fp32 builds no DDP wrapper (trainer.py make_ddp at v0.5 and at the "
+                             "benchmark commit c2528430, until 7bc99232 of 2025-06-23), so training_step calls "
+                             "sync_gradients_across_dp after the pipeline engine: FP32GradientAccumulator's one "
+                             "all_reduce of the whole fp32 gradient buffer (reduce_scatter=False, 'too memory hungry'); "
+                             "optim/zero.py _all_gather_params: one all_gather_coalesced of all shards; "
+                             "the benchmark's launcher (run_multinode.sh at 67c5ebb6, scripts/scaling_benchmarks.py's "
+                             "base script) activates the conda env 2-1-cu121 (PyTorch 2.1, CUDA 12.1; the README of "
+                             "the benchmark commit c2528430 names torch 2.1.2 as the fallback install): PyTorch 2.1 "
+                             "ships NCCL 2.18.1 (torch.cuda.nccl.version() of 2.1.2+cu121, NVIDIA/nccl#1142; the 2.1 "
+                             "binary build matrix, pytorch/pytorch#111677)",
                       # DDP sizes its buckets on the model's bf16 gradients (2 bytes each), whatever the hook reduces
                       tp_exposed_share=0.5, grad_reduce_bytes=4, bucket_params=DDP_BUCKET_BYTES / 2,
-                      param_gather_calls=1),
+                      param_gather_calls=1, nccl="2.18", zero1_reduce_after_backward=True),
     "llm-foundry-triton": Stack("llm-foundry-triton", fused_kernels=False, overlap_param_gather=False, tp_overlap=False,
                                 source="mosaicml/llm-foundry at 5e85bd62d (the commit of its benchmark tables): MPT "
                                        "with attn_impl 'triton' (scripts/train/benchmarking/submit_benchmarks.py "
