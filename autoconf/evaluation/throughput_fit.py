@@ -222,7 +222,7 @@ def throughput_rows(frame: pd.DataFrame) -> pd.DataFrame:
             skipped[f"{row['source']}: {_field(exc)} not answerable"] += 1
             continue
         link = inter_node_gbps(str(row.get("campaign", "")), str(row["source"]))
-        profile = stack_for(stack if stack != "hf" else job.framework)
+        profile = stack_for(stack if stack != "hf" else job.framework, job.method)
         recompute = stated_recompute(row)
         span = packed_span(row)
         found = _ZERO_GROUP.search(str(row.get("kernels") or ""))

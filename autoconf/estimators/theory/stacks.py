@@ -36,6 +36,11 @@ The profile says *what* a stack does, with a source per claim; *how much* each b
   call per gradient bucket (DeepSpeed ``allgather_bucket_size``, Megatron's per-bucket gathers).
 - fused_qkv: the stack builds one fused QKV projection per layer (InternEvo's ``Wqkv``): it sets how many parameter
   tensors a ZeRO that partitions whole tensors spreads over its ranks (communication.parameter_tensors).
+- peft_profile: the profile a LoRA / QLoRA job of this stack runs with, when the stack's PEFT recipes differ ("" =
+  the same). NeMo's LoRA performance recipes keep the tensor-parallel collectives on the critical path: ``llama3_70b``
+  ``finetune_performance_optimizations`` adds ``MegatronCommOverlapCallback(tp_comm_overlap=False)`` for a PEFT scheme
+  (TP 2, PP 4; full SFT: ``tp_comm_overlap=True``), which DGX Cloud's ft_llama3 recipe runs (dgxc-benchmarking
+  ``ft_llama3/llama3_finetune.py``: ``finetune_recipe(peft_scheme=..., performance_mode=True)``).
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ class Stack:
     overlap_p2p: bool = False  # pipeline sends overlap compute under the interleaved schedule (virtual_pp > 1)
     param_gather_calls: int = 0  # ZeRO parameter all-gather calls after the step (0: one per gradient bucket)
     fused_qkv: bool = False  # one fused QKV projection per layer (InternEvo's Wqkv): fewer parameter tensors
+    peft_profile: str = ""  # the profile of this stack's LoRA / QLoRA recipes ("" = this one)
 
 
 DDP_BUCKET_BYTES = 25 * 2**20  # torch.nn.parallel.DistributedDataParallel(bucket_cap_mb=25)
@@ -85,7 +91,12 @@ STACKS: dict[str, Stack] = {
     "hf": _HF,
     "megatron": _MEGATRON,
     "nemo": Stack("nemo", True, True, True, source=_MEGATRON.source, bucket_params=4e7, bucket_params_per_rank=1e6,
-                  attention_kernel="cudnn", overlap_p2p=True),
+                  attention_kernel="cudnn", overlap_p2p=True, peft_profile="nemo-peft"),
+    "nemo-peft": Stack("nemo-peft", True, True, tp_overlap=False,
+                       source="NVIDIA/NeMo nemo/collections/llm/recipes/llama3_70b.py finetune_performance_optimizations: "
+                              "a PEFT scheme gets MegatronCommOverlapCallback(tp_comm_overlap=False) (the TP "
+                              "all-gathers / reduce-scatters run exposed); otherwise as nemo",
+                       bucket_params=4e7, bucket_params_per_rank=1e6, attention_kernel="cudnn", overlap_p2p=True),
     "internevo": Stack("internevo", fused_kernels=True, overlap_param_gather=False, tp_overlap=False,
                        source="InternLM/InternEvo configs/7B_sft.py and doc/en/train_performance.md: flash_attn "
                               "fused RMSNorm / rotary / MLP kernels (use_flash_attn=True); hybrid_zero_optimizer "
@@ -126,6 +137,8 @@ STACKS: dict[str, Stack] = {
 }
 
 
-def stack_for(name: str | None) -> Stack:
-    """The profile of a stack name; HF-based frameworks (and anything unknown) use the HF Trainer profile."""
-    return STACKS.get(str(name or "hf"), _HF)
+def stack_for(name: str | None, method: str = "full") -> Stack:
+    """The profile of a stack name (for a LoRA / QLoRA ``method``, the stack's PEFT profile if it has one); HF-based
+    frameworks (and anything unknown) use the HF Trainer profile."""
+    profile = STACKS.get(str(name or "hf"), _HF)
+    return STACKS[profile.peft_profile] if method != "full" and profile.peft_profile else profile
