@@ -111,6 +111,16 @@ def test_nemo_lora_runs_its_tensor_parallel_collectives_exposed(no_latency: None
     assert stack_for("hf", "lora").name == "hf"  # stacks without a PEFT recipe of their own keep their profile
 
 
+@pytest.mark.parametrize("ref, profile", [
+    ("dgxc_benchmarking_h100_throughput.csv#row=7", "nemo-peft"),  # DGX Cloud ft_llama3: NeMo 2.0 LoRA recipe
+    ("nemo_24.07_finetune_sft_lora_DGX-H100_fp8.csv#row=5", "nemo-launcher"),  # NeMo 24.07: the NeMo 1.0 launcher
+    ("dgxc_benchmarking_h100_throughput.csv#row=0", "nemo"),  # DGX Cloud 70B SFT: TP overlap on
+])
+def test_which_nemo_profile_a_row_runs(table: pd.DataFrame, ref: str, profile: str) -> None:
+    row = _row(table, ref)
+    assert tf._profile(row, "nemo", str(row["method"])).name == profile
+
+
 def test_placement_network_overrides_the_default(no_latency: None) -> None:
     job = Job(model="llama3.1-8b", tokens_per_sample=4096, batch_size=16)
     arch, gpu = get_architecture("llama3.1-8b"), get_gpu("H100")

@@ -92,6 +92,11 @@ STACKS: dict[str, Stack] = {
     "megatron": _MEGATRON,
     "nemo": Stack("nemo", True, True, True, source=_MEGATRON.source, bucket_params=4e7, bucket_params_per_rank=1e6,
                   attention_kernel="cudnn", overlap_p2p=True, peft_profile="nemo-peft"),
+    # NeMo 24.07's performance tables ran from the NeMo 1.0 launcher (NeMo-Framework-Launcher), whose PEFT configs we
+    # have not read: its LoRA rows keep NeMo's overlapped TP (no PEFT profile)
+    "nemo-launcher": Stack("nemo-launcher", True, True, True,
+                           source=_MEGATRON.source + "; NeMo 24.07 performance tables (NeMo-Framework-Launcher)",
+                           bucket_params=4e7, bucket_params_per_rank=1e6, attention_kernel="cudnn", overlap_p2p=True),
     "nemo-peft": Stack("nemo-peft", True, True, tp_overlap=False,
                        source="NVIDIA/NeMo nemo/collections/llm/recipes/llama3_70b.py finetune_performance_optimizations: "
                               "a PEFT scheme gets MegatronCommOverlapCallback(tp_comm_overlap=False) (the TP "

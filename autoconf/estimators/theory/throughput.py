@@ -87,7 +87,7 @@ FITTED = EfficiencyFit(
     by_method={'full': 0.7801, 'lora': 0.7801, 'qlora': 0.7483},
     microbatch_tokens=1990.5, fused_loss_factor=1.1562, moe_factor=1.0809, rows=1471,
     memory_bound=67.3551, attention_cost=0.0000,
-    stack_factor=0.7351, compile_factor=1.0860, fused_memory_share=0.00, fp8_factor=0.7472,
+    stack_factor=0.7350, compile_factor=1.0860, fused_memory_share=0.00, fp8_factor=0.7464,
     fused_microbatch_share=0.20,
     fitted_on='1471 ok non-duplicate tokens/s rows of data/measurements.csv (bench/throughput_accuracy.py --fit)',
 )
