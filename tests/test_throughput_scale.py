@@ -95,6 +95,32 @@ def test_stacks_decide_what_is_exposed(no_latency: None) -> None:
     assert megatron.overlappable == pytest.approx(hf.overlappable + hf.exposed)
 
 
+def test_nemo_lora_runs_its_tensor_parallel_collectives_exposed(no_latency: None) -> None:
+    # NeMo's LoRA performance recipe sets tp_comm_overlap=False (llama3_70b finetune_performance_optimizations);
+    # full fine-tuning keeps it on. TP 2, 16 GPUs: dp 8, micro-batch 16 / (8 x 2) = 1 sample of 4,096 tokens; per
+    # layer 2 all-reduces forward + 2 backward of 4,096 x 4,096 x 2 bytes, each a 2-rank ring sending 2 x 1/2 of it
+    # at 0.8 x 450 GB/s (H100 NVLink per direction), 32 layers, 2 micro-batches
+    lora = Job(model="llama3.1-8b", method="lora", tokens_per_sample=4096, batch_size=16, gradient_accumulation_steps=2,
+               gradient_checkpointing=False)
+    arch, gpu = get_architecture("llama3.1-8b"), get_gpu("H100")
+    place = Placement(gpu_model="H100", number_gpus=16, tp=2, strategy="zero1")
+    exposed = tp.communication(lora, arch, place, gpu, stack=stack_for("nemo", "lora")).exposed
+    assert exposed == pytest.approx(4 * 32 * 2 * 4096 * 4096 * 2 / (450e9 * 0.8))
+    full = lora.model_copy(update={"method": "full"})
+    assert tp.communication(full, arch, place, gpu, stack=stack_for("nemo", "full")).exposed == 0
+    assert stack_for("hf", "lora").name == "hf"  # stacks without a PEFT recipe of their own keep their profile
+
+
+@pytest.mark.parametrize("ref, profile", [
+    ("dgxc_benchmarking_h100_throughput.csv#row=7", "nemo-peft"),  # DGX Cloud ft_llama3: NeMo 2.0 LoRA recipe
+    ("nemo_24.07_finetune_sft_lora_DGX-H100_fp8.csv#row=5", "nemo-launcher"),  # NeMo 24.07: the NeMo 1.0 launcher
+    ("dgxc_benchmarking_h100_throughput.csv#row=0", "nemo"),  # DGX Cloud 70B SFT: TP overlap on
+])
+def test_which_nemo_profile_a_row_runs(table: pd.DataFrame, ref: str, profile: str) -> None:
+    row = _row(table, ref)
+    assert tf._profile(row, "nemo", str(row["method"])).name == profile
+
+
 def test_placement_network_overrides_the_default(no_latency: None) -> None:
     job = Job(model="llama3.1-8b", tokens_per_sample=4096, batch_size=16)
     arch, gpu = get_architecture("llama3.1-8b"), get_gpu("H100")

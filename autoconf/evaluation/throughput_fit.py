@@ -33,7 +33,7 @@ from pydantic import ValidationError
 from autoconf.catalog import get_architecture, get_gpu
 from autoconf.errors import AutoconfError
 from autoconf.estimators.theory import throughput as tp
-from autoconf.estimators.theory.stacks import STACKS, stack_for
+from autoconf.estimators.theory.stacks import STACKS, Stack, stack_for
 from autoconf.evaluation.data import row_to_inputs
 from autoconf.schema import Job, Placement
 
@@ -78,6 +78,9 @@ PRECISION_NOT_MODELLED = ("nvfp4", "not stated (fp8 per the page text for most r
 # BPE token of English text, plus NeMo's prompt template: ~220 tokens. Packed to 4,096 tokens the attention FLOPs
 # are 220 / 4,096 of the unpacked ones; twice or half the length moves a DGX Cloud 8B prediction by < 1 %.
 SQUAD_SAMPLE_TOKENS = 220.0
+# NeMo releases whose performance tables were run from the NeMo 1.0 launcher (NeMo-Framework-Launcher), not NeMo 2.0's
+# recipes (nemo-megatron-bridge-perf SOURCE.md: the 24.07 tables)
+NEMO1_VERSIONS = ("NeMo 24.07",)
 
 
 
@@ -177,6 +180,15 @@ def packed_span(row: pd.Series) -> float | None:
     return None
 
 
+def _profile(row: pd.Series, stack: str, method: str) -> Stack:
+    """The row's throughput profile: stack_for(stack, method), except that NeMo's PEFT profile (TP collectives exposed)
+    is sourced from NeMo 2.0's recipes, which DGX Cloud's ft_llama3 runs; NeMo 24.07's tables come from the NeMo 1.0
+    launcher (NEMO1_VERSIONS), whose PEFT configs we have not read: the nemo-launcher profile (NeMo's, no PEFT one)."""
+    if stack == "nemo" and str(row.get("framework_version") or "") in NEMO1_VERSIONS:
+        return STACKS["nemo-launcher"]
+    return stack_for(stack, method)
+
+
 def _missing(value: object) -> bool:
     return value is None or str(value) in ("", "nan")
 
@@ -222,7 +234,7 @@ def throughput_rows(frame: pd.DataFrame) -> pd.DataFrame:
             skipped[f"{row['source']}: {_field(exc)} not answerable"] += 1
             continue
         link = inter_node_gbps(str(row.get("campaign", "")), str(row["source"]))
-        profile = stack_for(stack if stack != "hf" else job.framework)
+        profile = _profile(row, stack if stack != "hf" else job.framework, job.method)
         recompute = stated_recompute(row)
         span = packed_span(row)
         found = _ZERO_GROUP.search(str(row.get("kernels") or ""))

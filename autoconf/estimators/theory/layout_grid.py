@@ -151,7 +151,7 @@ def layout_speeds(job: Job, gpu_model: str, rows: Layouts, *, stack: str | None 
     PCIe figure, and throughput.INTER_NODE_BANDWIDTH_GBPS). The caller checks the GPU's peak first
     (throughput.peak_flops raises for a GPU without one)."""
     arch, gpu = get_architecture(job.model), get_gpu(gpu_model)
-    profile = stack_for(stack or job.framework)
+    profile = stack_for(stack or job.framework, job.method)
     fit = tp.FITTED
     key = job.model_copy(update={"batch_size": 1, "gradient_accumulation_steps": 1, "gradient_checkpointing": False})
     flops_by, factor_by, matmul_by, peak_by, attention_by, backward_by = _job_constants(key, gpu_model, profile.name)

@@ -41,6 +41,11 @@ The profile says *what* a stack does, with a source per claim; *how much* each b
   ``accumulate_grad_in_fp32``: trainer.py ``make_ddp``).
 - nccl: the NCCL release whose latency constants price the stack's collective calls (collectives.NCCL_RELEASES;
   "2.8" unless the stack's runs say which; nanotron's benchmark: "2.18").
+- peft_profile: the profile a LoRA / QLoRA job of this stack runs with, when the stack's PEFT recipes differ ("" =
+  the same). NeMo's LoRA performance recipes keep the tensor-parallel collectives on the critical path: ``llama3_70b``
+  ``finetune_performance_optimizations`` adds ``MegatronCommOverlapCallback(tp_comm_overlap=False)`` for a PEFT scheme
+  (TP 2, PP 4; full SFT: ``tp_comm_overlap=True``), which DGX Cloud's ft_llama3 recipe runs (dgxc-benchmarking
+  ``ft_llama3/llama3_finetune.py``: ``finetune_recipe(peft_scheme=..., performance_mode=True)``).
 """
 
 from __future__ import annotations
@@ -67,6 +72,7 @@ class Stack:
     fused_qkv: bool = False  # one fused QKV projection per layer (InternEvo's Wqkv): fewer parameter tensors
     nccl: str = "2.8"  # collectives.latency_seconds: the NCCL release of the stack's runs
     zero1_reduce_after_backward: bool = False  # ZeRO-1's gradients all-reduced once after backward, exposed
+    peft_profile: str = ""  # the profile of this stack's LoRA / QLoRA recipes ("" = this one)
 
 
 DDP_BUCKET_BYTES = 25 * 2**20  # torch.nn.parallel.DistributedDataParallel(bucket_cap_mb=25)
@@ -92,7 +98,17 @@ STACKS: dict[str, Stack] = {
     "hf": _HF,
     "megatron": _MEGATRON,
     "nemo": Stack("nemo", True, True, True, source=_MEGATRON.source, bucket_params=4e7, bucket_params_per_rank=1e6,
-                  attention_kernel="cudnn", overlap_p2p=True),
+                  attention_kernel="cudnn", overlap_p2p=True, peft_profile="nemo-peft"),
+    # NeMo 24.07's performance tables ran from the NeMo 1.0 launcher (NeMo-Framework-Launcher), whose PEFT configs we
+    # have not read: its LoRA rows keep NeMo's overlapped TP (no PEFT profile)
+    "nemo-launcher": Stack("nemo-launcher", True, True, True,
+                           source=_MEGATRON.source + "; NeMo 24.07 performance tables (NeMo-Framework-Launcher)",
+                           bucket_params=4e7, bucket_params_per_rank=1e6, attention_kernel="cudnn", overlap_p2p=True),
+    "nemo-peft": Stack("nemo-peft", True, True, tp_overlap=False,
+                       source="NVIDIA/NeMo nemo/collections/llm/recipes/llama3_70b.py finetune_performance_optimizations: "
+                              "a PEFT scheme gets MegatronCommOverlapCallback(tp_comm_overlap=False) (the TP "
+                              "all-gathers / reduce-scatters run exposed); otherwise as nemo",
+                       bucket_params=4e7, bucket_params_per_rank=1e6, attention_kernel="cudnn", overlap_p2p=True),
     "internevo": Stack("internevo", fused_kernels=True, overlap_param_gather=False, tp_overlap=False,
                        source="InternLM/InternEvo configs/7B_sft.py and doc/en/train_performance.md: flash_attn "
                               "fused RMSNorm / rotary / MLP kernels (use_flash_attn=True); hybrid_zero_optimizer "
@@ -142,6 +158,8 @@ STACKS: dict[str, Stack] = {
 }
 
 
-def stack_for(name: str | None) -> Stack:
-    """The profile of a stack name; HF-based frameworks (and anything unknown) use the HF Trainer profile."""
-    return STACKS.get(str(name or "hf"), _HF)
+def stack_for(name: str | None, method: str = "full") -> Stack:
+    """The profile of a stack name (for a LoRA / QLoRA ``method``, the stack's PEFT profile if it has one); HF-based
+    frameworks (and anything unknown) use the HF Trainer profile."""
+    profile = STACKS.get(str(name or "hf"), _HF)
+    return STACKS[profile.peft_profile] if method != "full" and profile.peft_profile else profile

@@ -87,7 +87,7 @@ FITTED = EfficiencyFit(
     by_method={'full': 0.7801, 'lora': 0.7801, 'qlora': 0.7483},
     microbatch_tokens=1990.5, fused_loss_factor=1.1562, moe_factor=1.0809, rows=1471,
     memory_bound=67.3551, attention_cost=0.0000,
-    stack_factor=0.7338, compile_factor=1.0859, fused_memory_share=0.00, fp8_factor=0.7451,
+    stack_factor=0.7350, compile_factor=1.0860, fused_memory_share=0.00, fp8_factor=0.7464,
     fused_microbatch_share=0.20,
     fitted_on='1471 ok non-duplicate tokens/s rows of data/measurements.csv (bench/throughput_accuracy.py --fit)',
 )
@@ -96,7 +96,7 @@ FITTED = EfficiencyFit(
 # (H100 and GB200, 8-2,304 GPUs, TP/PP/CP layouts, BF16 and FP8), NeMo 24.07 FP8 pre-training (H100), llm-foundry's
 # FP8 table (H100), InternEvo (A100, 8-1,024 GPUs) and fms-fsdp (A100, H100). P < 1: FP8 GEMMs reach 0.75 of the
 # fraction of their (doubled) peak that BF16 GEMMs reach of theirs (amax / cast / transpose kernels around them).
-# S < 1 with φ = 0: a fused-kernel stack (stacks.py) pays no memory-bound term, and its E·S is what is left (0.73
+# S < 1 with φ = 0: a fused-kernel stack (stacks.py) pays no memory-bound term, and its E·S is what is left (0.74
 # of the HF E: the plain GEMM efficiency of those stacks); φ_X = 0.2: it keeps a fifth of the HF per-micro-batch
 # cost X0 (~400 tokens). InternEvo's FLOPS table gives the same order on its own: at 8 GPUs one 16,384-token
 # micro-batch with recompute runs at 0.808 of four 4,096-token ones without (3,314 / 4,103 tokens/s per GPU, the
@@ -426,7 +426,7 @@ def estimate_throughput(
     """
     arch, gpu = get_architecture(job.model), get_gpu(placement.gpu_model)
     job_peak(job, gpu, arch)  # a GPU without a published peak (or FP8 without FP8 tensor cores) is refused first
-    profile = stack_for(stack or job.framework)
+    profile = stack_for(stack or job.framework, job.method)
     eff = efficiency_override if efficiency_override is not None else efficiency(
         job, placement, gpu, arch, fit, profile, recompute, span)
     if not 0 < eff <= 1:
