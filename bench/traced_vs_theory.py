@@ -283,6 +283,10 @@ def render(models: list[str], fits: dict, seqs: list[int], seconds: tuple[float,
         "(model_states, activations, estimate_memory) for the same Job. Both are allocated tensor bytes: theory's "
         "overhead (CUDA context, fragmentation) is left out.",
         "",
+        "The same comparison over every family (MoE, MLA, hybrid Mamba and vision-language models too), QLoRA, "
+        "micro-batches, FSDP2 / DDP / TP ranks on fake worlds of 2-64 and the stacks' own code is the traced grid: "
+        "docs/traced_grid.md (`python bench/traced_grid.py`), with its worst cases and the corrections it led to.",
+        "",
         "Components: weights = parameters + buffers; gradients = at the end of backward; optimizer = AdamW "
         "states; activations = saved for backward at the end of forward (theory: per-layer coefficient × "
         "tokens × layers); logits = the most that the logits/loss tensors hold at once (theory: bytes per "
