@@ -354,8 +354,9 @@ def render(errors: pd.DataFrame, gate: pd.DataFrame, rows: pd.DataFrame, seconds
                      f"called fits**; {int((~oom & ~group['said_fits']).sum())} of {int((~oom).sum())} completed runs "
                      "refused")
     lines += ["", "### Rows above 8 % in their own metric (traced), by group", "",
-              "Traced's own-metric p90 ≤ 8 % needs at most a tenth of the rows above 8 %; these are the groups that are "
-              "(theory on the same rows; what each lacks: section *What the traces showed*).", "",
+              "Traced's own-metric p90 ≤ 8 % allows at most a tenth of the rows above 8 %; these are the rows that are, "
+              "by group, with theory's error on the same rows (what each group lacks: section *What the traces "
+              "showed*).", "",
               markdown_table(above(traced)), ""]
     worst = traced[traced["estimator"] == "traced"].dropna(subset=["error_pct"])
     worst = worst.reindex(worst["error_pct"].abs().sort_values(ascending=False).index).head(15)
