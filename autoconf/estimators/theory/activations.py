@@ -46,6 +46,11 @@ BF16_NORM_BYTES_PER_HIDDEN = 4  # a norm computed in bf16: its input and its out
 LORA_DROPOUT_BYTES_PER_HIDDEN = 4  # fp32 dropout output kept per adapted module (traced)
 LORA_A_BYTES_PER_RANK = 4  # fp32 lora_A output kept per adapted module (traced)
 EAGER_BYTES_PER_SCORE = 6  # fp32 softmax output + bf16 copy for the PV matmul
+# SDPA on a sliding-window layer from the window on: transformers keeps the causal mask once kv_length >= the window
+# (masking_utils._ignore_causal_mask_sdpa), and torch's scaled_dot_product_attention converts the boolean mask to an
+# additive one in the query dtype on every call (aten attention.cpp convert_boolean_attn_mask), which the attention
+# kernel keeps for backward: 2 bytes per key per token per layer in bf16/fp16 (traced: starcoder2-3b at 4,096 tokens).
+MASKED_SDPA_BYTES_PER_KEY = 2
 GC_BYTES_PER_HIDDEN = 2  # bf16 layer input kept per checkpointed layer
 # Under FSDP with mixed precision (accelerate), the residual stream that checkpointing keeps is fp32:
 # the fms-acceleration 2- and 4-GPU PEFT rows grow by 185·h bytes per token vs 127·h on one GPU
@@ -196,6 +201,10 @@ def layer_bytes_per_token(
               else EAGER_BYTES_PER_SCORE)
     per_token = where(job.attention == "eager", per_token + factor * arch.num_heads * _keys(job, arch, layer),
                       per_token)
+    if kind == SLIDING and layer is not None and layer.window:
+        tokens = images.text_tokens_per_sample(job, arch)
+        masked = (job.attention == "sdpa") & (tokens >= layer.window)
+        per_token = where(masked, per_token + MASKED_SDPA_BYTES_PER_KEY * tokens, per_token)
     return per_token * where(fsdp, 1.0, precision_factor(job))
 
 

@@ -118,8 +118,13 @@ def sharding(job: Job, arch: Architecture, placement: Placement) -> tuple[np.nda
 
 
 def _regime(job: Job, batch: int) -> str:
-    """Liger's op sequence changes with the shape (kernels.liger_chunk_size): traced at the job's own shape."""
-    return regime_of(batch, job.tokens_per_sample, exact=job.effective_loss_kernel == "fused-linear-ce")
+    """Traced at the job's own shape where the op sequence changes with it: Liger's chunks (kernels.liger_chunk_size),
+    and SDPA on a sliding-window model from the window on, where transformers stops skipping the causal mask
+    (masking_utils ``_ignore_causal_mask_sdpa``: ``kv_length >= local_attention_size`` keeps it) and attention runs
+    with the materialised mask; the fit's short design shapes stay below the window."""
+    window = get_architecture(job.model).sliding_window
+    masked = job.attention == "sdpa" and bool(window) and job.tokens_per_sample >= window
+    return regime_of(batch, job.tokens_per_sample, exact=job.effective_loss_kernel == "fused-linear-ce" or masked)
 
 
 class TracedEstimator(Estimator):
