@@ -88,7 +88,17 @@ def trace_spec(job: Job, arch: Architecture) -> dict[str, Any]:
         spec.update(double_quant=resolve(job).double_quant, kbit_upcast=resolve(job).kbit_upcast)
     if job.effective_loss_kernel != "hf":  # absent for HF's loss: earlier cache keys stay valid
         spec["loss_kernel"] = job.effective_loss_kernel
+    if _masked_sdpa(job, arch):  # the window (and its mask) is kept only where real SDPA keeps it (absent: no window)
+        spec["sliding_mask"] = True
     return spec
+
+
+def _masked_sdpa(job: Job, arch: Architecture) -> bool:
+    """SDPA on a sliding-window model from the window on, where transformers stops skipping the causal mask
+    (masking_utils ``_ignore_causal_mask_sdpa``: ``kv_length >= local_attention_size`` keeps it) and attention runs
+    with the materialised mask. Flash-attention takes the window as a kernel argument and never builds it."""
+    window = arch.sliding_window
+    return job.attention == "sdpa" and bool(window) and job.tokens_per_sample >= window
 
 
 def sharding(job: Job, arch: Architecture, placement: Placement) -> tuple[np.ndarray, np.ndarray]:
@@ -119,11 +129,8 @@ def sharding(job: Job, arch: Architecture, placement: Placement) -> tuple[np.nda
 
 def _regime(job: Job, batch: int) -> str:
     """Traced at the job's own shape where the op sequence changes with it: Liger's chunks (kernels.liger_chunk_size),
-    and SDPA on a sliding-window model from the window on, where transformers stops skipping the causal mask
-    (masking_utils ``_ignore_causal_mask_sdpa``: ``kv_length >= local_attention_size`` keeps it) and attention runs
-    with the materialised mask; the fit's short design shapes stay below the window."""
-    window = get_architecture(job.model).sliding_window
-    masked = job.attention == "sdpa" and bool(window) and job.tokens_per_sample >= window
+    and SDPA past a sliding window (``_masked_sdpa``); the fit's short design shapes stay below the window."""
+    masked = _masked_sdpa(job, get_architecture(job.model))
     return regime_of(batch, job.tokens_per_sample, exact=job.effective_loss_kernel == "fused-linear-ce" or masked)
 
 

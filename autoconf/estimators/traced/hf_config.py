@@ -93,7 +93,8 @@ def _llama_like_kwargs(arch: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _no_window(text: transformers.PretrainedConfig) -> None:
-    """Sliding-window layers attend as full causal layers. GPU flash-attention applies the window inside the kernel
+    """Sliding-window layers attend as full causal layers (unless the job's SDPA keeps the mask: estimator
+    ``_masked_sdpa``, traced at its own shape). GPU flash-attention applies the window inside the kernel
     and saves the same tensors (out and logsumexp) either way; SDPA on fake CPU tensors would need an explicit
     (b, 1, s, s) mask once the length passes the window, which also changes the op sequence with the length
     (gemma3 builds its sliding mask for every step), so no fit could be made. A window longer than any sequence
@@ -102,9 +103,11 @@ def _no_window(text: transformers.PretrainedConfig) -> None:
         text.sliding_window = NO_WINDOW
 
 
-def hf_config(arch: Architecture | Mapping[str, Any], attention: str) -> transformers.PretrainedConfig:
+def hf_config(arch: Architecture | Mapping[str, Any], attention: str,
+              sliding_mask: bool = False) -> transformers.PretrainedConfig:
     """The transformers config of an Architecture (or a dict of its fields); ``attention`` is the
-    transformers implementation name (sdpa, eager, flash_attention_2)."""
+    transformers implementation name (sdpa, eager, flash_attention_2); ``sliding_mask``: keep the sliding window
+    (a real run, or an SDPA trace past the window), else its layers attend as full causal ones (``_no_window``)."""
     if isinstance(arch, Architecture):
         arch = {f.name: getattr(arch, f.name) for f in dataclasses.fields(arch)}
     mtype = arch["model_type"]
@@ -121,7 +124,8 @@ def hf_config(arch: Architecture | Mapping[str, Any], attention: str) -> transfo
     else:
         config = transformers.AutoConfig.for_model(mtype, **_llama_like_kwargs(arch))
     config.use_cache = False
-    _no_window(config.get_text_config())
+    if not sliding_mask:
+        _no_window(config.get_text_config())
     # Dropout 0 everywhere (HF defaults for these families; fms-hf-tuning keeps them).
     for name in ("attention_dropout", "attn_pdrop", "resid_pdrop", "embd_pdrop"):
         if hasattr(config, name):

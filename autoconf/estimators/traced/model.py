@@ -37,7 +37,7 @@ def _lora(model: nn.Module, spec: dict[str, Any]) -> nn.Module:
 def meta_model(spec: dict[str, Any]) -> nn.Module:
     """The transformers model (with peft's LoRA where asked) on the meta device: no storage yet."""
     param_dtype, _ = DTYPES[spec["dtype"]]
-    config = hf_config(spec["arch"], spec["attention"])
+    config = hf_config(spec["arch"], spec["attention"], bool(spec.get("sliding_mask")))
     with torch.device("meta"):
         # transformers' from_config has no annotations
         try:

@@ -56,7 +56,7 @@ def resolve_device(requested: str) -> str:
 def build_model(job: Job, arch: Architecture, device: str) -> torch.nn.Module:
     """The model on ``device`` with random weights; LoRA/QLoRA adapters applied with peft."""
     weight_dtype, _ = DTYPES[job.dtype]
-    config = hf_config(arch, ATTENTION[job.attention])
+    config = hf_config(arch, ATTENTION[job.attention], sliding_mask=True)  # the real model: its window kept
     if job.method == "qlora":
         model = _build_4bit(config, weight_dtype, device)
     else:
