@@ -58,7 +58,7 @@ TRACED_LOSS_KERNELS = ("hf", "chunked", "fused-linear-ce")
 TRACED_OPTIMIZERS = ("adamw", "sgd", "adamw-8bit")
 # Stacks whose QLoRA is not transformers' bitsandbytes path (theory/frameworks.py profiles' sources).
 # Stacks whose untraceable combinations are an error (the others answer them by the theory, with a note).
-REFUSING_STACKS = ("trl",)
+REFUSING_STACKS = ("trl", "litgpt")
 OWN_QUANT_KERNELS = {"fms-hf-tuning": "fms-acceleration's AutoGPTQ / fused 4-bit Triton kernels with their own autograd"}
 
 

@@ -1,0 +1,209 @@
+"""LitGPT's own finetune code on fake tensors: ``litgpt/finetune/full.py`` and ``lora.py`` (litgpt 0.5.13, Lightning
+Fabric 2.6), in the order their ``main`` and ``fit`` call it, on one device.
+
+The worker: ``python -m autoconf.estimators.traced.stacks.litgpt_step SPEC.json OUT.npz`` prints one JSON summary
+(dist.py's ``summarise``) and writes the samples and allocation events. What runs is LitGPT's and Fabric's; what we
+add is the tracker (step.py's ``LiveBytes`` with steps), a fake checkpoint and fake batches:
+
+* **Build and load** (``main``): ``L.Fabric(precision=...)`` on the CPU accelerator, ``GPT(config)`` (litgpt.model or,
+  for LoRA, litgpt.lora with its ``LoRAQKVLinear`` / ``LoRALinear``) under ``fabric.init_module(empty_init=False)``,
+  ``mark_only_lora_as_trainable``, ``fabric.setup`` (LoRA: ``setup_module``), ``instantiate_torch_optimizer`` with
+  the job's AdamW implementation, ``fabric.setup_optimizers`` and ``load_checkpoint`` (its ``lazy_load`` of
+  ``lit_model.pth`` answered by fake host tensors of the model's state dict: a file LitGPT memory-maps, not device
+  memory; ``load_state_dict`` copies in place).
+* **Sanity validation** (``fit`` calls ``validate`` on two batches before training): no grad, full logits and
+  ``chunked_cross_entropy(..., chunk_size=0)``; traced as step 0's loss phase.
+* **Two steps** (the first creates AdamW's states, the second is steady): ``model.max_seq_length`` set to the
+  sequence length (the rotary cache rebuilt), forward (LoRA: ``lm_head_chunk_size=128``, the last chunk shifted),
+  ``chunked_cross_entropy``, ``fabric.backward``, ``optimizer.step()``, ``optimizer.zero_grad()``. The finetune
+  scripts neither clip gradients nor checkpoint activations on one device.
+* **Save** on one device reads the parameters in place (``fabric.save`` / ``save_lora_checkpoint`` write host
+  copies): nothing is allocated on the device.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+from importlib import metadata
+from typing import Any
+
+import torch
+
+from autoconf.estimators.traced.dist import LOAD, SAVE, params_of, run_one, trace_out
+from autoconf.estimators.traced.stacks.hooks import Phases
+from autoconf.estimators.traced.step import ACTIVATIONS, BACKWARD, FORWARD, LOGITS, OPT_STEP, OPTIMIZER, WEIGHTS
+from autoconf.estimators.traced.wrap import ACTIVE, RankBytes
+
+# our dtype -> Fabric's precision flag (litgpt finetune --precision)
+PRECISION = {"bf16": "bf16-true", "fp32": "32-true", "amp-bf16": "bf16-mixed"}
+LM_HEAD_CHUNK = 128  # lora.py fit: model(input_ids, lm_head_chunk_size=128)
+VALIDATE_ITERS = 2  # fit's sanity check: validate(..., max_iters=2) unless eval.initial_validation
+# our LoRA target names -> litgpt.lora.Config switches
+SWITCH = {"q_proj": "lora_query", "k_proj": "lora_key", "v_proj": "lora_value", "o_proj": "lora_projection",
+          "gate_proj": "lora_mlp", "up_proj": "lora_mlp", "down_proj": "lora_mlp"}
+
+
+def _same_place_moves() -> None:
+    """``Module.to(device, dtype)`` whose parameters are already there (Fabric's ``convert_module`` after
+    ``init_module`` built them in the precision's dtype) moves only the floating buffers, as torch's would:
+    FakeTensorMode keeps weak references to fake parameters, so torch refuses to swap them for themselves."""
+    move = torch.nn.Module.to
+
+    def to(self: torch.nn.Module, *args: Any, **kwargs: Any) -> torch.nn.Module:
+        device, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
+        params = list(self.parameters())
+        here = not params or device is None or torch.device(device) == params[0].device
+        if not (here and (dtype is None or all(p.dtype == dtype for p in params if p.is_floating_point()))):
+            return move(self, *args, **kwargs)
+        for module in self.modules():
+            for name, buf in module._buffers.items():
+                if buf is not None and dtype is not None and buf.is_floating_point():
+                    module._buffers[name] = buf.to(dtype)
+        return self
+
+    torch.nn.Module.to = to  # type: ignore[method-assign,assignment]
+
+
+def config(spec: dict[str, Any]) -> Any:
+    """The catalogue architecture as a litgpt Config (the LLaMA block: RMSNorm, LLaMAMLP, sequential residual)."""
+    from litgpt.lora import Config
+
+    arch = spec["arch"]
+    lora: dict[str, Any] = {}
+    if spec["method"] == "lora":
+        targets = spec["lora_target_modules"]
+        every = "all-linear" in targets
+        lora = {switch: every or any(t in targets for t, s in SWITCH.items() if s == switch)
+                for switch in set(SWITCH.values())}
+        lora.update(lora_r=spec["lora_r"], lora_alpha=spec["lora_alpha"], lora_dropout=spec["lora_dropout"])
+    return Config(
+        name=arch["name"], block_size=spec["block_size"], vocab_size=arch["vocab_size"],
+        padded_vocab_size=arch["vocab_size"], n_layer=arch["num_layers"], n_head=arch["num_heads"],
+        n_embd=arch["hidden_size"], n_query_groups=arch["num_kv_heads"], head_size=arch["head_dim"],
+        intermediate_size=arch["intermediate_size"], rotary_percentage=1.0, parallel_residual=False, bias=False,
+        attn_bias=arch["attention_bias"], norm_class_name="RMSNorm", mlp_class_name="LLaMAMLP", **lora)
+
+
+def _track_all(model: torch.nn.Module, tracker: RankBytes) -> None:
+    """Charge the built parameters and buffers to weights (a function: no loop variable keeps one alive)."""
+    for tensor in [*model.parameters(), *model.buffers()]:
+        tracker.track(tensor, WEIGHTS)
+
+
+def fake_checkpoint(model: torch.nn.Module, spec: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """``lit_model.pth`` as ``lazy_load`` hands it over: host tensors of the base model's state dict."""
+    return {key: torch.empty(value.shape, dtype=value.dtype) for key, value in model.state_dict().items()
+            if spec["method"] == "full" or "lora_" not in key}
+
+
+def batch(spec: dict[str, Any], device: torch.device) -> dict[str, torch.Tensor]:
+    """A collated batch on the device (Fabric's dataloader moves it): input ids and labels, int64."""
+    rows, seq = spec["shape"]
+    input_ids = torch.randint(0, spec["arch"]["vocab_size"], (rows, seq), device=device)
+    return {"input_ids": input_ids, "labels": input_ids.clone()}
+
+
+def step(fabric: Any, model: Any, optimizer: Any, spec: dict[str, Any], tracker: RankBytes, number: int) -> None:
+    """One iteration of ``fit`` (gradient accumulation 1: ``fabric.no_backward_sync`` is disabled)."""
+    from litgpt.utils import chunked_cross_entropy
+
+    tracker.enter(number, FORWARD, ACTIVATIONS)
+    data = batch(spec, fabric.device)
+    input_ids, targets = data["input_ids"], data["labels"]
+    if spec["method"] == "lora":
+        logits = model(input_ids, lm_head_chunk_size=LM_HEAD_CHUNK)
+        logits[-1] = logits[-1][..., :-1, :]
+        loss = chunked_cross_entropy(logits, targets[..., 1:])
+    else:
+        logits = model(input_ids)
+        loss = chunked_cross_entropy(logits[..., :-1, :], targets[..., 1:])
+    del logits, data, input_ids, targets
+    tracker.set_phase(BACKWARD, LOGITS)
+    fabric.backward(loss)
+    del loss
+    tracker.set_phase(OPT_STEP, OPTIMIZER)
+    optimizer.step()
+    tracker.sample()
+    optimizer.zero_grad()
+    tracker.sample()
+
+
+def sanity_check(fabric: Any, model: Any, spec: dict[str, Any], tracker: RankBytes) -> None:
+    """``fit``'s ``validate(..., max_iters=2, verbose=False)`` before the first step, on two batches."""
+    from litgpt.args import EvalArgs
+    from litgpt.finetune.full import validate as validate_full
+    from litgpt.finetune.lora import validate as validate_lora
+
+    tracker.enter(0, FORWARD, ACTIVATIONS)  # the final norm's hook moves it to the loss phase
+    validate = validate_lora if spec["method"] == "lora" else validate_full
+    loader = [batch(spec, fabric.device) for _ in range(VALIDATE_ITERS)]
+    validate(fabric, model, loader, EvalArgs(max_iters=VALIDATE_ITERS), verbose=False)
+    del loader
+    tracker.sample()
+
+
+def trace(spec: dict[str, Any]) -> dict[str, Any]:
+    """Build, load, sanity validation, two steps and the save of ``spec``'s job on one device."""
+    import lightning as L
+    from litgpt import lora, utils
+    from litgpt import model as full_model
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    torch.manual_seed(0)
+    start = time.perf_counter()
+    tracker = RankBytes()
+    ACTIVE[:] = [tracker]
+    clock: dict[str, float] = {}
+    fabric = L.Fabric(accelerator="cpu", devices=1, strategy="auto", precision=PRECISION[spec["dtype"]])
+    fake = contextlib.nullcontext() if spec.get("real") else FakeTensorMode(allow_non_fake_inputs=True)
+    impl = spec["optimizer_impl"]
+    if not spec.get("real"):
+        _same_place_moves()
+    with fake, tracker:
+        tracker.enter(0, LOAD, WEIGHTS)
+        with fabric.init_module(empty_init=False):
+            model = (lora.GPT if spec["method"] == "lora" else full_model.GPT)(config(spec))
+        _track_all(model, tracker)
+        if spec["method"] == "lora":
+            lora.mark_only_lora_as_trainable(model)
+            model = fabric.setup_module(model)
+        else:
+            model = fabric.setup(model)
+        optimizer = utils.instantiate_torch_optimizer("AdamW", model.parameters(), fused=impl == "fused",
+                                                      foreach=impl == "foreach")
+        optimizer = fabric.setup_optimizers(optimizer)
+        tracker.skip = True  # the checkpoint is memory-mapped on the host
+        checkpoint = fake_checkpoint(model, spec)
+        tracker.skip = False
+        utils.lazy_load = lambda _path: checkpoint  # reads lit_model.pth (single device)
+        utils.load_checkpoint(fabric, model, "lit_model.pth", strict=spec["method"] == "full")
+        checkpoint.clear()
+        tracker.sample()
+        clock["load"] = time.perf_counter() - start
+        inner = model.module if hasattr(model, "module") else model
+        phases = Phases(inner, inner.transformer.ln_f, inner.lm_head, tracker)
+        tracker.head_grad_shapes = phases.head_grad_shapes
+        sanity_check(fabric, model, spec, tracker)
+        with tracker.charged(WEIGHTS):  # fit: min(longest sequence, train.max_seq_length) rebuilds the rotary cache
+            model.max_seq_length = spec["shape"][1]
+        for number in (1, 2):
+            step(fabric, model, optimizer, spec, tracker, number)
+            clock[f"step{number}"] = time.perf_counter() - start - sum(clock.values())
+        tracker.enter(3, SAVE, WEIGHTS)
+        tracker.sample()
+    ACTIVE.clear()
+    return trace_out(tracker, start, params_of(model), clock, {"litgpt": metadata.version("litgpt")})
+
+
+def main(argv: list[str]) -> int:
+    """``SPEC.json OUT.npz``: one JSON summary line on stdout; samples and events to OUT.npz."""
+    print(json.dumps(run_one(argv[0], argv[1], trace)))
+    return 0
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(BrokenPipeError):
+        sys.exit(main(sys.argv[1:]))
