@@ -7,7 +7,10 @@ the model's dtype (bf16 under ``init_module``); LoRA on q and v is one ``LoRAQKV
 of (2r, hidden) and ``lora_B`` of (q + v outputs, r), plus the int64 indices of the adapted outputs it registers on
 its first forward (``lora_ind``). ``fit`` rebuilds the rotary cache for the sequence: cos and sin of (sequence,
 head_dim), fp32. Fused AdamW keeps two moments in the parameter dtype and an fp32 ``step`` per trained tensor.
-The whole trace on fake tensors equals the same code on real CPU tensors, phase by phase.
+Under ``full.py``'s FSDP (torch's FSDP1 through Fabric) on a fake world of 4, each ``Block`` and the root (lm_head,
+wte, ln_f) is one flat parameter split in four; rank 0 keeps the first quarter of each, and AdamW keeps a ``step``
+only for the original parameters with elements in it. The whole single-device trace on fake tensors equals the same
+code on real CPU tensors, phase by phase.
 """
 
 from __future__ import annotations
@@ -36,21 +39,33 @@ ARCH = {"name": "tiny", "model_type": "llama", "vocab_size": V, "num_layers": L,
         "hidden_size": D, "intermediate_size": FF, "head_dim": HD, "attention_bias": False}
 
 
-def spec(method: str, **extra: Any) -> dict[str, Any]:
+def spec(method: str, world: int = 1, **extra: Any) -> dict[str, Any]:
     return {"stack": "litgpt", "arch": ARCH, "block_size": 128, "method": method, "dtype": "bf16",
             "optimizer_impl": "fused", "lora_r": R, "lora_alpha": 16.0, "lora_dropout": 0.0,
-            "lora_target_modules": ["q_proj", "v_proj"] if method == "lora" else [], "world": 1, "strategy": "single",
-            "shape": [B, S], **extra}
+            "lora_target_modules": ["q_proj", "v_proj"] if method == "lora" else [], "world": world,
+            "strategy": "fsdp" if world > 1 else "single", "shape": [B, S], **extra}
 
 
-def hand(method: str) -> list[int]:
-    """(weights, gradients, AdamW states, activations) at step 2's optimizer step, before ``zero_grad``."""
-    layer = D * (H + 2 * KV) * HD + H * HD * D + 3 * D * FF + 2 * D  # qkv, proj, fc_1 / fc_2 / proj, two norms
-    base = 2 * V * D + L * layer + D  # wte, lm_head (untied), layers, ln_f
+# parameter sizes in registration order: the root's (lm_head, wte, ln_f) and a Block's (norm_1, qkv, proj, norm_2,
+# fc_1, fc_2, mlp proj)
+ROOT = [V * D, V * D, D]
+BLOCK = [D, D * (H + 2 * KV) * HD, H * HD * D, D, D * FF, D * FF, FF * D]
+
+
+def first_quarter_params(sizes: list[int], world: int) -> int:
+    """Parameters with elements in rank 0's chunk (the first 1/world) of a flat parameter of ``sizes``."""
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    return sum(start < sum(sizes) // world for start in starts)
+
+
+def hand(method: str, world: int = 1) -> list[int]:
+    """(weights, gradients, AdamW states, activations) on rank 0 at step 2's optimizer step, before ``zero_grad``."""
+    base = sum(ROOT) + L * sum(BLOCK)  # every dimension divides by 4: no padding
     lora = L * (2 * R * D + (H + KV) * HD * R)  # lora_A (2r, D) and lora_B (q + v outputs, r) per layer
-    trained, tensors = (lora, 2 * L) if method == "lora" else (base, 2 + 7 * L + 1)
-    rope = 2 * S * HD * 4  # cos and sin for the sequence, fp32
-    weights = 2 * (base + (lora if method == "lora" else 0)) + rope
+    trained = lora if method == "lora" else base // world
+    tensors = 2 * L if method == "lora" else first_quarter_params(ROOT, world) + L * first_quarter_params(BLOCK, world)
+    rope = 2 * S * HD * 4  # cos and sin for the sequence, fp32, on every rank
+    weights = 2 * (base // world + (lora if method == "lora" else 0)) + rope
     indices = L * (H + KV) * HD * 8 if method == "lora" else 0  # LoRAQKVLinear.lora_ind, int64
     return [weights, 2 * trained, 2 * 2 * trained + 4 * tensors, indices]
 
@@ -61,15 +76,15 @@ def phase(summary: dict[str, Any], step: int, name: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def traces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    runs = {"full": spec("full"), "lora": spec("lora"), "lora-real": spec("lora", real=True)}
+    runs = {"full": spec("full"), "lora": spec("lora"), "lora-real": spec("lora", real=True), "full4": spec("full", 4)}
     return {name: drive("litgpt", s, tmp_path_factory.mktemp(name)) for name, s in runs.items()}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["full", "lora"])
-def test_bytes_are_the_hand_derived_ones(traces: dict[str, Any], method: str) -> None:
-    assert phase(traces[method], 2, "optimizer")["parts"][:4] == hand(method)
-    assert phase(traces[method], 0, "load")["parts"][1:] == [0, 0, 0, 0]
+@pytest.mark.parametrize(("name", "method", "world"), [("full", "full", 1), ("lora", "lora", 1), ("full4", "full", 4)])
+def test_bytes_are_the_hand_derived_ones(traces: dict[str, Any], name: str, method: str, world: int) -> None:
+    assert phase(traces[name], 2, "optimizer")["parts"][:4] == hand(method, world)
+    assert phase(traces[name], 0, "load")["parts"][1:] == [0, 0, 0, 0]
 
 
 @pytest.mark.slow
@@ -148,8 +163,11 @@ def test_rest_answers_from_litgpts_code(cache: dict[str, str]) -> None:
     assert OWN_CODE in json.dumps(res.json())
 
 
-def test_untraceable_combination_is_one_line_saying_why(cache: dict[str, str]) -> None:
-    done = _cli(cache, *ESTIMATE[:7], "--qlora", "--estimator", "traced", "--framework", "litgpt")
+@pytest.mark.parametrize(("flags", "why"), [(("--qlora",), "bitsandbytes"),
+                                            (("--lora", "--dp", "2", "--strategy", "fsdp"), "cpu_offload=True"),
+                                            (("--dp", "2", "--strategy", "ddp"), "FSDPStrategy")])
+def test_untraceable_combination_is_one_line_saying_why(cache: dict[str, str], flags: tuple[str, ...], why: str) -> None:
+    done = _cli(cache, *ESTIMATE[:7], *flags, "--estimator", "traced", "--framework", "litgpt")
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "bitsandbytes" in lines[0] and "use --estimator theory" in lines[0], done.stderr
+    assert len(lines) == 1 and why in lines[0] and "use --estimator theory" in lines[0], done.stderr

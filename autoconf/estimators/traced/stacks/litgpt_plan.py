@@ -1,8 +1,9 @@
 """Which jobs LitGPT's own finetune code can be traced for, and the spec its driver (litgpt_step.py) runs; no torch.
 
-LitGPT's finetune scripts fix what the job's flags would choose elsewhere: ``full.py`` and ``lora.py`` train one device
-without activation checkpointing, compute ``chunked_cross_entropy`` (the ``chunked`` loss kernel), take the optimizer
-from ``instantiate_torch_optimizer`` (AdamW in every ``config_hub/finetune`` config) and quantise only through
+LitGPT's finetune scripts fix what the job's flags would choose elsewhere: ``full.py`` and ``lora.py`` train one
+device without activation checkpointing, ``full.py`` several under FSDP (FULL_SHARD) checkpointing every ``Block``;
+they compute ``chunked_cross_entropy`` (the ``chunked`` loss kernel), take the optimizer from
+``instantiate_torch_optimizer`` (AdamW in every ``config_hub/finetune`` config) and quantise only through
 bitsandbytes (``--quantize bnb.nf4``, Fabric's ``BitsandbytesPrecision``).
 """
 
@@ -43,9 +44,12 @@ def litgpt_unsupported(job: Job, placement: Placement, arch: Architecture) -> st
         return f"LitGPT's LoRA adapts {', '.join(LITGPT_LORA[:-1])}; got {', '.join(job.lora_target_modules)}"
     if placement.tp > 1 or placement.pp > 1 or placement.offload != "none" or job.sequence_parallel > 1:
         return "tensor/pipeline/sequence parallelism and offload are not LitGPT finetune options"
-    if placement.dp > 1:
-        return ("LitGPT's multi-GPU finetune (Fabric FSDPStrategy / ModelParallelStrategy) is not traced on a fake "
-                "process group yet; one device is")
+    if placement.dp > 1 and job.method == "lora":
+        return ("LitGPT's multi-GPU LoRA loads the base weights with load_from_full_model_state_dict(cpu_offload=True), "
+                "which moves their FSDP2 shards to host memory: fake CPU tensors cannot tell host from device there")
+    if placement.dp > 1 and placement.effective_strategy != "fsdp":
+        return (f"LitGPT's full.py shards with Fabric's FSDPStrategy (FULL_SHARD) on several devices, not "
+                f"{placement.effective_strategy}: use --strategy fsdp")
     return None
 
 
@@ -62,6 +66,6 @@ def litgpt_spec(job: Job, placement: Placement, arch: Architecture, batch: int) 
         "method": job.method, "dtype": job.dtype, "optimizer_impl": job.optimizer_impl,
         "lora_r": job.lora_r, "lora_alpha": job.lora_alpha, "lora_dropout": job.lora_dropout,
         "lora_target_modules": sorted(job.lora_target_modules) if job.method == "lora" else [],
-        "world": placement.dp, "strategy": "single", "shape": [batch, job.tokens_per_sample],
+        "world": placement.dp, "strategy": "fsdp" if placement.dp > 1 else "single", "shape": [batch, job.tokens_per_sample],
         "expandable_segments": resolve(job).expandable_segments,
     }

@@ -1,24 +1,27 @@
 """LitGPT's own finetune code on fake tensors: ``litgpt/finetune/full.py`` and ``lora.py`` (litgpt 0.5.13, Lightning
-Fabric 2.6), in the order their ``main`` and ``fit`` call it, on one device.
+Fabric 2.6), in the order their ``main`` and ``fit`` call it, on one device or (``full.py``) as rank ``spec['rank']``
+of an FSDP world on a fake process group (litgpt_fabric.py: Fabric's ``FSDPStrategy`` as ``full.py`` sets it up).
 
 The worker: ``python -m autoconf.estimators.traced.stacks.litgpt_step SPEC.json OUT.npz`` prints one JSON summary
 (dist.py's ``summarise``) and writes the samples and allocation events. What runs is LitGPT's and Fabric's; what we
 add is the tracker (step.py's ``LiveBytes`` with steps), a fake checkpoint and fake batches:
 
 * **Build and load** (``main``): ``L.Fabric(precision=...)`` on the CPU accelerator, ``GPT(config)`` (litgpt.model or,
-  for LoRA, litgpt.lora with its ``LoRAQKVLinear`` / ``LoRALinear``) under ``fabric.init_module(empty_init=False)``,
+  for LoRA, litgpt.lora with its ``LoRAQKVLinear`` / ``LoRALinear``) under ``fabric.init_module(empty_init=world > 1)``,
   ``mark_only_lora_as_trainable``, ``fabric.setup`` (LoRA: ``setup_module``), ``instantiate_torch_optimizer`` with
   the job's AdamW implementation, ``fabric.setup_optimizers`` and ``load_checkpoint`` (its ``lazy_load`` of
-  ``lit_model.pth`` answered by fake host tensors of the model's state dict: a file LitGPT memory-maps, not device
-  memory; ``load_state_dict`` copies in place).
+  ``lit_model.pth``, or under FSDP Fabric's ``load_raw`` with ``torch.load(mmap=True)``, answered by fake host tensors
+  of the model's state dict: a file memory-mapped on the host; ``load_state_dict`` copies in place, under FSDP each
+  unit gathered in turn).
 * **Sanity validation** (``fit`` calls ``validate`` on two batches before training): no grad, full logits and
   ``chunked_cross_entropy(..., chunk_size=0)``; traced as step 0's loss phase.
 * **Two steps** (the first creates AdamW's states, the second is steady): ``model.max_seq_length`` set to the
   sequence length (the rotary cache rebuilt), forward (LoRA: ``lm_head_chunk_size=128``, the last chunk shifted),
   ``chunked_cross_entropy``, ``fabric.backward``, ``optimizer.step()``, ``optimizer.zero_grad()``. The finetune
-  scripts neither clip gradients nor checkpoint activations on one device.
+  scripts do not clip gradients.
 * **Save** on one device reads the parameters in place (``fabric.save`` / ``save_lora_checkpoint`` write host
-  copies): nothing is allocated on the device.
+  copies): nothing is allocated on the device. Under FSDP (``fabric.save`` of a full state dict, gathered unit by unit
+  to rank 0's host) it is not traced.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import json
 import sys
 import time
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -37,8 +41,6 @@ from autoconf.estimators.traced.stacks.hooks import Phases
 from autoconf.estimators.traced.step import ACTIVATIONS, BACKWARD, FORWARD, LOGITS, OPT_STEP, OPTIMIZER, WEIGHTS
 from autoconf.estimators.traced.wrap import ACTIVE, RankBytes
 
-# our dtype -> Fabric's precision flag (litgpt finetune --precision)
-PRECISION = {"bf16": "bf16-true", "fp32": "32-true", "amp-bf16": "bf16-mixed"}
 LM_HEAD_CHUNK = 128  # lora.py fit: model(input_ids, lm_head_chunk_size=128)
 VALIDATE_ITERS = 2  # fit's sanity check: validate(..., max_iters=2) unless eval.initial_validation
 # our LoRA target names -> litgpt.lora.Config switches
@@ -145,45 +147,58 @@ def sanity_check(fabric: Any, model: Any, spec: dict[str, Any], tracker: RankByt
     tracker.sample()
 
 
-def trace(spec: dict[str, Any]) -> dict[str, Any]:
-    """Build, load, sanity validation, two steps and the save of ``spec``'s job on one device."""
-    import lightning as L
+def build(fabric: Any, spec: dict[str, Any], tracker: RankBytes) -> tuple[Any, Any]:
+    """``main``'s model, optimizer and checkpoint load (see the module docstring)."""
     from litgpt import lora, utils
     from litgpt import model as full_model
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    from autoconf.estimators.traced.stacks.litgpt_fabric import checkpoint_file
+
+    sharded = spec["world"] > 1  # FSDP: built on the meta device, outside fake mode (litgpt_fabric.py)
+    with unset_fake_temporarily() if sharded else contextlib.nullcontext(), fabric.init_module(empty_init=sharded):
+        model = (lora.GPT if spec["method"] == "lora" else full_model.GPT)(config(spec))
+    if not sharded:
+        _track_all(model, tracker)
+    tracker.skip = True  # the checkpoint is memory-mapped on the host
+    checkpoint = fake_checkpoint(model, spec)
+    tracker.skip = False
+    if spec["method"] == "lora":
+        lora.mark_only_lora_as_trainable(model)
+        model = fabric.setup_module(model)
+    else:
+        model = fabric.setup(model)
+    impl = spec["optimizer_impl"]
+    optimizer = utils.instantiate_torch_optimizer("AdamW", model.parameters(), fused=impl == "fused",
+                                                  foreach=impl == "foreach")
+    optimizer = fabric.setup_optimizers(optimizer)
+    with checkpoint_file(checkpoint) as path:
+        utils.load_checkpoint(fabric, model, Path(path), strict=spec["method"] == "full")
+    checkpoint.clear()
+    return model, optimizer
+
+
+def trace(spec: dict[str, Any]) -> dict[str, Any]:
+    """Build, load, sanity validation, two steps and (one device) the save of rank ``spec['rank']``."""
     from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from autoconf.estimators.traced.stacks.litgpt_fabric import fabric_for
 
     torch.manual_seed(0)
     start = time.perf_counter()
     tracker = RankBytes()
     ACTIVE[:] = [tracker]
     clock: dict[str, float] = {}
-    fabric = L.Fabric(accelerator="cpu", devices=1, strategy="auto", precision=PRECISION[spec["dtype"]])
+    fabric = fabric_for(spec)
     fake = contextlib.nullcontext() if spec.get("real") else FakeTensorMode(allow_non_fake_inputs=True)
-    impl = spec["optimizer_impl"]
     if not spec.get("real"):
         _same_place_moves()
     with fake, tracker:
         tracker.enter(0, LOAD, WEIGHTS)
-        with fabric.init_module(empty_init=False):
-            model = (lora.GPT if spec["method"] == "lora" else full_model.GPT)(config(spec))
-        _track_all(model, tracker)
-        if spec["method"] == "lora":
-            lora.mark_only_lora_as_trainable(model)
-            model = fabric.setup_module(model)
-        else:
-            model = fabric.setup(model)
-        optimizer = utils.instantiate_torch_optimizer("AdamW", model.parameters(), fused=impl == "fused",
-                                                      foreach=impl == "foreach")
-        optimizer = fabric.setup_optimizers(optimizer)
-        tracker.skip = True  # the checkpoint is memory-mapped on the host
-        checkpoint = fake_checkpoint(model, spec)
-        tracker.skip = False
-        utils.lazy_load = lambda _path: checkpoint  # reads lit_model.pth (single device)
-        utils.load_checkpoint(fabric, model, "lit_model.pth", strict=spec["method"] == "full")
-        checkpoint.clear()
+        model, optimizer = build(fabric, spec, tracker)
         tracker.sample()
         clock["load"] = time.perf_counter() - start
-        inner = model.module if hasattr(model, "module") else model
+        inner = model.module
         phases = Phases(inner, inner.transformer.ln_f, inner.lm_head, tracker)
         tracker.head_grad_shapes = phases.head_grad_shapes
         sanity_check(fabric, model, spec, tracker)
@@ -192,8 +207,9 @@ def trace(spec: dict[str, Any]) -> dict[str, Any]:
         for number in (1, 2):
             step(fabric, model, optimizer, spec, tracker, number)
             clock[f"step{number}"] = time.perf_counter() - start - sum(clock.values())
-        tracker.enter(3, SAVE, WEIGHTS)
-        tracker.sample()
+        if spec["world"] == 1:  # the save reads the parameters in place
+            tracker.enter(3, SAVE, WEIGHTS)
+            tracker.sample()
     ACTIVE.clear()
     return trace_out(tracker, start, params_of(model), clock, {"litgpt": metadata.version("litgpt")})
 
