@@ -9,8 +9,8 @@ its first forward (``lora_ind``). ``fit`` rebuilds the rotary cache for the sequ
 head_dim), fp32. Fused AdamW keeps two moments in the parameter dtype and an fp32 ``step`` per trained tensor.
 Under ``full.py``'s FSDP (torch's FSDP1 through Fabric) on a fake world of 4, each ``Block`` and the root (lm_head,
 wte, ln_f) is one flat parameter split in four; rank 0 keeps the first quarter of each, and AdamW keeps a ``step``
-only for the original parameters with elements in it. The whole single-device trace on fake tensors equals the same
-code on real CPU tensors, phase by phase.
+only for the original parameters with elements in it. Under ``lora.py``'s FSDP2 each parameter is split by rows.
+The whole single-device trace on fake tensors equals the same code on real CPU tensors, phase by phase.
 """
 
 from __future__ import annotations
@@ -62,11 +62,15 @@ def hand(method: str, world: int = 1) -> list[int]:
     """(weights, gradients, AdamW states, activations) on rank 0 at step 2's optimizer step, before ``zero_grad``."""
     base = sum(ROOT) + L * sum(BLOCK)  # every dimension divides by 4: no padding
     lora = L * (2 * R * D + (H + KV) * HD * R)  # lora_A (2r, D) and lora_B (q + v outputs, r) per layer
-    trained = lora if method == "lora" else base // world
-    tensors = 2 * L if method == "lora" else first_quarter_params(ROOT, world) + L * first_quarter_params(BLOCK, world)
     rope = 2 * S * HD * 4  # cos and sin for the sequence, fp32, on every rank
-    weights = 2 * (base // world + (lora if method == "lora" else 0)) + rope
-    indices = L * (H + KV) * HD * 8 if method == "lora" else 0  # LoRAQKVLinear.lora_ind, int64
+    if method == "lora":  # FSDP2 shards each adapter by rows; its base shards: see test_lora_under_fsdp_keeps_...
+        trained, tensors = lora // world, 2 * L
+        weights = 2 * (base + lora) // world + rope
+    else:
+        trained = base // world
+        tensors = first_quarter_params(ROOT, world) + L * first_quarter_params(BLOCK, world)
+        weights = 2 * base // world + rope
+    indices = L * (H + KV) * HD * 8 if method == "lora" else 0  # LoRAQKVLinear.lora_ind, int64, on every rank
     return [weights, 2 * trained, 2 * 2 * trained + 4 * tensors, indices]
 
 
@@ -76,15 +80,28 @@ def phase(summary: dict[str, Any], step: int, name: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def traces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    runs = {"full": spec("full"), "lora": spec("lora"), "lora-real": spec("lora", real=True), "full4": spec("full", 4)}
+    runs = {"full": spec("full"), "lora": spec("lora"), "lora-real": spec("lora", real=True), "full4": spec("full", 4),
+            "lora4": spec("lora", 4)}
     return {name: drive("litgpt", s, tmp_path_factory.mktemp(name)) for name, s in runs.items()}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("name", "method", "world"), [("full", "full", 1), ("lora", "lora", 1), ("full4", "full", 4)])
+@pytest.mark.parametrize(("name", "method", "world"),
+                         [("full", "full", 1), ("lora", "lora", 1), ("full4", "full", 4), ("lora4", "lora", 4)])
 def test_bytes_are_the_hand_derived_ones(traces: dict[str, Any], name: str, method: str, world: int) -> None:
     assert phase(traces[name], 2, "optimizer")["parts"][:4] == hand(method, world)
     assert phase(traces[name], 0, "load")["parts"][1:] == [0, 0, 0, 0]
+
+
+@pytest.mark.slow
+def test_lora_under_fsdp_keeps_the_materialised_base_shards(traces: dict[str, Any]) -> None:
+    """lora.py under FSDP2 builds the optimizer from ``model.parameters()`` (frozen base included), then loads with
+    ``load_from_full_model_state_dict(cpu_offload=True)``, which assigns host copies of the base shards: the device
+    shards FSDP2 materialised stay alive in the optimizer's parameter list. Rank 0's weights are a quarter of the
+    base and of the adapters in bf16 plus the rotary cache, as if the base were sharded on the device."""
+    weights = phase(traces["lora4"], 2, "optimizer")["parts"][0]
+    base, adapters = sum(ROOT) + L * sum(BLOCK), L * (2 * R * D + (H + KV) * HD * R)
+    assert weights - 2 * adapters // 4 - 2 * S * HD * 4 == 2 * base // 4
 
 
 @pytest.mark.slow
@@ -164,7 +181,7 @@ def test_rest_answers_from_litgpts_code(cache: dict[str, str]) -> None:
 
 
 @pytest.mark.parametrize(("flags", "why"), [(("--qlora",), "bitsandbytes"),
-                                            (("--lora", "--dp", "2", "--strategy", "fsdp"), "cpu_offload=True"),
+                                            (("--lora", "--dora"), "DoRA"), (("--loss-kernel", "hf"), "chunked_cross_entropy"),
                                             (("--dp", "2", "--strategy", "ddp"), "FSDPStrategy")])
 def test_untraceable_combination_is_one_line_saying_why(cache: dict[str, str], flags: tuple[str, ...], why: str) -> None:
     done = _cli(cache, *ESTIMATE[:7], *flags, "--estimator", "traced", "--framework", "litgpt")

@@ -1,21 +1,28 @@
 """Lightning Fabric as LitGPT's finetune scripts build it, on the CPU accelerator and (several devices) a fake
 process group; used by litgpt_step.py (imports torch and lightning).
 
-One device: ``L.Fabric(devices=1, strategy="auto", precision=...)``. Several (``full.py``): ``FSDPStrategy`` with
-``auto_wrap_policy={Block}``, ``activation_checkpointing_policy={Block}``, ``state_dict_type="full"``,
-``limit_all_gathers=True``, ``cpu_offload=False`` (torch's FSDP1, ``use_orig_params`` Fabric's default True) on rank
-``spec['rank']`` of a fake world, which the process joins as a launcher-started rank would (``LOCAL_RANK`` set: Fabric
-starts no processes; the process group exists: Fabric does not create one). Where the CPU stands in for the GPU:
+One device: ``L.Fabric(devices=1, strategy="auto", precision=...)``. Several, on rank ``spec['rank']`` of a fake world
+that the process joins as a launcher-started rank would (``LOCAL_RANK`` set: Fabric starts no processes; the
+process group exists: Fabric creates none):
 
-* Fabric refuses FSDP on the CPU accelerator (``connector._check_strategy_and_fallback``: ``type(strategy) is
-  FSDPStrategy``), a guard only: the strategy is a subclass with nothing changed.
-* Fabric passes ``device_id=None`` on the CPU (``FSDPStrategy.setup_module``) and FSDP1 then cannot materialise the
-  meta-device model without an accelerator: the CPU is passed as the device, as the GPU is on a GPU.
-* The model is built on the meta device (``init_module(empty_init=True)``) outside FakeTensorMode: a fake meta
-  parameter cannot be swapped for its materialised self (``to_empty``); FSDP1 materialises and shards each unit
-  inside it, traced. FSDP1's storage resizes are told to the tracker (traced/fsdp1.py ``patch_fsdp1``).
-* ``broadcast_object_list`` (Fabric broadcasts the checkpoint path from rank 0) pickles into a byte tensor that the
-  fake process group keeps alive; on a GPU it is freed at once: not counted.
+* ``full.py``: ``FSDPStrategy`` with ``auto_wrap_policy={Block}``, ``activation_checkpointing_policy={Block}``,
+  ``state_dict_type="full"``, ``limit_all_gathers=True``, ``cpu_offload=False`` (torch's FSDP1; Fabric's
+  ``use_orig_params=True``). Fabric refuses FSDP on the CPU accelerator (``connector._check_strategy_and_fallback``:
+  ``type(strategy) is FSDPStrategy``), a guard only: the strategy is a subclass with nothing changed. Fabric passes
+  ``device_id=None`` on the CPU (``FSDPStrategy.setup_module``) and FSDP1 then cannot materialise a meta-device
+  model without an accelerator: the CPU is passed as the device, as the GPU is on a GPU. FSDP1's storage resizes
+  are told to the tracker (traced/fsdp1.py ``patch_fsdp1``).
+* ``lora.py``: ``ModelParallelStrategy(parallelize_fn, data_parallel_size=world, tensor_parallel_size=1)``: its
+  ``parallelize_fn`` wraps each ``Block`` in ``checkpoint_wrapper`` and applies FSDP2's ``fully_shard`` to every
+  trainable ``Linear``, checkpointed block and ``Block``, then the root (traced/wrap.py ``patch_fsdp``). Its
+  ``load_checkpoint`` calls ``load_from_full_model_state_dict(cpu_offload=True)``: each checkpoint tensor moved to
+  the device, sharded, and the shard moved to the host (``.cpu()``) and assigned: the base weights' shards live in
+  host memory and are gathered to the device each forward (``HostMoves``).
+* Both: the model is built on the meta device (``init_module(empty_init=True)``) outside FakeTensorMode (a fake
+  meta parameter cannot be swapped for its materialised self in ``to_empty``); the strategy materialises and shards
+  it inside, traced. ``broadcast_object_list`` (Fabric broadcasts the checkpoint path from rank 0) pickles into a
+  byte tensor that the fake process group keeps alive (on a GPU it is freed at once), and a sub-mesh's rank tensor
+  (``device_mesh["data_parallel"]``) is host memory: neither is counted.
 """
 
 from __future__ import annotations
@@ -24,10 +31,14 @@ import contextlib
 import functools
 import os
 import tempfile
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode
+
+from autoconf.estimators.traced.wrap import RankBytes
 
 # our dtype -> Fabric's precision flag (litgpt finetune --precision)
 PRECISION = {"bf16": "bf16-true", "fp32": "32-true", "amp-bf16": "bf16-mixed"}
@@ -51,25 +62,32 @@ def _cpu_is_the_device() -> None:
     FSDP.__init__ = on_cpu  # type: ignore[method-assign]
 
 
-def _uncounted_broadcasts() -> None:
-    """Object broadcasts outside the tracker (see the module docstring)."""
-    import torch.distributed as dist
-
+def _uncounted(fn: Any) -> Any:
+    """``fn`` with the active tracker not counting what it allocates."""
     from autoconf.estimators.traced.wrap import ACTIVE
 
-    broadcast = dist.broadcast_object_list
-
-    @functools.wraps(broadcast)
-    def uncounted(*args: Any, **kwargs: Any) -> Any:
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
         if not ACTIVE:
-            return broadcast(*args, **kwargs)
+            return fn(*args, **kwargs)
         ACTIVE[-1].skip = True
         try:
-            return broadcast(*args, **kwargs)
+            return fn(*args, **kwargs)
         finally:
             ACTIVE[-1].skip = False
 
-    dist.broadcast_object_list = uncounted
+    return call
+
+
+def _host_side_helpers() -> None:
+    """Object broadcasts and sub-mesh rank tensors outside the tracker (see the module docstring)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import DeviceMesh
+
+    if not getattr(dist.broadcast_object_list, "_autoconf_host", False):
+        dist.broadcast_object_list = _uncounted(dist.broadcast_object_list)
+        dist.broadcast_object_list._autoconf_host = True  # type: ignore[attr-defined]
+        DeviceMesh.__getitem__ = _uncounted(DeviceMesh.__getitem__)  # type: ignore[method-assign]
 
 
 def fabric_for(spec: dict[str, Any]) -> Any:
@@ -79,11 +97,12 @@ def fabric_for(spec: dict[str, Any]) -> Any:
     world = int(spec["world"])
     if world == 1:
         return L.Fabric(accelerator="cpu", devices=1, strategy="auto", precision=PRECISION[spec["dtype"]])
-    from lightning.fabric.strategies import FSDPStrategy
+    from lightning.fabric.strategies import FSDPStrategy, ModelParallelStrategy
+    from litgpt.finetune import lora
     from litgpt.model import Block
 
     from autoconf.estimators.traced.fsdp1 import patch_fsdp1
-    from autoconf.estimators.traced.wrap import join_world
+    from autoconf.estimators.traced.wrap import join_world, patch_fsdp
 
     class CPUFSDPStrategy(FSDPStrategy):  # type: ignore[misc]  # lightning is untyped here
         """Fabric's FSDPStrategy, unchanged (a subclass passes the connector's GPU-only guard)."""
@@ -91,28 +110,85 @@ def fabric_for(spec: dict[str, Any]) -> Any:
     rank = int(spec.get("rank", 0))
     join_world(world, rank)
     os.environ.update(LOCAL_RANK=str(rank), NODE_RANK="0", WORLD_SIZE=str(world), RANK=str(rank))
-    _cpu_is_the_device()
-    _uncounted_broadcasts()
-    patch_fsdp1()
-    strategy = CPUFSDPStrategy(auto_wrap_policy={Block}, activation_checkpointing_policy={Block},
-                               state_dict_type="full", limit_all_gathers=True, cpu_offload=False)
+    _host_side_helpers()
+    if spec["method"] == "lora":
+        patch_fsdp()
+        strategy: Any = ModelParallelStrategy(parallelize_fn=lora.parallelize_fn, data_parallel_size=world,
+                                              tensor_parallel_size=1)
+    else:
+        _cpu_is_the_device()
+        patch_fsdp1()
+        strategy = CPUFSDPStrategy(auto_wrap_policy={Block}, activation_checkpointing_policy={Block},
+                                   state_dict_type="full", limit_all_gathers=True, cpu_offload=False)
     fabric = L.Fabric(accelerator="cpu", devices=world, num_nodes=1, strategy=strategy,
                       precision=PRECISION[spec["dtype"]])
     fabric.launch()
     return fabric
 
 
+class HostBytes(RankBytes):  # type: ignore[no-untyped-call]  # torch's __init_subclass__ is unannotated
+    """RankBytes that never counts the storages put on the host (``on_host``), nor views of them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.host: dict[int, weakref.ref[Any]] = {}
+
+    def on_host(self, tensor: torch.Tensor) -> None:
+        storage = getattr(tensor, "_local_tensor", tensor).untyped_storage()
+        key = id(storage)
+        self.host[key] = weakref.ref(storage, functools.partial(self._off_host, key))
+
+    def _off_host(self, key: int, _ref: object) -> None:
+        self.host.pop(key, None)
+
+    def track(self, tensor: torch.Tensor, category: int) -> None:
+        if id(getattr(tensor, "_local_tensor", tensor).untyped_storage()) not in self.host:
+            super().track(tensor, category)
+
+
+class HostMoves(TorchFunctionMode):
+    """``.cpu()`` of a device tensor is a device-to-host copy: made, and never counted (on fake CPU tensors it would
+    return the device tensor itself); a host tensor of ``host`` (the checkpoint) moved ``.to(device)`` is a new, counted
+    device tensor (on fake CPU tensors the move is a no-op)."""
+
+    def __init__(self, tracker: HostBytes, host: set[int]) -> None:
+        super().__init__()
+        self.tracker, self.host = tracker, host
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
+        kwargs = kwargs or {}
+        if func is torch.Tensor.cpu:
+            self.tracker.skip = True
+            try:
+                out = args[0].detach().clone()
+            finally:
+                self.tracker.skip = False
+            self.tracker.on_host(out)
+            return out
+        if func is torch.Tensor.to and args and id(args[0]) in self.host:
+            out = func(*args, **kwargs)
+            target = args[1] if len(args) > 1 else kwargs.get("device")
+            if out is args[0] and isinstance(target, torch.device | str):
+                return out.clone()
+            if out is not args[0]:
+                self.host.add(id(out))  # a dtype conversion on the host: still a host tensor
+            return out
+        return func(*args, **kwargs)
+
+
 @contextlib.contextmanager
 def checkpoint_file(checkpoint: dict[str, torch.Tensor]) -> Iterator[str]:
-    """A ``lit_model.pth`` path whose reads (litgpt's ``lazy_load``, Fabric's ``torch.load(mmap=True)``) return
-    ``checkpoint``: host tensors, memory-mapped from the file on a GPU machine."""
+    """A ``lit_model.pth`` path whose reads (litgpt's ``lazy_load``, ``torch.load(mmap=True)``) return ``checkpoint``
+    (host tensors, memory-mapped from the file on a GPU machine) and whose writes (``torch.save``) write nothing."""
     from litgpt import utils
 
-    lazy, load = utils.lazy_load, torch.load
+    lazy, load, save = utils.lazy_load, torch.load, torch.save
     utils.lazy_load = lambda _path: checkpoint
     torch.load = lambda *_args, **_kwargs: checkpoint
+    torch.save = lambda *_args, **_kwargs: None  # the file write of a save (host side)
     with tempfile.NamedTemporaryFile(suffix=".pth") as file:
         try:
             yield file.name
         finally:
-            utils.lazy_load, torch.load = lazy, load
+            utils.lazy_load, torch.load, torch.save = lazy, load, save

@@ -1,7 +1,8 @@
 """Which jobs LitGPT's own finetune code can be traced for, and the spec its driver (litgpt_step.py) runs; no torch.
 
 LitGPT's finetune scripts fix what the job's flags would choose elsewhere: ``full.py`` and ``lora.py`` train one
-device without activation checkpointing, ``full.py`` several under FSDP (FULL_SHARD) checkpointing every ``Block``;
+device without activation checkpointing, several under FSDP (full.py: FSDP1, lora.py: FSDP2) checkpointing every
+``Block``;
 they compute ``chunked_cross_entropy`` (the ``chunked`` loss kernel), take the optimizer from
 ``instantiate_torch_optimizer`` (AdamW in every ``config_hub/finetune`` config) and quantise only through
 bitsandbytes (``--quantize bnb.nf4``, Fabric's ``BitsandbytesPrecision``).
@@ -44,12 +45,9 @@ def litgpt_unsupported(job: Job, placement: Placement, arch: Architecture) -> st
         return f"LitGPT's LoRA adapts {', '.join(LITGPT_LORA[:-1])}; got {', '.join(job.lora_target_modules)}"
     if placement.tp > 1 or placement.pp > 1 or placement.offload != "none" or job.sequence_parallel > 1:
         return "tensor/pipeline/sequence parallelism and offload are not LitGPT finetune options"
-    if placement.dp > 1 and job.method == "lora":
-        return ("LitGPT's multi-GPU LoRA loads the base weights with load_from_full_model_state_dict(cpu_offload=True), "
-                "which moves their FSDP2 shards to host memory: fake CPU tensors cannot tell host from device there")
     if placement.dp > 1 and placement.effective_strategy != "fsdp":
-        return (f"LitGPT's full.py shards with Fabric's FSDPStrategy (FULL_SHARD) on several devices, not "
-                f"{placement.effective_strategy}: use --strategy fsdp")
+        return (f"LitGPT shards with FSDP on several devices (full.py: Fabric's FSDPStrategy, lora.py: "
+                f"ModelParallelStrategy's fully_shard), not {placement.effective_strategy}: use --strategy fsdp")
     return None
 
 

@@ -1,6 +1,7 @@
 """LitGPT's own finetune code on fake tensors: ``litgpt/finetune/full.py`` and ``lora.py`` (litgpt 0.5.13, Lightning
-Fabric 2.6), in the order their ``main`` and ``fit`` call it, on one device or (``full.py``) as rank ``spec['rank']``
-of an FSDP world on a fake process group (litgpt_fabric.py: Fabric's ``FSDPStrategy`` as ``full.py`` sets it up).
+Fabric 2.6), in the order their ``main`` and ``fit`` call it, on one device or as rank ``spec['rank']`` of an FSDP
+world on a fake process group (litgpt_fabric.py: ``full.py``'s ``FSDPStrategy``, ``lora.py``'s
+``ModelParallelStrategy``).
 
 The worker: ``python -m autoconf.estimators.traced.stacks.litgpt_step SPEC.json OUT.npz`` prints one JSON summary
 (dist.py's ``summarise``) and writes the samples and allocation events. What runs is LitGPT's and Fabric's; what we
@@ -10,9 +11,11 @@ add is the tracker (step.py's ``LiveBytes`` with steps), a fake checkpoint and f
   for LoRA, litgpt.lora with its ``LoRAQKVLinear`` / ``LoRALinear``) under ``fabric.init_module(empty_init=world > 1)``,
   ``mark_only_lora_as_trainable``, ``fabric.setup`` (LoRA: ``setup_module``), ``instantiate_torch_optimizer`` with
   the job's AdamW implementation, ``fabric.setup_optimizers`` and ``load_checkpoint`` (its ``lazy_load`` of
-  ``lit_model.pth``, or under FSDP Fabric's ``load_raw`` with ``torch.load(mmap=True)``, answered by fake host tensors
-  of the model's state dict: a file memory-mapped on the host; ``load_state_dict`` copies in place, under FSDP each
-  unit gathered in turn).
+  ``lit_model.pth``, or under FSDP ``torch.load(mmap=True)``, answered by fake host tensors of the base model's state
+  dict: a file memory-mapped on the host; ``load_state_dict`` copies in place, under FSDP1 each unit gathered in
+  turn; LoRA under FSDP2 ``load_from_full_model_state_dict(cpu_offload=True)``: the base shards end on the host and
+  are assigned, while the optimizer, made before the load from ``model.parameters()``, keeps the materialised device
+  shards they replace alive).
 * **Sanity validation** (``fit`` calls ``validate`` on two batches before training): no grad, full logits and
   ``chunked_cross_entropy(..., chunk_size=0)``; traced as step 0's loss phase.
 * **Two steps** (the first creates AdamW's states, the second is steady): ``model.max_seq_length`` set to the
@@ -20,8 +23,9 @@ add is the tracker (step.py's ``LiveBytes`` with steps), a fake checkpoint and f
   ``chunked_cross_entropy``, ``fabric.backward``, ``optimizer.step()``, ``optimizer.zero_grad()``. The finetune
   scripts do not clip gradients.
 * **Save** on one device reads the parameters in place (``fabric.save`` / ``save_lora_checkpoint`` write host
-  copies): nothing is allocated on the device. Under FSDP (``fabric.save`` of a full state dict, gathered unit by unit
-  to rank 0's host) it is not traced.
+  copies): nothing is allocated on the device. LoRA under FSDP2: ``save_lora_checkpoint`` gathers each adapter
+  (``full_tensor``) and copies it to rank 0's host. Full under FSDP1 (``fabric.save`` of a full state dict, gathered
+  unit by unit to rank 0's host) is not traced.
 """
 
 from __future__ import annotations
@@ -95,10 +99,11 @@ def _track_all(model: torch.nn.Module, tracker: RankBytes) -> None:
         tracker.track(tensor, WEIGHTS)
 
 
-def fake_checkpoint(model: torch.nn.Module, spec: dict[str, Any]) -> dict[str, torch.Tensor]:
-    """``lit_model.pth`` as ``lazy_load`` hands it over: host tensors of the base model's state dict."""
-    return {key: torch.empty(value.shape, dtype=value.dtype) for key, value in model.state_dict().items()
-            if spec["method"] == "full" or "lora_" not in key}
+def fake_checkpoint(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """``lit_model.pth`` as ``lazy_load`` hands it over: host tensors of the base model's state dict (its names: a
+    LoRA model's ``.linear`` is LitGPT's wrapper, which its loaders map)."""
+    return {key.replace(".linear.", "."): torch.empty(value.shape, dtype=value.dtype)
+            for key, value in model.state_dict().items() if "lora_" not in key}
 
 
 def batch(spec: dict[str, Any], device: torch.device) -> dict[str, torch.Tensor]:
@@ -147,21 +152,23 @@ def sanity_check(fabric: Any, model: Any, spec: dict[str, Any], tracker: RankByt
     tracker.sample()
 
 
-def build(fabric: Any, spec: dict[str, Any], tracker: RankBytes) -> tuple[Any, Any]:
+def build(fabric: Any, spec: dict[str, Any], tracker: Any) -> tuple[Any, Any]:
     """``main``'s model, optimizer and checkpoint load (see the module docstring)."""
     from litgpt import lora, utils
     from litgpt import model as full_model
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-    from autoconf.estimators.traced.stacks.litgpt_fabric import checkpoint_file
+    from autoconf.estimators.traced.stacks.litgpt_fabric import HostMoves, checkpoint_file
 
-    sharded = spec["world"] > 1  # FSDP: built on the meta device, outside fake mode (litgpt_fabric.py)
+    sharded = spec["world"] > 1  # FSDP: built on the meta device (no memory), outside fake mode (litgpt_fabric.py)
+    tracker.skip = sharded
     with unset_fake_temporarily() if sharded else contextlib.nullcontext(), fabric.init_module(empty_init=sharded):
         model = (lora.GPT if spec["method"] == "lora" else full_model.GPT)(config(spec))
+    tracker.skip = False
     if not sharded:
         _track_all(model, tracker)
     tracker.skip = True  # the checkpoint is memory-mapped on the host
-    checkpoint = fake_checkpoint(model, spec)
+    checkpoint = fake_checkpoint(model)
     tracker.skip = False
     if spec["method"] == "lora":
         lora.mark_only_lora_as_trainable(model)
@@ -172,21 +179,35 @@ def build(fabric: Any, spec: dict[str, Any], tracker: RankBytes) -> tuple[Any, A
     optimizer = utils.instantiate_torch_optimizer("AdamW", model.parameters(), fused=impl == "fused",
                                                   foreach=impl == "foreach")
     optimizer = fabric.setup_optimizers(optimizer)
-    with checkpoint_file(checkpoint) as path:
+    with checkpoint_file(checkpoint) as path, HostMoves(tracker, {id(t) for t in checkpoint.values()}):
         utils.load_checkpoint(fabric, model, Path(path), strict=spec["method"] == "full")
     checkpoint.clear()
     return model, optimizer
+
+
+def save(fabric: Any, model: Any, spec: dict[str, Any], tracker: Any) -> None:
+    """The final save: one device reads the parameters in place (``fabric.save`` / ``save_lora_checkpoint`` write
+    host copies); LoRA under FSDP2 gathers each adapter (``full_tensor``) and copies it to rank 0's host."""
+    from litgpt.finetune.lora import save_lora_checkpoint
+
+    from autoconf.estimators.traced.stacks.litgpt_fabric import HostMoves, checkpoint_file
+
+    tracker.enter(3, SAVE, WEIGHTS)
+    if spec["world"] > 1:
+        with checkpoint_file({}) as path, HostMoves(tracker, set()):
+            save_lora_checkpoint(fabric, model, Path(path))
+    tracker.sample()
 
 
 def trace(spec: dict[str, Any]) -> dict[str, Any]:
     """Build, load, sanity validation, two steps and (one device) the save of rank ``spec['rank']``."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from autoconf.estimators.traced.stacks.litgpt_fabric import fabric_for
+    from autoconf.estimators.traced.stacks.litgpt_fabric import HostBytes, fabric_for
 
     torch.manual_seed(0)
     start = time.perf_counter()
-    tracker = RankBytes()
+    tracker = HostBytes()
     ACTIVE[:] = [tracker]
     clock: dict[str, float] = {}
     fabric = fabric_for(spec)
@@ -207,9 +228,8 @@ def trace(spec: dict[str, Any]) -> dict[str, Any]:
         for number in (1, 2):
             step(fabric, model, optimizer, spec, tracker, number)
             clock[f"step{number}"] = time.perf_counter() - start - sum(clock.values())
-        if spec["world"] == 1:  # the save reads the parameters in place
-            tracker.enter(3, SAVE, WEIGHTS)
-            tracker.sample()
+        if spec["world"] == 1 or spec["method"] == "lora":  # full.py's FSDP save is not traced
+            save(fabric, model, spec, tracker)
     ACTIVE.clear()
     return trace_out(tracker, start, params_of(model), clock, {"litgpt": metadata.version("litgpt")})
 

@@ -43,8 +43,9 @@ RUNS = {"torchtune": "builders, LoRA modules, chunked loss, activation checkpoin
         "deepspeed": "deepspeed.initialize with the HF Trainer's auto ZeRO config, engine forward, backward and step",
         "trl": "SFTTrainer.train(): peft, the Trainer's fused AdamW, accelerate's prepare, the fused LM head, clipping, "
                "checkpoint save",
-        "litgpt": "finetune/full.py and lora.py under Lightning Fabric: GPT and its LoRA layers, FSDPStrategy, "
-                  "load_checkpoint, the sanity validate, chunked_cross_entropy, fabric.backward, AdamW"}
+        "litgpt": "finetune/full.py and lora.py under Lightning Fabric: GPT and its LoRA layers, FSDPStrategy or "
+                  "ModelParallelStrategy, load_checkpoint, the sanity validate, chunked_cross_entropy, fabric.backward, "
+                  "AdamW"}
 # Stacks that cannot share the environment are installed into a directory of their own, named by STACK_PATH
 # (os.pathsep-separated), which only the driver subprocesses see: torchtune 0.6.1 imports what torchao 0.16+ removed,
 # and peft 0.21 refuses torchao < 0.16 once it is importable; torchtitan 0.3.0 depends on datasets<4.8 (which pins
@@ -322,7 +323,7 @@ def stack_memory(job: Job, placement: Placement, arch: Architecture, batch: int)
     ]
     if stack == "litgpt" and job.gradient_checkpointing != (world > 1):
         notes.append("traced: LitGPT's finetune scripts checkpoint activations exactly when on several devices "
-                     "(full.py activation_checkpointing_policy={Block}), whatever the job asks")
+                     "(full.py activation_checkpointing_policy={Block}, lora.py parallelize_fn), whatever the job asks")
     if sim.out_of_memory:
         notes.append("traced: the allocator replay runs out of memory on this GPU even after releasing its cache")
     return memory.model_copy(update={"notes": tuple(notes)})
