@@ -20,9 +20,9 @@ process group exists: Fabric creates none):
   host memory and are gathered to the device each forward (``HostMoves``).
 * Both: the model is built on the meta device (``init_module(empty_init=True)``) outside FakeTensorMode (a fake
   meta parameter cannot be swapped for its materialised self in ``to_empty``); the strategy materialises and shards
-  it inside, traced. ``broadcast_object_list`` (Fabric broadcasts the checkpoint path from rank 0) pickles into a
-  byte tensor that the fake process group keeps alive (on a GPU it is freed at once), and a sub-mesh's rank tensor
-  (``device_mesh["data_parallel"]``) is host memory: neither is counted.
+  it inside, traced. ``broadcast_object_list`` (Fabric broadcasts the checkpoint path from rank 0, which every rank
+  already holds) is answered by the rank's own objects: its receiving side reads a size by value, which a fake
+  tensor has not. A sub-mesh's rank tensor (``device_mesh["data_parallel"]``) is host memory: not counted.
 """
 
 from __future__ import annotations
@@ -84,10 +84,10 @@ def _host_side_helpers() -> None:
     import torch.distributed as dist
     from torch.distributed.device_mesh import DeviceMesh
 
-    if not getattr(dist.broadcast_object_list, "_autoconf_host", False):
-        dist.broadcast_object_list = _uncounted(dist.broadcast_object_list)
-        dist.broadcast_object_list._autoconf_host = True  # type: ignore[attr-defined]
+    if not getattr(DeviceMesh.__getitem__, "_autoconf_host", False):
+        dist.broadcast_object_list = lambda *_args, **_kwargs: None  # every rank holds rank 0's objects already
         DeviceMesh.__getitem__ = _uncounted(DeviceMesh.__getitem__)  # type: ignore[method-assign]
+        DeviceMesh.__getitem__._autoconf_host = True  # type: ignore[attr-defined]
 
 
 def fabric_for(spec: dict[str, Any]) -> Any:
@@ -127,7 +127,8 @@ def fabric_for(spec: dict[str, Any]) -> Any:
 
 
 class HostBytes(RankBytes):  # type: ignore[no-untyped-call]  # torch's __init_subclass__ is unannotated
-    """RankBytes that never counts the storages put on the host (``on_host``), nor views of them."""
+    """RankBytes that never counts the storages put on the host (``on_host``), views of them, nor the padded copies
+    FSDP2 makes of them (``new_zeros``, on the tensor's own device)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -141,9 +142,20 @@ class HostBytes(RankBytes):  # type: ignore[no-untyped-call]  # torch's __init_s
     def _off_host(self, key: int, _ref: object) -> None:
         self.host.pop(key, None)
 
+    def is_host(self, tensor: torch.Tensor) -> bool:
+        return id(getattr(tensor, "_local_tensor", tensor).untyped_storage()) in self.host
+
     def track(self, tensor: torch.Tensor, category: int) -> None:
-        if id(getattr(tensor, "_local_tensor", tensor).untyped_storage()) not in self.host:
+        if not self.is_host(tensor):
             super().track(tensor, category)
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
+        if func is not torch.ops.aten.new_zeros.default or not self.is_host(args[0]):
+            return super().__torch_dispatch__(func, types, args, kwargs)
+        out = func(*args, **(kwargs or {}))  # FSDP2's reset_sharded_param pads a host shard: on the host
+        self.on_host(out)
+        return out
 
 
 class HostMoves(TorchFunctionMode):
