@@ -105,6 +105,14 @@ def test_lora_under_fsdp_keeps_the_materialised_base_shards(traces: dict[str, An
 
 
 @pytest.mark.slow
+def test_fsdp_full_save_gathers_one_unit_at_a_time(traces: dict[str, Any]) -> None:
+    """``fabric.save`` of a full state dict: FSDP1 gathers each unit on the device and moves it to rank 0's host
+    (offload_to_cpu) before the next, so the device holds the shards plus the largest unit, a Block, in bf16."""
+    sharded = phase(traces["full4"], 2, "optimizer")["parts"][0]
+    assert phase(traces["full4"], 3, "save")["parts"][0] == sharded + 2 * sum(BLOCK)
+
+
+@pytest.mark.slow
 def test_fake_trace_equals_the_real_cpu_step(traces: dict[str, Any]) -> None:
     fake, real = traces["lora"], traces["lora-real"]
     assert fake["phases"] == real["phases"]

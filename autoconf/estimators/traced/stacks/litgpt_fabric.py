@@ -151,11 +151,50 @@ class HostBytes(RankBytes):  # type: ignore[no-untyped-call]  # torch's __init_s
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
-        if func is not torch.ops.aten.new_zeros.default or not self.is_host(args[0]):
+        if func not in HOST_SIDE or not self.is_host(args[0]):
             return super().__torch_dispatch__(func, types, args, kwargs)
-        out = func(*args, **(kwargs or {}))  # FSDP2's reset_sharded_param pads a host shard: on the host
+        out = func(*args, **(kwargs or {}))  # on the tensor's own device: the host
         self.on_host(out)
         return out
+
+
+# ops whose result lives where their input does: FSDP2 pads a host shard (reset_sharded_param: new_zeros), FSDP1's
+# full state dict clones each parameter of a unit offloaded to the host (_full_post_state_dict_hook: clone)
+HOST_SIDE = (torch.ops.aten.new_zeros.default, torch.ops.aten.clone.default)
+
+
+def patch_fsdp1_offload(tracker: HostBytes) -> None:
+    """FSDP1's ``FlatParamHandle.to_cpu`` (a full state dict with ``offload_to_cpu``) moves the gathered unit to the
+    host with ``flat_param_to(cpu)``, a no-op on fake CPU tensors that would leave it counted and its padded storage
+    referenced: the move makes an uncounted host copy, as on a GPU."""
+    from torch.distributed.fsdp._flat_param import FlatParamHandle
+
+    to_cpu = FlatParamHandle.to_cpu
+
+    @contextlib.contextmanager
+    def offloaded(self: Any) -> Iterator[None]:
+        self.flat_param_to = functools.partial(_to_host, self, tracker)
+        try:
+            with to_cpu(self):
+                del self.flat_param_to  # only the move in to_cpu's entry
+                yield
+        finally:
+            self.__dict__.pop("flat_param_to", None)
+
+    FlatParamHandle.to_cpu = offloaded  # type: ignore[method-assign]
+
+
+def _to_host(handle: Any, tracker: HostBytes, *_args: Any, **_kwargs: Any) -> None:
+    """``FlatParamHandle.flat_param_to(cpu)`` as on a GPU: the flat parameter's data becomes a host copy."""
+    tracker.skip = True
+    try:
+        data = handle.flat_param.detach().clone()
+    finally:
+        tracker.skip = False
+    tracker.on_host(data)
+    handle.flat_param.data = data
+    if handle._use_orig_params:  # torch's flat_param_to refreshes the views on the new storage
+        handle._use_unsharded_views(as_params=True)
 
 
 class HostMoves(TorchFunctionMode):

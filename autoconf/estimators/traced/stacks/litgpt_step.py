@@ -24,8 +24,8 @@ add is the tracker (step.py's ``LiveBytes`` with steps), a fake checkpoint and f
   scripts do not clip gradients.
 * **Save** on one device reads the parameters in place (``fabric.save`` / ``save_lora_checkpoint`` write host
   copies): nothing is allocated on the device. LoRA under FSDP2: ``save_lora_checkpoint`` gathers each adapter
-  (``full_tensor``) and copies it to rank 0's host. Full under FSDP1 (``fabric.save`` of a full state dict, gathered
-  unit by unit to rank 0's host) is not traced.
+  (``full_tensor``) and copies it to rank 0's host; full under FSDP1: ``fabric.save`` of a full state dict, each unit
+  gathered on the device and moved to rank 0's host (``offload_to_cpu``) before the next.
 """
 
 from __future__ import annotations
@@ -187,20 +187,24 @@ def build(fabric: Any, spec: dict[str, Any], tracker: Any) -> tuple[Any, Any]:
 
 def save(fabric: Any, model: Any, spec: dict[str, Any], tracker: Any) -> None:
     """The final save: one device reads the parameters in place (``fabric.save`` / ``save_lora_checkpoint`` write
-    host copies); LoRA under FSDP2 gathers each adapter (``full_tensor``) and copies it to rank 0's host."""
+    host copies); under FSDP each adapter (LoRA) or unit (full) is gathered and copied to rank 0's host."""
     from litgpt.finetune.lora import save_lora_checkpoint
 
-    from autoconf.estimators.traced.stacks.litgpt_fabric import HostMoves, checkpoint_file
+    from autoconf.estimators.traced.stacks.litgpt_fabric import HostMoves, checkpoint_file, patch_fsdp1_offload
 
     tracker.enter(3, SAVE, WEIGHTS)
     if spec["world"] > 1:
         with checkpoint_file({}) as path, HostMoves(tracker, set()):
-            save_lora_checkpoint(fabric, model, Path(path))
+            if spec["method"] == "lora":
+                save_lora_checkpoint(fabric, model, Path(path))
+            else:
+                patch_fsdp1_offload(tracker)
+                fabric.save(Path(path), {"model": model})
     tracker.sample()
 
 
 def trace(spec: dict[str, Any]) -> dict[str, Any]:
-    """Build, load, sanity validation, two steps and (one device) the save of rank ``spec['rank']``."""
+    """Build, load, sanity validation, two steps and the save of rank ``spec['rank']``."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from autoconf.estimators.traced.stacks.litgpt_fabric import HostBytes, fabric_for
@@ -228,8 +232,7 @@ def trace(spec: dict[str, Any]) -> dict[str, Any]:
         for number in (1, 2):
             step(fabric, model, optimizer, spec, tracker, number)
             clock[f"step{number}"] = time.perf_counter() - start - sum(clock.values())
-        if spec["world"] == 1 or spec["method"] == "lora":  # full.py's FSDP save is not traced
-            save(fabric, model, spec, tracker)
+        save(fabric, model, spec, tracker)
     ACTIVE.clear()
     return trace_out(tracker, start, params_of(model), clock, {"litgpt": metadata.version("litgpt")})
 
