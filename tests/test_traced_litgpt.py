@@ -80,8 +80,8 @@ def phase(summary: dict[str, Any], step: int, name: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def traces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    runs = {"full": spec("full"), "lora": spec("lora"), "lora-real": spec("lora", real=True), "full4": spec("full", 4),
-            "lora4": spec("lora", 4)}
+    runs = {"full": spec("full", accumulation=2), "lora": spec("lora"), "lora-real": spec("lora", real=True),
+            "full4": spec("full", 4, accumulation=2), "lora4": spec("lora", 4)}
     return {name: drive("litgpt", s, tmp_path_factory.mktemp(name)) for name, s in runs.items()}
 
 
@@ -91,6 +91,14 @@ def traces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]
 def test_bytes_are_the_hand_derived_ones(traces: dict[str, Any], name: str, method: str, world: int) -> None:
     assert phase(traces[name], 2, "optimizer")["parts"][:4] == hand(method, world)
     assert phase(traces[name], 0, "load")["parts"][1:] == [0, 0, 0, 0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["full", "full4"])
+def test_accumulation_keeps_whole_gradients_for_the_next_micro_batch(traces: dict[str, Any], name: str) -> None:
+    """Two micro-batches a step: the second runs its forward with the first one's gradients, whole in bf16 on every
+    rank (under FSDP ``fabric.no_backward_sync`` is FSDP1's ``no_sync``: no reduce-scatter, unsharded gradients)."""
+    assert phase(traces[name], 2, "forward")["parts"][1] == 2 * (sum(ROOT) + L * sum(BLOCK))
 
 
 @pytest.mark.slow

@@ -65,5 +65,8 @@ def litgpt_spec(job: Job, placement: Placement, arch: Architecture, batch: int) 
         "lora_r": job.lora_r, "lora_alpha": job.lora_alpha, "lora_dropout": job.lora_dropout,
         "lora_target_modules": sorted(job.lora_target_modules) if job.method == "lora" else [],
         "world": placement.dp, "strategy": "fsdp" if placement.dp > 1 else "single", "shape": [batch, job.tokens_per_sample],
+        # a second micro-batch runs with the first one's gradients kept (under FSDP: unsharded, no_sync); more
+        # micro-batches repeat it
+        "accumulation": min(job.gradient_accumulation_steps, 2),
         "expandable_segments": resolve(job).expandable_segments,
     }

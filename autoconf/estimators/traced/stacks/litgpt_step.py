@@ -19,9 +19,10 @@ add is the tracker (step.py's ``LiveBytes`` with steps), a fake checkpoint and f
 * **Sanity validation** (``fit`` calls ``validate`` on two batches before training): no grad, full logits and
   ``chunked_cross_entropy(..., chunk_size=0)``; traced as step 0's loss phase.
 * **Two steps** (the first creates AdamW's states, the second is steady): ``model.max_seq_length`` set to the
-  sequence length (the rotary cache rebuilt), forward (LoRA: ``lm_head_chunk_size=128``, the last chunk shifted),
-  ``chunked_cross_entropy``, ``fabric.backward``, ``optimizer.step()``, ``optimizer.zero_grad()``. The finetune
-  scripts do not clip gradients.
+  sequence length (the rotary cache rebuilt); per micro-batch (one, or two for gradient accumulation: the first under
+  ``fabric.no_backward_sync``) forward (LoRA: ``lm_head_chunk_size=128``, the last chunk shifted),
+  ``chunked_cross_entropy``, ``fabric.backward`` of the loss over the micro-batches; ``optimizer.step()``,
+  ``optimizer.zero_grad()``. The finetune scripts do not clip gradients.
 * **Save** on one device reads the parameters in place (``fabric.save`` / ``save_lora_checkpoint`` write host
   copies): nothing is allocated on the device. LoRA under FSDP2: ``save_lora_checkpoint`` gathers each adapter
   (``full_tensor``) and copies it to rank 0's host; full under FSDP1: ``fabric.save`` of a full state dict, each unit
@@ -114,23 +115,27 @@ def batch(spec: dict[str, Any], device: torch.device) -> dict[str, torch.Tensor]
 
 
 def step(fabric: Any, model: Any, optimizer: Any, spec: dict[str, Any], tracker: RankBytes, number: int) -> None:
-    """One iteration of ``fit`` (gradient accumulation 1: ``fabric.no_backward_sync`` is disabled)."""
+    """One optimizer step of ``fit``: ``spec['accumulation']`` micro-batches (gradient accumulation: the first ones
+    under ``fabric.no_backward_sync``, their gradients kept for the last), then the AdamW step and ``zero_grad``."""
     from litgpt.utils import chunked_cross_entropy
 
-    tracker.enter(number, FORWARD, ACTIVATIONS)
-    data = batch(spec, fabric.device)
-    input_ids, targets = data["input_ids"], data["labels"]
-    if spec["method"] == "lora":
-        logits = model(input_ids, lm_head_chunk_size=LM_HEAD_CHUNK)
-        logits[-1] = logits[-1][..., :-1, :]
-        loss = chunked_cross_entropy(logits, targets[..., 1:])
-    else:
-        logits = model(input_ids)
-        loss = chunked_cross_entropy(logits[..., :-1, :], targets[..., 1:])
-    del logits, data, input_ids, targets
-    tracker.set_phase(BACKWARD, LOGITS)
-    fabric.backward(loss)
-    del loss
+    micro = int(spec.get("accumulation", 1))
+    for index in range(micro):
+        tracker.enter(number, FORWARD, ACTIVATIONS)
+        data = batch(spec, fabric.device)
+        input_ids, targets = data["input_ids"], data["labels"]
+        with fabric.no_backward_sync(model, enabled=index < micro - 1):
+            if spec["method"] == "lora":
+                logits = model(input_ids, lm_head_chunk_size=LM_HEAD_CHUNK)
+                logits[-1] = logits[-1][..., :-1, :]
+                loss = chunked_cross_entropy(logits, targets[..., 1:])
+            else:
+                logits = model(input_ids)
+                loss = chunked_cross_entropy(logits[..., :-1, :], targets[..., 1:])
+            del logits, data, input_ids, targets
+            tracker.set_phase(BACKWARD, LOGITS)
+            fabric.backward(loss / micro)
+            del loss
     tracker.set_phase(OPT_STEP, OPTIMIZER)
     optimizer.step()
     tracker.sample()
