@@ -91,7 +91,7 @@ def _host_side_helpers() -> None:
 
 
 def fabric_for(spec: dict[str, Any]) -> Any:
-    """The script's Fabric for ``spec`` (one device, or rank ``spec['rank']`` of full.py's FSDP world)."""
+    """The script's Fabric for ``spec`` (one device, or rank ``spec['rank']`` of its FSDP world)."""
     import lightning as L
 
     world = int(spec["world"])
