@@ -1,4 +1,5 @@
-"""One GPU of a job trained by a stack's own code (torchtune, torchtitan, DeepSpeed, TRL), from a trace of its rank, cached on disk.
+"""One GPU of a job trained by a stack's own code (torchtune, torchtitan, DeepSpeed, TRL, LitGPT), from a trace of its
+rank, cached on disk.
 
 No torch here: the driver (``python -m autoconf.estimators.traced.stacks.<stack>_step``) runs in a
 subprocess and returns dist.py's summary (peak per step and phase) with its allocation events; both are cached
@@ -25,13 +26,15 @@ from autoconf.estimators.theory.frameworks import resolve
 from autoconf.estimators.traced.cache import cache_dir
 from autoconf.estimators.traced.fit import TRACE_TIMEOUT_S, TraceFailed
 from autoconf.estimators.traced.ranks import PHASE_TEXT, largest_rank, uneven
+from autoconf.estimators.traced.stacks.litgpt_plan import litgpt_spec, litgpt_unsupported
 from autoconf.schema import Job, MemoryEstimate, Placement
 
 STACK_VERSION = 4  # part of the cache key: bump when a driver changes meaning
 DRIVERS = {"torchtune": "autoconf.estimators.traced.stacks.torchtune_step",
            "torchtitan": "autoconf.estimators.traced.stacks.torchtitan_step",
            "deepspeed": "autoconf.estimators.traced.stacks.deepspeed_step",
-           "trl": "autoconf.estimators.traced.stacks.trl_step"}
+           "trl": "autoconf.estimators.traced.stacks.trl_step",
+           "litgpt": "autoconf.estimators.traced.stacks.litgpt_step"}
 ZERO = {"zero0": 0, "zero1": 1, "zero2": 2, "zero3": 3}  # Strategy -> ZeRO stage
 # what each driver runs of its stack, for the answer's note
 RUNS = {"torchtune": "builders, LoRA modules, chunked loss, activation checkpointing, training.shard_model",
@@ -39,20 +42,26 @@ RUNS = {"torchtune": "builders, LoRA modules, chunked loss, activation checkpoin
                       "cross_entropy_loss, clip_grad_norm_",
         "deepspeed": "deepspeed.initialize with the HF Trainer's auto ZeRO config, engine forward, backward and step",
         "trl": "SFTTrainer.train(): peft, the Trainer's fused AdamW, accelerate's prepare, the fused LM head, clipping, "
-               "checkpoint save"}
+               "checkpoint save",
+        "litgpt": "finetune/full.py and lora.py under Lightning Fabric: GPT and its LoRA layers, FSDPStrategy or "
+                  "ModelParallelStrategy, load_checkpoint, the sanity validate, chunked_cross_entropy, fabric.backward, "
+                  "AdamW"}
 # Stacks that cannot share the environment are installed into a directory of their own, named by STACK_PATH
 # (os.pathsep-separated), which only the driver subprocesses see: torchtune 0.6.1 imports what torchao 0.16+ removed,
 # and peft 0.21 refuses torchao < 0.16 once it is importable; torchtitan 0.3.0 depends on datasets<4.8 (which pins
-# huggingface_hub below transformers 5's) and imports triton for its expert-parallel kernels (docs/traced.md).
+# huggingface_hub below transformers 5's) and imports triton for its expert-parallel kernels; litgpt 0.5.13 pins
+# huggingface_hub < 1.4 (docs/traced.md).
 STACK_PATH = "AUTOCONF_STACK_PATH"
-OWN_DIRECTORY = ("torchtune", "torchtitan")  # the stacks installed there; the others share this environment
+OWN_DIRECTORY = ("torchtune", "torchtitan", "litgpt")  # the stacks installed there; the others share this environment
 INSTALL = {"torchtune": f"pip install --no-deps --target $DIR torchtune==0.6.1 torchao==0.15.0; {STACK_PATH}=$DIR",
            "torchtitan": "pip install --no-deps --target $DIR torchtitan==0.3.0 spmd_types==0.2.3 einops tyro typeguard "
                          f"docstring_parser torch_checkpointing triton; {STACK_PATH}=$DIR",
-           "deepspeed": "pip install 'autoconf-gpu[stacks]'", "trl": "pip install 'autoconf-gpu[stacks]'"}
+           "deepspeed": "pip install 'autoconf-gpu[stacks]'", "trl": "pip install 'autoconf-gpu[stacks]'",
+           "litgpt": "pip install --no-deps --target $DIR litgpt==0.5.13 lightning==2.6.6 lightning-utilities "
+                     f"torchmetrics jsonargparse==4.41.0; {STACK_PATH}=$DIR"}
 # what a driver imports besides its stack (torchtune refuses to import without torchao)
 NEEDS = {"torchtune": ("torchtune", "torchao"), "torchtitan": ("torchtitan",), "deepspeed": ("deepspeed",),
-         "trl": ("trl", "accelerate", "transformers", "peft")}
+         "trl": ("trl", "accelerate", "transformers", "peft"), "litgpt": ("litgpt", "lightning")}
 
 
 def _stack_dirs() -> list[str]:
@@ -166,6 +175,8 @@ def stack_unsupported(job: Job, placement: Placement, arch: Architecture) -> str
         return deepspeed_unsupported(job, placement, arch)
     if job.framework == "trl":
         return trl_unsupported(job, placement, arch)
+    if job.framework == "litgpt":
+        return litgpt_unsupported(job, placement, arch)
     return torchtune_unsupported(job, placement, arch)
 
 
@@ -243,6 +254,8 @@ def stack_spec(job: Job, placement: Placement, arch: Architecture, batch: int) -
         return hf_spec(job, placement, arch, batch)
     if job.framework == "trl":
         return trl_spec(job, placement, arch, batch)
+    if job.framework == "litgpt":
+        return litgpt_spec(job, placement, arch, batch)
     mlp = ("gate_proj", "up_proj", "down_proj")
     targets = list(job.lora_target_modules)
     if job.method != "full" and "all-linear" not in targets and any(t in targets for t in mlp):
@@ -319,6 +332,8 @@ def stack_memory(job: Job, placement: Placement, arch: Architecture, batch: int)
     memory, summary = largest_rank(job, placement, ranks, summaries, spec["expandable_segments"])
     top, sim = summary["peak"], summary["replay"]
     phase = PHASE_TEXT.get(top["phase"], top["phase"])
+    # step 0 is the load, and for LitGPT also fit's sanity validation before its first step
+    where = f"step {top['step']} {phase}" if top["step"] or top["phase"] == "load" else f"the validation ({phase})"
     by_rank = ", ".join(f"rank {r}: {s['allocated_peak'] / 2**30:.3f} GiB" for r, s in zip(ranks, summaries, strict=True))
     stack = job.framework
     group = f"a fake process group of {spec['world']}" + (f" (TP {placement.tp})" if placement.tp > 1 else "")
@@ -328,10 +343,13 @@ def stack_memory(job: Job, placement: Placement, arch: Architecture, batch: int)
     notes = [
         f"traced: {stack} {summary['versions'].get(stack, '?')}'s own code ({RUNS[stack]}) on fake tensors, "
         f"{group if spec['world'] > 1 else 'single device'}; allocated peak {by_rank}; "
-        f"peak in step {top['step']} {phase}",
+        f"peak in {where}",
         "reserved: the traced allocations replayed through a model of the CUDA caching allocator; device adds "
         "the CUDA context, cuBLAS workspaces and NCCL buffers",
     ]
+    if stack == "litgpt" and job.gradient_checkpointing != (world > 1):
+        notes.append("traced: LitGPT's finetune scripts checkpoint activations exactly when on several devices "
+                     "(full.py activation_checkpointing_policy={Block}, lora.py parallelize_fn), whatever the job asks")
     if sim.out_of_memory:
         notes.append("traced: the allocator replay runs out of memory on this GPU even after releasing its cache")
     return memory.model_copy(update={"notes": tuple(notes)})
