@@ -260,9 +260,11 @@ def test_qlora_under_fsdp_answers_from_the_sftrainers_code(cache: dict[str, str]
     assert OWN_CODE in json.dumps(res.json())
 
 
-def test_untraceable_combination_is_one_line_saying_why(cache: dict[str, str]) -> None:
-    done = _cli(cache, *ESTIMATE[:7], "--lora", "--dp", "2", "--strategy", "fsdp-hybrid", "--estimator", "traced",
-                "--framework", "trl")
+@pytest.mark.parametrize(("flags", "why"), [(("--lora", "--strategy", "fsdp-hybrid"), "strategy fsdp-hybrid"),
+                                           (("--qlora", "--dora", "--strategy", "fsdp"), "_init_mp_dtypes")])
+def test_untraceable_combination_is_one_line_saying_why(cache: dict[str, str], flags: tuple[str, ...],
+                                                        why: str) -> None:
+    done = _cli(cache, *ESTIMATE[:7], *flags, "--dp", "2", "--estimator", "traced", "--framework", "trl")
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "strategy fsdp-hybrid" in lines[0] and "SFTTrainer" in lines[0], done.stderr
+    assert len(lines) == 1 and why in lines[0], done.stderr
