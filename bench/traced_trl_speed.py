@@ -33,7 +33,7 @@ MODEL, SEQ, GPU = "llama3.1-8b", 2048, "NVIDIA-H100-80GB-HBM3"
 # (method, DoRA, GPUs, strategy, fsdp_cpu_ram_efficient_loading)
 ROWS = [("lora", False, 1, "ddp", False), ("qlora", False, 1, "ddp", False), ("lora", True, 1, "ddp", False),
         ("lora", False, 8, "ddp", False), ("lora", False, 8, "fsdp", False), ("lora", False, 8, "fsdp", True),
-        ("full", False, 8, "fsdp", False)]
+        ("full", False, 8, "fsdp", False), ("qlora", False, 8, "fsdp", True)]
 
 
 def run(method: str, dora: bool, gpus: int, strategy: str, efficient: bool) -> dict[str, float | str]:

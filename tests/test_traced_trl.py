@@ -6,6 +6,13 @@ two fp32 moments and an fp32 ``step`` per adapter tensor; FSDP2 over a fake worl
 dimension divides). Besides those, the rank holds the rotary ``inv_freq`` and ``original_inv_freq`` (fp32, head_dim
 / 2 each), the step's batch (input_ids, attention_mask, labels: int64, batch × sequence) and the Trainer's fp32
 running loss. The whole single-device trace on fake tensors equals the same code on real CPU tensors, phase by phase.
+
+QLoRA under FSDP2 (the FSDP-QLoRA recipe: ``bnb_4bit_quant_storage`` = the model's bf16): each of the 14 linear
+weights is two 4-bit values a byte, packed in bf16 elements and sharded like any other parameter; its quant state
+(bitsandbytes/functional.py ``quantize_4bit``: an fp32 absmax per 64 values and the 16-entry fp32 NF4 code; with
+double quantisation a uint8 absmax per 64, an fp32 one per 256 of those, the fp32 offset and a copy of the 256-entry
+fp32 dynamic code) stays whole on every rank; TRL casts the adapters of a quantised model to bf16 (sft_trainer.py),
+DoRA's magnitudes excepted (fp32).
 """
 
 from __future__ import annotations
@@ -65,6 +72,38 @@ def hand(world: int) -> tuple[int, int, int]:
     batch = 3 * B * S * 8  # input_ids, attention_mask, labels
     weights = (2 * base + 4 * lora) // world + rotary + batch + 4  # + the Trainer's running loss
     return weights, 4 * lora // world, 2 * 4 * lora // world + 4 * 4 * L  # + one fp32 step per adapter tensor (4 a layer)
+
+
+def hand_qlora(world: int, double_quant: bool, dora: bool) -> tuple[int, int, int]:
+    """(weights, gradients, AdamW states without its scalars) one rank holds at step 2's optimizer step, QLoRA."""
+    linears = [D * H * HD, D * KV * HD, D * KV * HD, H * HD * D, D * FF, D * FF, D * FF] * L  # q k v o gate up down
+    packed = sum(linears) // 2  # two 4-bit values a byte (bf16 elements: four a value)
+    rest = 2 * (2 * V * D + 2 * L * D + D)  # embedding, output, norms: bf16
+    lora = 2 * L * (R * D + H * HD * R + R * D + KV * HD * R)  # bf16 (TRL's cast)
+    magnitudes = 4 * L * (H * HD + KV * HD) if dora else 0  # DoRA's, kept fp32 by TRL
+    blocks = [n // 64 for n in linears]
+    # double quantisation: uint8 absmax, fp32 absmax of <= 256 of them, fp32 offset, the dynamic code's copy
+    state = sum(b + 4 * -(b // -256) + 4 + 4 * 256 if double_quant else 4 * b for b in blocks)
+    state += 4 * 16 * len(linears)  # the NF4 code of each weight (functional.py get_4bit_type, on the device)
+    rotary, batch = 2 * (HD // 2) * 4, 3 * B * S * 8
+    trained = lora + magnitudes
+    weights = (packed + rest + trained) // world + state + rotary + batch + 4
+    steps = 4 * L * (4 + (2 if dora else 0))  # one fp32 step per trained tensor
+    return weights, trained // world, 2 * trained // world + steps
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("world", "double_quant", "dora"), [(4, False, False), (2, True, False), (1, False, True)])
+def test_qlora_rank_bytes_are_the_hand_derived_ones(world: int, double_quant: bool, dora: bool,
+                                                    tmp_path: Path) -> None:
+    """peft QLoRA sharded by accelerate's FSDP2: the packed 4-bit weights 1/N, the quant states whole; DoRA on one
+    GPU (peft deep-copies and dequantises each 4-bit layer to size its magnitudes). The optimizer category also
+    holds the two gradient norms clipping returned that the Trainer keeps: bf16 and fp32 for bf16 gradients, two
+    fp32 once DoRA's fp32 gradients join."""
+    out = drive(spec(world, method="qlora", double_quant=double_quant, dora=dora, cpu_ram_efficient_loading=True),
+                tmp_path)
+    weights, gradients, states = hand_qlora(world, double_quant, dora)
+    assert phase(out, 2, "optimizer")["parts"][:3] == [weights, gradients, states + (4 + 4 if dora else 2 + 4)]
 
 
 @pytest.fixture(scope="module")
@@ -203,3 +242,29 @@ def test_ado_answers_from_the_sftrainers_code(cache: dict[str, str], monkeypatch
                                         tokens_per_sample=64, batch_size=1, number_gpus=1, estimator="traced",
                                         framework="trl")
     assert out["answered_by"].startswith("traced") and out["peak_memory_gib"] > 0, out
+
+
+@pytest.mark.slow
+def test_qlora_under_fsdp_answers_from_the_sftrainers_code(cache: dict[str, str]) -> None:
+    from tests._server import serve
+
+    done = _cli(cache, *ESTIMATE[:7], "--qlora", "--dp", "2", "--strategy", "fsdp", "--estimator", "traced",
+                "--framework", "trl")
+    assert done.returncode == 0, done.stderr
+    assert OWN_CODE in done.stdout and "a fake process group of 2 (FSDP2 fsdp" in done.stdout
+    body = {"model": TINY, "method": "qlora", "gpu_model": "NVIDIA-A100-80GB-PCIe", "number_gpus": 2,
+            "strategy": "fsdp", "tokens_per_sample": 64, "batch_size": 2, "estimator": "traced", "framework": "trl"}
+    with serve(env={"AUTOCONF_CACHE": cache["AUTOCONF_CACHE"]}) as http:  # the same job: from the cache
+        res = http.post("/api/memory", json=body)
+    assert res.status_code == 200, res.text
+    assert OWN_CODE in json.dumps(res.json())
+
+
+@pytest.mark.parametrize(("flags", "why"), [(("--lora", "--strategy", "fsdp-hybrid"), "strategy fsdp-hybrid"),
+                                           (("--qlora", "--dora", "--strategy", "fsdp"), "_init_mp_dtypes")])
+def test_untraceable_combination_is_one_line_saying_why(cache: dict[str, str], flags: tuple[str, ...],
+                                                        why: str) -> None:
+    done = _cli(cache, *ESTIMATE[:7], *flags, "--dp", "2", "--estimator", "traced", "--framework", "trl")
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and why in lines[0], done.stderr

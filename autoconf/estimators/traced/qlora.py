@@ -64,7 +64,8 @@ def build_qlora(spec: dict[str, Any], fake_mode: Any | None, meta: Callable[[dic
     compute = DTYPES[spec["dtype"]][0]
     config = BitsAndBytesConfig(  # type: ignore[no-untyped-call]  # transformers: no annotations
         load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=compute,
-        bnb_4bit_use_double_quant=bool(spec["double_quant"]))
+        bnb_4bit_use_double_quant=bool(spec["double_quant"]),
+        bnb_4bit_quant_storage=spec.get("quant_storage"))  # a torch dtype's name; absent: bitsandbytes' uint8
     base = meta({**spec, "method": "full"})
     replace_with_bnb_linear(base, modules_to_not_convert=get_keys_to_not_convert(base), quantization_config=config)
     base.is_loaded_in_4bit = True  # type: ignore[assignment]  # the loader's flag peft reads

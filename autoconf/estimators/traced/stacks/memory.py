@@ -185,9 +185,9 @@ TRL_STRATEGIES = ("ddp", "fsdp", "fsdp-shard-grad-op")
 
 def trl_unsupported(job: Job, placement: Placement, arch: Architecture) -> str | None:
     """Why TRL's SFTTrainer cannot be traced for this job (None: it can)."""
-    if job.method == "qlora" and placement.dp > 1 and placement.effective_strategy != "ddp":
-        return ("QLoRA under FSDP: bitsandbytes' Linear4bit.forward rebuilds a Params4bit around FSDP's gathered "
-                "4-bit weight, and a Params4bit cannot wrap a fake tensor")
+    if job.method == "qlora" and job.dora and placement.dp > 1 and placement.effective_strategy != "ddp":
+        return ("DoRA QLoRA under FSDP2: TRL casts the adapters to bf16 but keeps DoRA's magnitudes fp32 "
+                "(sft_trainer.py), and FSDP2 asserts one dtype for a unit's trained parameters (_init_mp_dtypes)")
     if job.optimizer != "adamw" or job.optimizer_impl != "fused":
         return (f"the Trainer's adamw_torch_fused is traced; {job.optimizer} ({job.optimizer_impl}) is not "
                 "(adamw_torch picks foreach on CUDA but for-loop on CPU tensors)")

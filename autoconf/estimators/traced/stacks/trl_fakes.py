@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from autoconf.estimators.traced.step import GRADIENTS
@@ -161,3 +162,78 @@ def default_mesh(world: int) -> None:
     mesh = init_device_mesh("cpu", (world,))
     for module in (_fsdp_init, _fully_shard):
         setattr(module, "_init_default_mesh", lambda *args, **kwargs: mesh)  # noqa: B010
+
+
+def gathered_four_bit() -> None:
+    """bitsandbytes' ``Linear4bit.forward`` under FSDP2 (bitsandbytes/nn/modules.py
+    ``fix_4bit_weight_quant_state_from_module``, called first in ``forward``): FSDP2's all-gathered weight is a plain
+    parameter that lost its quant state, so bitsandbytes wraps it, ``Params4bit(module.weight,
+    quant_storage=module.quant_storage, bnb_quantized=True)`` (``Params4bit.__new__``:
+    ``torch.Tensor._make_subclass(cls, data)``, a new parameter over the same storage, nothing allocated), and gives
+    it the module's ``quant_state``. ``_make_subclass`` refuses a fake tensor (its object is a FakeTensor already):
+    here the gathered parameter itself carries what the Params4bit would (the module's quant state and storage dtype),
+    as qlora.py's packed weights do; every other case runs bitsandbytes' own function."""
+    from bitsandbytes.nn import modules
+
+    plain = modules.fix_4bit_weight_quant_state_from_module
+
+    def fix(module: Any) -> None:
+        weight = module.weight
+        if not isinstance(weight, FakeTensor) or getattr(weight, "quant_state", None) is not None:
+            plain(module)
+            return
+        assert weight.shape[1] == 1  # as bitsandbytes asserts: the packed (n, 1) column
+        for key, value in {"quant_state": module.quant_state, "quant_storage": module.quant_storage,
+                           "bnb_quantized": True}.items():
+            setattr(weight, key, value)
+        weight.__class__ = Params4bit  # peft's DoRA dequantises a weight by this class name (four_bit_class)
+
+    setattr(modules, "fix_4bit_weight_quant_state_from_module", fix)  # noqa: B010
+
+
+def four_bit_storage(spec: dict[str, Any]) -> str | None:
+    """``bnb_4bit_quant_storage`` of the job: under FSDP the model's own dtype, as the FSDP-QLoRA recipe sets it
+    (peft's and accelerate's FSDP-QLoRA guides: ``bnb_4bit_quant_storage=torch_dtype``), so that the packed weights
+    are floating like the rest of their unit and FSDP2 shards them (accelerate/utils/fsdp_utils.py
+    ``fsdp2_prepare_model``: a frozen Params4bit that is not floating is put in ``ignored_params``, whole on every
+    rank); otherwise bitsandbytes' default, uint8."""
+    if not str(spec["strategy"]).startswith("fsdp"):
+        return None
+    from autoconf.estimators.traced.hf_config import DTYPES
+
+    return str(DTYPES[spec["dtype"]][0]).removeprefix("torch.")
+
+
+def four_bit_class(model: torch.nn.Module) -> None:
+    """qlora.py keeps each packed 4-bit weight as a plain (fake) parameter carrying its quant state, since a
+    Params4bit cannot wrap a fake tensor. The stacks tell a 4-bit weight by its class name (accelerate/utils/
+    fsdp_utils.py ``fsdp2_prepare_model``: ``param.__class__.__name__ == "Params4bit"`` decides the ignored
+    parameters, skips the fp32 upcast of trainable parameters under mixed precision and the move to meta of
+    ``cpu_ram_efficient_loading``; peft/utils/integrations.py ``dequantize_module_weight``, which DoRA calls,
+    dequantises only a ``Params4bit``): each packed weight's class is renamed so, with bitsandbytes' read-only
+    properties that show its quant state's tensors (``absmax``, ``code``, ... in nn/modules.py, which FSDP's state
+    dict traversal reads), nothing else changes."""
+    import bitsandbytes as bnb
+
+    for name, value in vars(bnb.nn.Params4bit).items():  # type: ignore[attr-defined]  # re-exported
+        if isinstance(value, property):
+            setattr(Params4bit, name, value)
+    for module in model.modules():
+        if isinstance(module, bnb.nn.Linear4bit) and isinstance(module.weight, FakeTensor):  # type: ignore[attr-defined]
+            module.weight.__class__ = Params4bit
+
+
+class Params4bit(FakeTensor):
+    """A fake tensor named as bitsandbytes' 4-bit parameter class (``four_bit_class``)."""
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Params4bit:
+        """bitsandbytes/nn/modules.py ``Params4bit.__deepcopy__`` (peft's DoRA deep-copies the 4-bit layer it
+        dequantises): a copy of the packed data and of the quant state, the other settings as they are."""
+        import copy
+
+        copied: Params4bit = self.detach().clone()  # type: ignore[assignment]  # a FakeTensor, renamed next
+        copied.__class__ = Params4bit
+        for key, value in vars(self).items():
+            setattr(copied, key, copy.deepcopy(value, memo) if key == "quant_state" else value)
+        memo[id(self)] = copied
+        return copied

@@ -25,7 +25,12 @@ allocates device memory, or each allocates what the GPU code allocates):
   tensor (loading on: the model is moved to meta first, as accelerate does). QLoRA: each 4-bit weight is quantised on
   the device by bitsandbytes' own ``quantize_4bit`` from its host value, every other tensor lands on the device
   (``device_map``); the packed weight is a frozen parameter carrying its quant state (qlora.py: a Params4bit cannot
-  wrap a fake tensor), and TRL calls ``prepare_model_for_kbit_training`` itself.
+  wrap a fake tensor), of a fake-tensor class named ``Params4bit`` (trl_fakes.four_bit_class: accelerate and peft
+  tell 4-bit weights by that name). Under FSDP the packed weights are stored in the model's dtype, as the FSDP-QLoRA
+  recipe sets ``bnb_4bit_quant_storage``, and FSDP2's gathered weight gets its module's quant state where
+  bitsandbytes would wrap it in a new Params4bit (trl_fakes.gathered_four_bit). With 4-bit weights accelerate skips
+  ``cpu_ram_efficient_loading``'s move to meta (fsdp_utils.py ``fsdp2_prepare_model``): every rank holds the whole
+  quantised model until ``fully_shard`` shards it, the load spike accelerate's comment there names.
 * **The GPU route of the fused LM head.** ``_fused_forward`` (trl/trainer/utils.py, ``compact =
   _use_triton(device)``) scores only the valid positions on a GPU (``hidden_states[mask]``) and folds each
   ``[4096, 32768]`` logits tile in a Triton kernel (trl/kernels/chunked_logprob.py ``_forward_kernel``,
@@ -71,6 +76,9 @@ from autoconf.estimators.traced.stacks.trl_fakes import (
     accelerate_on_fake_gpus,
     default_mesh,
     distinct_addresses,
+    four_bit_class,
+    four_bit_storage,
+    gathered_four_bit,
     gpu_fused_head,
     padding_free,
 )
@@ -245,6 +253,7 @@ def trace(spec: dict[str, Any]) -> dict[str, Any]:
     reads = FakeReads(fake=not spec.get("real"))
     padding_free(reads)
     gpu_fused_head()
+    gathered_four_bit()
     torch.manual_seed(0)
     start = time.perf_counter()
     batch, seq = spec["shape"]
@@ -266,8 +275,9 @@ def trace(spec: dict[str, Any]) -> dict[str, Any]:
     if spec["method"] == "qlora":
         from autoconf.estimators.traced.qlora import build_qlora
 
-        model = build_qlora({**spec, "kbit_upcast": False}, host_then_quantised(fake, tracker), meta_model,
-                            lambda m, s: m, _init_real)
+        model = build_qlora({**spec, "kbit_upcast": False, "quant_storage": four_bit_storage(spec)},
+                            host_then_quantised(fake, tracker), meta_model, lambda m, s: m, _init_real)
+        four_bit_class(model)
         with fake, tracker:  # from_pretrained's device_map: every tensor it does not quantise lands on the GPU
             for tensor in [*model.parameters(), *model.buffers()]:
                 tracker.mark_host(tensor)
