@@ -93,3 +93,25 @@ def test_layer_bytes_per_token_by_hand(model: str, method: str, expected: int) -
 ])
 def test_outside_layers_by_hand(model: str, expected: int) -> None:
     assert act.outside_layers_bytes_per_token(_job(model, "full"), get_architecture(model)) == expected
+
+
+# MoE layers (grouped_mm experts): llama norms 16·h + 8 and attention 4q + 4kv + 4a as above; per routed copy (k per
+# token) the gathered input 2h (full), gate_up output 4·I_e, silu 2·I_e, product 2·I_e, the down output 2h kept for
+# the routing-weight multiply, the bf16 routing weight 2 and three int64 indices 24; the router's int64 top-k 8·k
+# and fp32 softmax (4·E, granitemoe's over its top k 4·k), qwen3_moe's renormalised top-k copy 4·k and sum 4,
+# qwen2_moe's shared expert (SwiGLU 8·I_s), its output 2h and sigmoid gate 2.
+GRANITE_MOE_FULL = 16 * 1024 + 8 + 4 * 1024 + 4 * 512 + 4 * 16 + 8 * (2 * 1024 + 8 * 512 + 2 * 1024 + 2 + 24) + 8 * 8 + 4 * 8
+GRANITE_MOE_LORA = (8 * 1024 + 8 + 2 * 4 * 1024 + 4 * 1024 + 4 * 512 + 4 * 16
+                    + 8 * (6 * 512 + 2 * 1024 + 2 + 24) + 8 * 8 + 4 * 8 + 2 * 4 * R)  # frozen experts: no input, 6·I_e
+QWEN15_MOE_FULL = (16 * 2048 + 8 + 4 * 2048 + 4 * 2048 + 4 * 16 + 4 * (2 * 2048 + 8 * 1408 + 2 * 2048 + 2 + 24)
+                   + 8 * 4 + 4 * 60 + 8 * 5632 + 2 * 2048 + 2)
+QWEN3_MOE_FULL = (16 * 2048 + 8 + 6 * (4096 + 512) + 4 * (32 + 4) + 4 * 4096 + 4 * 512 + 4 * 32
+                  + 8 * (2 * 2048 + 8 * 768 + 2 * 2048 + 2 + 24) + 8 * 8 + 4 * 128 + 4 * 8 + 4)  # head q_norm / k_norm
+
+
+@pytest.mark.parametrize(("model", "method", "expected"), [
+    ("granite-3.0-1b-a400m", "full", GRANITE_MOE_FULL), ("granite-3.0-1b-a400m", "lora", GRANITE_MOE_LORA),
+    ("qwen1.5-moe-a2.7b", "full", QWEN15_MOE_FULL), ("qwen3-30b-a3b", "full", QWEN3_MOE_FULL),
+])
+def test_moe_layer_bytes_by_hand(model: str, method: str, expected: int) -> None:
+    assert act.layer_bytes_per_token(_job(model, method), get_architecture(model)) == pytest.approx(expected, abs=1e-6)

@@ -170,7 +170,9 @@ def mlp_coef(job: AnyJob, arch: Architecture, calib: Calibration | None = None, 
         return calib.mlp_act_factor
     ratio = _mlp_width(arch, moe) / arch.hidden_size
     coef = (8 if arch.gated_mlp else PLAIN_MLP_BYTES.get(arch.hidden_act, 4)) * ratio
-    # (a MoE router's fp32 logits and softmax, 8·E bytes per token, are left out: under 1 % of the layer)
+    if arch.is_moe if moe is None else moe:  # routing: the experts' gathered input only where they train
+        routing = where(job.method == "full", layers.moe_routing_bytes(arch, True), layers.moe_routing_bytes(arch, False))
+        coef = coef + routing / arch.hidden_size
     down = per_value(job.lora_target_modules, _adapts_down) > 0
     frozen_down = (job.method != "full") & not_(down) & not_(_quant_saves_input(job))
     return where(frozen_down, coef - 2 * ratio, coef)  # frozen down projection: its input is not saved
