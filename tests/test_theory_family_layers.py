@@ -115,3 +115,12 @@ QWEN3_MOE_FULL = (16 * 2048 + 8 + 6 * (4096 + 512) + 4 * (32 + 4) + 4 * 4096 + 4
 ])
 def test_moe_layer_bytes_by_hand(model: str, method: str, expected: int) -> None:
     assert act.layer_bytes_per_token(_job(model, method), get_architecture(model)) == pytest.approx(expected, abs=1e-6)
+
+
+def test_deepseek_v2_moe_block_by_hand() -> None:
+    """deepseek-v2-lite's MoE block (h = 2048, k = 6 of E = 64 experts of width 1408, shared 2816): the routed
+    SwiGLU 8 · 6 · 1408 and shared 8 · 2816; per routed copy the gathered input and down output 2h + 2h, three int64
+    indices 24 and an fp32 routing weight 4; the fp32 gate's input copy 4h, softmax 4 · 64 and int64 top-k 8 · 6."""
+    arch, job = get_architecture("deepseek-v2-lite"), _job("deepseek-v2-lite", "full")
+    expected = 8 * (6 * 1408 + 2816) + 6 * (4 * 2048 + 24 + 4) + 4 * 2048 + 4 * 64 + 8 * 6
+    assert act.mlp_coef(job, arch, moe=True) * arch.hidden_size == pytest.approx(expected)

@@ -37,6 +37,9 @@ ROUTED_COPY_BYTES = 26
 # the top-k weights are renormalised in place (mixtral; qwen3_moe's norm_topk_prob) their fp32 copy and sum (4·k + 4)
 TOPK_SOFTMAX_FAMILIES = frozenset({"granitemoe", "granitemoehybrid"})
 RENORMALISED_FAMILIES = frozenset({"mixtral", "qwen3_moe"})
+# deepseek_v2's gate runs in fp32 (modeling_deepseek_v2 ``F.linear(hidden_states.type(torch.float32), ...)``): its
+# input's fp32 copy (4·h) and fp32 routing weights (2 more per routed copy)
+FP32_ROUTER_FAMILIES = frozenset({"deepseek_v2"})
 # qwen2_moe's shared_expert_gate: sigmoid output (2) and the shared expert's output it multiplies (2·h)
 GATED_SHARED_FAMILIES = frozenset({"qwen2_moe"})
 
@@ -55,12 +58,14 @@ def moe_routing_bytes(arch: Architecture, experts_train: bool) -> float:
 
     Traced per layer (full fine-tuning): granite-3.0-1b-a400m 8 · (4·1024 + 26) + 12 · 8 = 33,072; qwen1.5-moe
     4 · (4·2048 + 26) + 4 · 60 + 8 · 4 + 2 + 2·2048 = 37,242; qwen3-30b-a3b 8 · (4·2048 + 26) + 4 · 128 + 12 · 8 + 4
-    = 66,356, exactly.
+    = 66,356, exactly; deepseek-v2-lite's experts and fp32 router 6 · (4·2048 + 28) + 4·2048 + 4 · 64 + 8 · 6
+    (its MLA attention traced on the CPU math path, not compared).
     """
     k, h = max(arch.experts_per_token, 1), arch.hidden_size
     routed = k * (2 * h + ROUTED_COPY_BYTES + (2 * h if experts_train else 0))
     router = 4 * (k if arch.family in TOPK_SOFTMAX_FAMILIES else arch.num_experts) + 8 * k
     router += 4 * k + 4 if arch.family in RENORMALISED_FAMILIES else 0
+    router += 4 * h + 2 * k if arch.family in FP32_ROUTER_FAMILIES else 0
     shared = 2 + 2 * h if arch.family in GATED_SHARED_FAMILIES else 0
     return float(routed + router + shared)
 
