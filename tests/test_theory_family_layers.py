@@ -124,3 +124,18 @@ def test_deepseek_v2_moe_block_by_hand() -> None:
     arch, job = get_architecture("deepseek-v2-lite"), _job("deepseek-v2-lite", "full")
     expected = 8 * (6 * 1408 + 2816) + 6 * (4 * 2048 + 24 + 4) + 4 * 2048 + 4 * 64 + 8 * 6
     assert act.mlp_coef(job, arch, moe=True) * arch.hidden_size == pytest.approx(expected)
+
+
+# LoRA (peft) outside the layers: the final norm's fp32 copy and statistic, the head's input (alive as the model's
+# output), rotary tables, ids and labels; less what the first layer does not record because its input comes from the
+# frozen embedding (its input norm; a parallel block's norms and frozen MLP; a frozen k_proj's k_norm). With
+# checkpointing the first layer keeps its input like the others.
+@pytest.mark.parametrize(("model", "checkpointing", "expected"), [
+    ("llama3.2-1b", False, 4 * 2048 + 4 + 2 * 2048 + 4 * 64 + 16 - (4 * 2048 + 4)),  # traced 4,368
+    ("llama3.2-1b", True, 8 * 2048 + 4 * 64 + 20 + 8 - 2 * 2048),  # traced 12,572
+    ("phi-2", False, 2 * 2560 + 4 + 2 * 2560 + 4 * 32 + 16 - (2 * 2560 + 4 + 8 * 10240)),  # traced −76,656
+    ("qwen3-0.6b", False, 4 * 1024 + 4 + 2 * 1024 + 4 * 128 + 16 - (4 * 1024 + 4) - (4 * 1024 + 4 * 8)),
+])
+def test_lora_outside_layers_by_hand(model: str, checkpointing: bool, expected: int) -> None:
+    job = Job(model=model, method="lora", tokens_per_sample=4096, batch_size=1, gradient_checkpointing=checkpointing)
+    assert act.outside_layers_bytes_per_token(job, get_architecture(model)) == expected

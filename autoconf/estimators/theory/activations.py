@@ -32,9 +32,12 @@ Every function takes one ``Job`` or the columns of a batch (rows.py); the archit
 from __future__ import annotations
 
 from autoconf.catalog.architecture import Architecture
+from autoconf.catalog.families import FAMILIES, qk_norm_kind
 from autoconf.catalog.shapes import ATTENTION, CROSS, MAMBA, SLIDING, LayerShape
 from autoconf.estimators.theory import images, layers
 from autoconf.estimators.theory.norms import (
+    NORM_STAT_BYTES,
+    PARALLEL_FAMILIES,
     final_norm_bytes,
     lora_norm_bytes,
     norm_bytes,
@@ -65,6 +68,8 @@ PER_LAYER_ROTARY_BYTES = {"gptj": 8}
 # gptj none (its tables are per layer, PER_LAYER_ROTARY_BYTES)
 ROTARY_TABLE_BYTES = {"olmo2": 8, "gemma3_text": 8, "gptj": 0}
 NO_ROTARY = frozenset({"gpt2", "gpt_bigcode", "mpt"})  # learned positions or ALiBi
+POST_NORM_FAMILIES = frozenset({"olmo2"})  # no norm before attention: the projections read the residual stream
+FROZEN_FIRST_LAYER = 1  # 0: LoRA's first layer counted like the others (frozen_input_bytes)
 LEARNED_POSITION_BYTES = 8  # gpt2's int64 position ids, kept for wpe's backward (traced gpt2: 4·h + 28 outside)
 # plain-MLP activations that save more than their input: transformers' NewGELUActivation ("gelu_new", Python
 # 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))) keeps x, tanh(·), 1 + tanh(·) and 0.5·x: with fc1's output and the
@@ -153,7 +158,47 @@ def outside_layers_bytes_per_token(job: AnyJob, arch: Architecture, fsdp: Flag =
         return (4 * arch.hidden_size + 28) * precision_factor(job, fsdp)
     extra = where(job.gradient_checkpointing, 8, 0) + (LEARNED_POSITION_BYTES if arch.position_params else 0)
     fixed = final_norm_bytes(job, arch) + ROTARY_TABLE_BYTES.get(arch.family, 4) * rotary_dim(arch) + 20 + extra
-    return fixed * precision_factor(job, fsdp)
+    peft = (job.method == "lora") & (settings_of(job).adapter_bytes == 4)  # the traced HF / peft path
+    return where(peft, fixed - frozen_input_bytes(job, arch), fixed) * precision_factor(job, fsdp)
+
+
+def frozen_input_bytes(job: AnyJob, arch: Architecture) -> Num:
+    """What a peft LoRA step keeps less than the full fine-tuning terms, outside the per-layer figure.
+
+    The frozen final norm keeps no normalized input for its weight (norm_bytes' trained term). Without
+    checkpointing, the first layer's input comes from the frozen embedding and needs no gradient, so autograd
+    records nothing that depends on it and frozen weights alone: the norms that read it (its input norm, a parallel
+    block's norms), a parallel block's frozen MLP, a frozen k_proj's k_norm. Traced: llama3.2-1b 2·h + 4·head_dim + 16
+    outside the layers (12,572 with checkpointing, −2·h), phi-2 4·h + 4 · 32 + 20 − (2·h + 4 + 8·I) = −76,656; the
+    first layer (saved-tensor lists): qwen3 −(4·h + 4) − (4·kv + 4 · 8), pythia −(2·h + 8 + 2·I), olmo2 −(4·kv + 4).
+    """
+    h, count = arch.hidden_size, max(arch.norms_per_layer, 1)
+    trained = final_norm_bytes(job, arch) - lora_norm_bytes(job, arch) / count - 2 * h
+    if arch.mla is not None or arch.mamba is not None or FROZEN_FIRST_LAYER == 0:
+        return trained
+    parallel = arch.family in PARALLEL_FAMILIES
+    if arch.family in POST_NORM_FAMILIES:
+        norms: Num = 0.0
+    else:
+        norms = lora_norm_bytes(job, arch) * (1 if parallel else 1 / count) + NORM_STAT_BYTES * (count if parallel else 1)
+    mlp_names = set(FAMILIES[arch.family].mlp)
+    mlp_trains = per_value(job.lora_target_modules, lambda t: _adapts(arch, t, mlp_names)) > 0
+    mlp = where(mlp_trains, 0.0, mlp_coef(job, arch) * h) if parallel else 0.0
+    kind = qk_norm_kind(arch)
+    k_norm: Num = 0.0
+    if kind in ("head", "full"):
+        k_trains = per_value(job.lora_target_modules, lambda t: _adapts(arch, t, {"k_proj"})) > 0
+        rows = arch.kv_width // max(arch.head_dim, 1) if kind == "head" else 1
+        k_norm = where(k_trains, 0.0, 4.0 * arch.kv_width + 4.0 * rows)
+    return trained + where(job.gradient_checkpointing, 0.0, norms + mlp + k_norm)
+
+
+def _adapts(arch: Architecture, targets: tuple[str, ...], names: set[str]) -> float:
+    """1 where the targets adapt one of these linears (0 for a batch's full fine-tuning rows: _targets_or_zero)."""
+    try:
+        return 1.0 if {lin.name for lin in arch.lora_targets(targets)} & names else 0.0
+    except ValueError:
+        return 0.0
 
 
 def _adapts_down(targets: tuple[str, ...]) -> float:
