@@ -48,6 +48,7 @@ def memory_as_at_the_sample(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(f"{act}.LEARNED_POSITION_BYTES", 0)
     monkeypatch.setattr(f"{act}.lora_inputs_delta", lambda job, arch, inputs: 0.0)
     monkeypatch.setattr(f"{act}.frozen_input_bytes", lambda job, arch: 0.0)
+    monkeypatch.setattr(f"{act}.TEXT_ONLY_SKIPS_CROSS", False)
     monkeypatch.setattr("autoconf.estimators.theory.layers.moe_routing_bytes", lambda arch, experts_train: 0.0)
 
 

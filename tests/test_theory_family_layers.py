@@ -139,3 +139,15 @@ def test_deepseek_v2_moe_block_by_hand() -> None:
 def test_lora_outside_layers_by_hand(model: str, checkpointing: bool, expected: int) -> None:
     job = Job(model=model, method="lora", tokens_per_sample=4096, batch_size=1, gradient_checkpointing=checkpointing)
     assert act.outside_layers_bytes_per_token(job, get_architecture(model)) == expected
+
+
+def test_text_only_mllama_skips_cross_attention_layers() -> None:
+    """llama3.2-11b-vision without images: its 8 cross-attention layers are skipped, the 32 self-attention layers
+    keep the llama form 16h + 4q + 4kv + 4a + 8 + 8I each (h = q = 4096, kv = 1024, a = 32, I = 14336); with
+    checkpointing 2h each."""
+    arch = get_architecture("llama3.2-11b-vision")
+    layer = 16 * 4096 + 4 * 4096 + 4 * 1024 + 4 * 32 + 8 + 8 * 14336
+    for checkpointing, per_layer in ((False, layer), (True, 2 * 4096)):
+        job = Job(model=arch.name, method="full", tokens_per_sample=4096, batch_size=1,
+                  gradient_checkpointing=checkpointing)
+        assert act.stack_bytes_per_token(job, arch, None, False, arch.num_layers)[0] == 32 * per_layer

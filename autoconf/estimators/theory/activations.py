@@ -68,6 +68,7 @@ PER_LAYER_ROTARY_BYTES = {"gptj": 8}
 # gptj none (its tables are per layer, PER_LAYER_ROTARY_BYTES)
 ROTARY_TABLE_BYTES = {"olmo2": 8, "gemma3_text": 8, "gptj": 0}
 NO_ROTARY = frozenset({"gpt2", "gpt_bigcode", "mpt"})  # learned positions or ALiBi
+TEXT_ONLY_SKIPS_CROSS = True  # a text-only step skips mllama's cross-attention layers (_runs)
 POST_NORM_FAMILIES = frozenset({"olmo2"})  # no norm before attention: the projections read the residual stream
 FROZEN_FIRST_LAYER = 1  # 0: LoRA's first layer counted like the others (frozen_input_bytes)
 LEARNED_POSITION_BYTES = 8  # gpt2's int64 position ids, kept for wpe's backward (traced gpt2: 4·h + 28 outside)
@@ -314,14 +315,24 @@ def stack_bytes_per_token(job: AnyJob, arch: Architecture, calib: Calibration | 
     for shape in arch.layers:
         key = (shape.kind, shape.moe, shape.window)
         groups[key] = groups.get(key, 0) + 1
-    full = {key: layer_bytes_per_token(job, arch, calib, fsdp, _shape(arch, key)) for key in groups}
+    full = {key: layer_bytes_per_token(job, arch, calib, fsdp, _shape(arch, key)) * _runs(job, key[0])
+            for key in groups}
     checkpoint = checkpoint_bytes_per_token(job, arch, calib, fsdp)
-    kept = {key: where(job.gradient_checkpointing, checkpoint, value) for key, value in full.items()}
+    kept = {key: where(job.gradient_checkpointing, checkpoint * _runs(job, key[0]), value) for key, value in full.items()}
     most = largest(list(full.values()))
     if len(groups) == 1:
         return next(iter(kept.values())) * count, most
     total = sum(kept[key] * n for key, n in groups.items())
     return total / arch.num_layers * count, most
+
+
+def _runs(job: AnyJob, kind: str) -> Num:
+    """1 for a layer the step runs; 0 for a cross-attention layer of a text-only step, which mllama skips
+    (modeling_mllama MllamaTextModel.forward: ``if is_cross_attention_layer and cross_attention_states is None and
+    is_cross_attention_cache_empty: continue``; traced llama3.2-11b-vision text-only: nothing saved there)."""
+    if kind != CROSS or not TEXT_ONLY_SKIPS_CROSS:
+        return 1.0
+    return where(job.images_per_sample > 0, 1.0, 0.0)
 
 
 def _shape(arch: Architecture, key: tuple[str, bool, int]) -> LayerShape | None:
