@@ -40,7 +40,7 @@ def memory_as_at_the_sample(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("autoconf.estimators.theory.norms.COHERE_NORM", False)
     monkeypatch.setattr(f"{act}.norm_bytes", _old_norm_bytes)
     monkeypatch.setattr(f"{act}.norm_stat_bytes", lambda arch: 8.0)
-    monkeypatch.setattr(f"{act}.attention_layout_bytes", lambda arch: 0.0)
+    monkeypatch.setattr(f"{act}.attention_layout_bytes", lambda job, arch: 0.0)
     monkeypatch.setattr(f"{act}.PLAIN_MLP_BYTES", {})
     monkeypatch.setattr(f"{act}.final_norm_bytes", lambda job, arch: 8.0 * arch.hidden_size)
     monkeypatch.setattr(f"{act}.ROTARY_TABLE_BYTES", {})

@@ -151,3 +151,18 @@ def test_text_only_mllama_skips_cross_attention_layers() -> None:
         job = Job(model=arch.name, method="full", tokens_per_sample=4096, batch_size=1,
                   gradient_checkpointing=checkpointing)
         assert act.stack_bytes_per_token(job, arch, None, False, arch.num_layers)[0] == 32 * per_layer
+
+
+# Eager attention at s = 64 (6 B per head per key: 6·a·64): the output's (b, a, s, d) copy before the out projection
+# is kept for every family (so the rotary-cat copy adds nothing), k and v as saved by the matmuls, no logsumexp.
+# LoRA keeps no copy where o_proj is frozen (llama: 2q less than the full-derived form).
+@pytest.mark.parametrize(("model", "method", "expected"), [
+    ("llama3.2-1b", "full", 16 * 2048 + 8 + 8 * 2048 + 8 * 8192 + 6 * 32 * 64),  # repeat_kv: k, v at full width
+    ("llama3.2-1b", "lora", 8 * 2048 + 8 + 2 * 4 * 2048 + 6 * 2048 + 6 * 8192 + 2 * 4 * R + 6 * 32 * 64),
+    ("phi-2", "full", 2 * 2560 + 4 + 2 * 2560 + 8 * 2560 + 10 * 10240 + 6 * 32 * 64),
+    ("phi-2", "lora", 2 * 2560 + 4 + 2 * 4 * 2560 + 6 * 2560 + 8 * 10240 + 2 * 4 * R + 6 * 32 * 64),
+])
+def test_eager_layer_bytes_by_hand(model: str, method: str, expected: int) -> None:
+    job = Job(model=model, method=method, attention="eager", tokens_per_sample=64, batch_size=1,
+              gradient_checkpointing=False)
+    assert act.layer_bytes_per_token(job, get_architecture(model)) == pytest.approx(expected)

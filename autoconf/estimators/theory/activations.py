@@ -118,20 +118,21 @@ def attention_coef(job: AnyJob, arch: Architecture, calib: Calibration | None = 
     if arch.mla is not None:
         return (norms + layers.mla_bytes(arch, arch.mla)) / h
     attn = 4 * arch.q_width + 4 * arch.kv_width + 4 * arch.num_heads + norm_stat_bytes(arch)
-    attn = attn + qk_norm_bytes(job, arch) + attention_layout_bytes(arch)
+    attn = attn + qk_norm_bytes(job, arch) + attention_layout_bytes(job, arch)
     if arch.model_type != "gpt_bigcode":  # eager: GQA k, v expanded
         attn = where(job.attention == "eager", attn + (4 * arch.q_width - 4 * arch.kv_width - 4 * arch.num_heads), attn)
     return (norms + attn) / h
 
 
-def attention_layout_bytes(arch: Architecture) -> float:
+def attention_layout_bytes(job: AnyJob, arch: Architecture) -> Num:
     """Bytes per token attention keeps beyond q, k, v, its output and logsumexp, from the family's tensor layout:
     the out projection's copied input (2·q, ROTARY_CAT_FAMILIES), the rest of a fused q/k/v output that attention's
     v holds (2·q + 2·kv, FUSED_QKV_FAMILIES), gptj's per-layer sin / cos (PER_LAYER_ROTARY_BYTES). Traced phi-2:
-    +2·q; phi-3-mini and pythia: +4·q + 2·kv; gpt-j: +8 · 64."""
-    extra = 2 * arch.q_width if arch.family in ROTARY_CAT_FAMILIES else 0
-    extra += 2 * arch.q_width + 2 * arch.kv_width if arch.family in FUSED_QKV_FAMILIES else 0
-    return float(extra + PER_LAYER_ROTARY_BYTES.get(arch.family, 0) * rotary_dim(arch))
+    +2·q; phi-3-mini and pythia: +4·q + 2·kv; gpt-j: +8 · 64. Eager attention copies its (b, a, s, d) output for every
+    family (the traced eager form counts it), so the rotary-cat copy adds nothing there."""
+    copy = where(job.attention == "eager", 0.0, 2.0 * arch.q_width) if arch.family in ROTARY_CAT_FAMILIES else 0.0
+    extra = 2 * arch.q_width + 2 * arch.kv_width if arch.family in FUSED_QKV_FAMILIES else 0
+    return copy + float(extra + PER_LAYER_ROTARY_BYTES.get(arch.family, 0) * rotary_dim(arch))
 
 
 def rotary_dim(arch: Architecture) -> int:
@@ -274,11 +275,14 @@ def lora_inputs_delta(job: AnyJob, arch: Architecture, inputs: Num) -> Num:
     Each adapted linear keeps its input cast to the adapters' fp32 (peft lora Linear.forward: ``x =
     self._cast_input_dtype(x, lora_A.weight.dtype)``, lora_A's saved input: 4 per input unit), while the frozen
     norm weights keep no normalized input and the frozen linears keep no bf16 input (norm_bytes' outputs, the
-    copied out-projection input of ROTARY_CAT_FAMILIES). For llama's q_proj, v_proj the two cancel (+8·h − 8·h);
+    copied out-projection input of ROTARY_CAT_FAMILIES, or of eager attention). For llama's q_proj, v_proj the two
+    cancel (+8·h − 8·h; eager −2·q);
     traced: phi-2 +6·h − 2·q, starcoder2 +4·h, stablelm +6·h − 2·q, phi-3-mini −6·h, cohere +2·h.
     """
     kept = norm_bytes(job, arch) - lora_norm_bytes(job, arch)
-    copy = 2 * arch.q_width if arch.family in ROTARY_CAT_FAMILIES else 0
+    # the out projection's copied input: eager attention's for every family, flash's after a rotary cat
+    copy = where(job.attention == "eager", 2.0 * arch.q_width,
+                 2.0 * arch.q_width if arch.family in ROTARY_CAT_FAMILIES else 0.0)
     delta = LORA_INPUT_BYTES * inputs - kept - copy
     return where((job.method == "lora") & (settings_of(job).adapter_bytes == 4), delta, 0.0)
 
