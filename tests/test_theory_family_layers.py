@@ -166,3 +166,14 @@ def test_eager_layer_bytes_by_hand(model: str, method: str, expected: int) -> No
     job = Job(model=model, method=method, attention="eager", tokens_per_sample=64, batch_size=1,
               gradient_checkpointing=False)
     assert act.layer_bytes_per_token(job, get_architecture(model)) == pytest.approx(expected)
+
+
+def test_lora_all_linear_by_hand() -> None:
+    """llama3.2-1b, LoRA on all seven linears: the norms' fp32 copies and rsqrt (2 · (4h + 4)); fp32 input casts of
+    q, k, v, gate, up (5 · 4h), o_proj (4q) and down (4I), none of the frozen bases' bf16 inputs; attention 4q + 4kv
+    + 4a; SwiGLU without down's input 6I; seven lora_A outputs."""
+    h, q, kv, i, a = 2048, 2048, 512, 8192, 32
+    expected = 2 * (4 * h + 4) + 5 * 4 * h + 4 * q + 4 * i + 4 * q + 4 * kv + 4 * a + 6 * i + 7 * 4 * R
+    job = Job(model="llama3.2-1b", method="lora", lora_target_modules=("all-linear",), tokens_per_sample=4096,
+              batch_size=1, gradient_checkpointing=False)
+    assert act.layer_bytes_per_token(job, get_architecture("llama3.2-1b")) == expected  # traced 158,056

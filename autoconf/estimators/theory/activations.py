@@ -283,7 +283,10 @@ def lora_inputs_delta(job: AnyJob, arch: Architecture, inputs: Num) -> Num:
     # the out projection's copied input: eager attention's for every family, flash's after a rotary cat
     copy = where(job.attention == "eager", 2.0 * arch.q_width,
                  2.0 * arch.q_width if arch.family in ROTARY_CAT_FAMILIES else 0.0)
-    delta = LORA_INPUT_BYTES * inputs - kept - copy
+    # an adapted down projection's frozen base keeps no bf16 input either (mlp_coef keeps it for an adapted one)
+    down = 0.0 if arch.is_moe else where(per_value(job.lora_target_modules, _adapts_down) > 0,
+                                         2.0 * arch.intermediate_size, 0.0)
+    delta = LORA_INPUT_BYTES * inputs - kept - copy - down
     return where((job.method == "lora") & (settings_of(job).adapter_bytes == 4), delta, 0.0)
 
 
