@@ -177,3 +177,14 @@ def test_lora_all_linear_by_hand() -> None:
     job = Job(model="llama3.2-1b", method="lora", lora_target_modules=("all-linear",), tokens_per_sample=4096,
               batch_size=1, gradient_checkpointing=False)
     assert act.layer_bytes_per_token(job, get_architecture("llama3.2-1b")) == expected  # traced 158,056
+
+
+@pytest.mark.parametrize(("model", "expected"), [
+    # gpt-j: final LayerNorm 2h + 4 with the head input 2h, ids, labels 16; first layer without its LayerNorm
+    # (2h + 4), its frozen gelu_new MLP (8I) and the frozen k's sin / cos (2 · 2 · 64)
+    ("gpt-j-6b", 4 * 4096 + 20 - (2 * 4096 + 4 + 8 * 16384 + 4 * 64)),
+    ("santacoder", 4 * 2048 + 28 - (2 * 2048 + 4)),  # gpt_bigcode: learned positions, its first LayerNorm
+])
+def test_lora_outside_layer_norm_families_by_hand(model: str, expected: int) -> None:
+    job = Job(model=model, method="lora", tokens_per_sample=4096, batch_size=1, gradient_checkpointing=False)
+    assert act.outside_layers_bytes_per_token(job, get_architecture(model)) == expected

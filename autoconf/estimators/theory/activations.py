@@ -157,9 +157,10 @@ def outside_layers_bytes_per_token(job: AnyJob, arch: Architecture, fsdp: Flag =
     phi-2 4·h + 4 · 32 + 20, gpt2 4·h + 28.
     """
     if arch.model_type == "gpt_bigcode":
-        return (4 * arch.hidden_size + 28) * precision_factor(job, fsdp)
-    extra = where(job.gradient_checkpointing, 8, 0) + (LEARNED_POSITION_BYTES if arch.position_params else 0)
-    fixed = final_norm_bytes(job, arch) + ROTARY_TABLE_BYTES.get(arch.family, 4) * rotary_dim(arch) + 20 + extra
+        fixed: Num = 4 * arch.hidden_size + 28
+    else:
+        extra = where(job.gradient_checkpointing, 8, 0) + (LEARNED_POSITION_BYTES if arch.position_params else 0)
+        fixed = final_norm_bytes(job, arch) + ROTARY_TABLE_BYTES.get(arch.family, 4) * rotary_dim(arch) + 20 + extra
     peft = (job.method == "lora") & (settings_of(job).adapter_bytes == 4)  # the traced HF / peft path
     return where(peft, fixed - frozen_input_bytes(job, arch), fixed) * precision_factor(job, fsdp)
 
@@ -170,9 +171,11 @@ def frozen_input_bytes(job: AnyJob, arch: Architecture) -> Num:
     The frozen final norm keeps no normalized input for its weight (norm_bytes' trained term). Without
     checkpointing, the first layer's input comes from the frozen embedding and needs no gradient, so autograd
     records nothing that depends on it and frozen weights alone: the norms that read it (its input norm, a parallel
-    block's norms), a parallel block's frozen MLP, a frozen k_proj's k_norm. Traced: llama3.2-1b 2·h + 4·head_dim + 16
+    block's norms), a parallel block's frozen MLP, a frozen k_proj's k_norm (gptj: its sin / cos). Traced: llama3.2-1b
+    2·h + 4·head_dim + 16
     outside the layers (12,572 with checkpointing, −2·h), phi-2 4·h + 4 · 32 + 20 − (2·h + 4 + 8·I) = −76,656; the
-    first layer (saved-tensor lists): qwen3 −(4·h + 4) − (4·kv + 4 · 8), pythia −(2·h + 8 + 2·I), olmo2 −(4·kv + 4).
+    first layer (saved-tensor lists): qwen3 −(4·h + 4) − (4·kv + 4 · 8), pythia −(2·h + 8 + 2·I), olmo2 −(4·kv + 4),
+    gpt-j −(2·h + 4 + 8·I + 4 · 64), santacoder −(2·h + 4).
     """
     h, count = arch.hidden_size, max(arch.norms_per_layer, 1)
     trained = final_norm_bytes(job, arch) - lora_norm_bytes(job, arch) / count - 2 * h
@@ -192,6 +195,9 @@ def frozen_input_bytes(job: AnyJob, arch: Architecture) -> Num:
         k_trains = per_value(job.lora_target_modules, lambda t: _adapts(arch, t, {"k_proj"})) > 0
         rows = arch.kv_width // max(arch.head_dim, 1) if kind == "head" else 1
         k_norm = where(k_trains, 0.0, 4.0 * arch.kv_width + 4.0 * rows)
+    if arch.family in PER_LAYER_ROTARY_BYTES:  # a frozen k_proj's k keeps no sin / cos of its own (gptj)
+        k_trains = per_value(job.lora_target_modules, lambda t: _adapts(arch, t, {"k_proj"})) > 0
+        k_norm = k_norm + where(k_trains, 0.0, PER_LAYER_ROTARY_BYTES[arch.family] / 2 * rotary_dim(arch))
     return trained + where(job.gradient_checkpointing, 0.0, norms + mlp + k_norm)
 
 
