@@ -30,6 +30,31 @@ def memory_as_at_the_sample(monkeypatch: pytest.MonkeyPatch) -> None:
     # backward, Gemma's fp32 norm multiply, QK-norms by their traced bytes (before: 4 B per unit where the config
     # switched them on, none where the family implies them)
     monkeypatch.setattr("autoconf.estimators.theory.states.TIED_GRADIENT_COPIES", 0.0)
-    monkeypatch.setattr("autoconf.estimators.theory.activations.FP32_WEIGHT_NORMS", frozenset())
+    monkeypatch.setattr("autoconf.estimators.theory.norms.FP32_WEIGHT_NORMS", frozenset())
     monkeypatch.setattr("autoconf.estimators.theory.activations.qk_norm_bytes",
                         lambda job, arch: 4.0 * (arch.q_width + arch.kv_width) if arch.qk_norm else 0.0)
+    # the grid's family corrections (issue 20): bf16 LayerNorms, exact norm counts and statistics, the attention
+    # layout copies, gelu_new's saved tensors, the final norm and rotary tables outside the layers
+    act = "autoconf.estimators.theory.activations"
+    monkeypatch.setattr("autoconf.estimators.theory.norms.BF16_NORM_FAMILIES", frozenset({"gpt_bigcode"}))
+    monkeypatch.setattr("autoconf.estimators.theory.norms.COHERE_NORM", False)
+    monkeypatch.setattr(f"{act}.norm_bytes", _old_norm_bytes)
+    monkeypatch.setattr(f"{act}.norm_stat_bytes", lambda arch: 8.0)
+    monkeypatch.setattr(f"{act}.attention_layout_bytes", lambda job, arch: 0.0)
+    monkeypatch.setattr(f"{act}.PLAIN_MLP_BYTES", {})
+    monkeypatch.setattr(f"{act}.final_norm_bytes", lambda job, arch: 8.0 * arch.hidden_size)
+    monkeypatch.setattr(f"{act}.ROTARY_TABLE_BYTES", {})
+    monkeypatch.setattr(f"{act}.rotary_dim", lambda arch: arch.head_dim)
+    monkeypatch.setattr(f"{act}.LEARNED_POSITION_BYTES", 0)
+    monkeypatch.setattr(f"{act}.lora_inputs_delta", lambda job, arch, inputs: 0.0)
+    monkeypatch.setattr(f"{act}.frozen_input_bytes", lambda job, arch: 0.0)
+    monkeypatch.setattr(f"{act}.TEXT_ONLY_SKIPS_CROSS", False)
+    monkeypatch.setattr("autoconf.estimators.theory.layers.moe_routing_bytes", lambda arch, experts_train: 0.0)
+
+
+def _old_norm_bytes(job: Any, arch: Any) -> Any:  # noqa: ANN401
+    """8·h per norm (4·h where bf16), at least two norms counted."""
+    from autoconf.estimators.theory import norms
+
+    count = 2 if arch.model_type == "gpt_bigcode" else max(arch.norms_per_layer, 2)
+    return (norms._norm_bytes(job, arch) + norms._fp32_weight_input(job, arch)) * arch.hidden_size * count

@@ -19,6 +19,11 @@ these closed forms reproduce the trace to the byte on all 25 dense catalogue arc
 * QLoRA with bitsandbytes: ``MatMul4Bit`` keeps its input for backward whenever the input needs a
   gradient, frozen layers included, so the MLP input (2h), the o_proj input (2q) and the down_proj input
   (2I) are saved on top of what a bf16 LoRA layer saves (frameworks.Profile.quant_saves_input).
+* other families (the traced grid, bench/traced_grid.py): the norms by kind and count (norms.py: bf16 LayerNorms
+  4·h + 4 each, fp32 weight multiplies, post-norms, Cohere's fp32 LayerNorm), rotary through torch.cat copying the
+  attention output (+2q), a fused qkv output kept whole by v (+2q + 2kv), gelu_new's 10·I, the rotary tables'
+  width and dtype outside the layers; LoRA: each adapted linear's fp32 input cast instead of the norms' trained
+  terms (lora_inputs_delta).
 * the logits and cross-entropy at the loss peak: loss.py.
 
 Every function takes one ``Job`` or the columns of a batch (rows.py); the architecture is one model's.
@@ -27,24 +32,53 @@ Every function takes one ``Job`` or the columns of a batch (rows.py); the archit
 from __future__ import annotations
 
 from autoconf.catalog.architecture import Architecture
-from autoconf.catalog.families import qk_norm_kind
+from autoconf.catalog.families import FAMILIES, qk_norm_kind
 from autoconf.catalog.shapes import ATTENTION, CROSS, MAMBA, SLIDING, LayerShape
 from autoconf.estimators.theory import images, layers
-from autoconf.estimators.theory.rows import AnyJob, Flag, Num, is_in, lookup, minimum, not_, per_value, settings_of, where
+from autoconf.estimators.theory.norms import (
+    NORM_STAT_BYTES,
+    PARALLEL_FAMILIES,
+    final_norm_bytes,
+    lora_norm_bytes,
+    norm_bytes,
+    norm_stat_bytes,
+    qk_norm_bytes,
+)
+from autoconf.estimators.theory.rows import AnyJob, Flag, Num, lookup, minimum, not_, per_value, settings_of, where
 from autoconf.estimators.theory.states import largest
-from autoconf.estimators.theory.weights import AMP, kbit_upcast
+from autoconf.estimators.theory.weights import kbit_upcast
 from autoconf.schema import Calibration
 
 # Activation precision factor relative to bf16. fp32 doubles every tensor; under amp (fp32 weights +
 # autocast) the traced decoder layer saves 1.20× the bf16 figure (llama3.1-8b: 241,800 vs 200,840 B per
 # token; norms and the residual stream stay fp32). The autocast weight copies are counted as weights.
 PRECISION_FACTOR = {"bf16": 1.0, "fp16": 1.0, "fp32": 2.0, "amp-bf16": 1.2, "amp-fp16": 1.2}
-NORM_BYTES_PER_HIDDEN = 8  # RMSNorm with an fp32 input copy (traced llama: 16·h for its two norms)
-# families whose RMSNorm applies (1 + weight) in fp32 (modeling_gemma / gemma2 / gemma3 RMSNorm.forward)
-FP32_WEIGHT_NORMS = frozenset({"gemma", "gemma2", "gemma3_text"})
-BF16_NORM_BYTES_PER_HIDDEN = 4  # a norm computed in bf16: its input and its output (traced gpt_bigcode: 8·h for two)
+# rotary applied through torch.cat (partial rotary: modeling_phi / stablelm / gpt_neox ``torch.cat((query_rot,
+# query_pass), dim=-1)``; modeling_phi3 apply_rotary_pos_emb always) gives q a contiguous (b, a, s, d) layout; the
+# flash kernel's output takes q's layout (``empty_like(q)``; torch/_meta_registrations.py the same), so
+# ``attn_output.transpose(1, 2).contiguous()`` (integrations/sdpa_attention.py) copies it before the out projection
+ROTARY_CAT_FAMILIES = frozenset({"phi", "phi3", "stablelm", "gpt_neox"})
+# a fused q/k/v projection whose q and k the rotary rewrites: v stays a view of the fused output, so attention's saved
+# v keeps all of it (phi3 qkv_proj ``value_states = qkv[..., query_pos + ...]``, gpt_neox query_key_value chunk)
+FUSED_QKV_FAMILIES = frozenset({"phi3", "gpt_neox"})
+# gptj recomputes sin / cos per layer (modeling_gptj apply_rotary_pos_emb ``torch.repeat_interleave(sin[:, :, None,
+# :], 2, 3)``): two bf16 rotary_dim-wide tables kept by each of q's and k's multiplies, 4 · 2 B per rotary unit
+PER_LAYER_ROTARY_BYTES = {"gptj": 8}
+# cos / sin bytes per rotated unit outside the layers (rotary_dim): bf16 pairs 4; olmo2 fp32 8; gemma3 two pairs;
+# gptj none (its tables are per layer, PER_LAYER_ROTARY_BYTES)
+ROTARY_TABLE_BYTES = {"olmo2": 8, "gemma3_text": 8, "gptj": 0}
+NO_ROTARY = frozenset({"gpt2", "gpt_bigcode", "mpt"})  # learned positions or ALiBi
+TEXT_ONLY_SKIPS_CROSS = True  # a text-only step skips mllama's cross-attention layers (_runs)
+POST_NORM_FAMILIES = frozenset({"olmo2"})  # no norm before attention: the projections read the residual stream
+FROZEN_FIRST_LAYER = 1  # 0: LoRA's first layer counted like the others (frozen_input_bytes)
+LEARNED_POSITION_BYTES = 8  # gpt2's int64 position ids, kept for wpe's backward (traced gpt2: 4·h + 28 outside)
+# plain-MLP activations that save more than their input: transformers' NewGELUActivation ("gelu_new", Python
+# 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))) keeps x, tanh(·), 1 + tanh(·) and 0.5·x: with fc1's output and the
+# activation's output, 10 B per unit of the MLP width (F.gelu / gelu_pytorch_tanh keep their input only: 4)
+PLAIN_MLP_BYTES = {"gelu_new": 10}
 LORA_DROPOUT_BYTES_PER_HIDDEN = 4  # fp32 dropout output kept per adapted module (traced)
 LORA_A_BYTES_PER_RANK = 4  # fp32 lora_A output kept per adapted module (traced)
+LORA_INPUT_BYTES = 4  # an adapted linear's input cast to fp32 adapters, per unit (lora_inputs_delta)
 EAGER_BYTES_PER_SCORE = 6  # fp32 softmax output + bf16 copy for the PV matmul
 # SDPA on a sliding-window layer from the window on: transformers keeps the causal mask once kv_length >= the window
 # (masking_utils._ignore_causal_mask_sdpa), and torch's scaled_dot_product_attention converts the boolean mask to an
@@ -80,9 +114,7 @@ def attention_coef(job: AnyJob, arch: Architecture, calib: Calibration | None = 
     if calib and calib.attn_act_factor_flash is not None:
         return calib.attn_act_factor_flash
     h = arch.hidden_size
-    # 8·h per RMSNorm (its fp32 input copy): llama's 2 norms give the traced 16·h; gemma2/3's 4 norms 32·h
-    count = 2 if arch.model_type == "gpt_bigcode" else max(arch.norms_per_layer, 2)
-    norms = (_norm_bytes(job, arch) + _fp32_weight_input(job, arch)) * h * count
+    norms = norm_bytes(job, arch)
     if kind == MAMBA and arch.mamba is not None:
         return (norms + layers.mamba_bytes(arch.mamba, images.text_tokens_per_sample(job, arch))) / h
     if kind == CROSS:
@@ -90,53 +122,27 @@ def attention_coef(job: AnyJob, arch: Architecture, calib: Calibration | None = 
         return (norms + cross) / h
     if arch.mla is not None:
         return (norms + layers.mla_bytes(arch, arch.mla)) / h
-    attn = 4 * arch.q_width + 4 * arch.kv_width + 4 * arch.num_heads + 8
-    attn = attn + qk_norm_bytes(job, arch)
+    attn = 4 * arch.q_width + 4 * arch.kv_width + 4 * arch.num_heads + norm_stat_bytes(arch)
+    attn = attn + qk_norm_bytes(job, arch) + attention_layout_bytes(job, arch)
     if arch.model_type != "gpt_bigcode":  # eager: GQA k, v expanded
         attn = where(job.attention == "eager", attn + (4 * arch.q_width - 4 * arch.kv_width - 4 * arch.num_heads), attn)
     return (norms + attn) / h
 
 
-def _fp32_weight_input(job: AnyJob, arch: Architecture) -> Num:
-    """Extra bytes per unit a trainable Gemma RMSNorm keeps: it multiplies by (1 + weight) in fp32
-    (GemmaRMSNorm.forward: ``output * (1.0 + self.weight.float())``), so the normalized input its weight's
-    gradient needs is saved in fp32 (4 B) where llama's multiply keeps it in the activation dtype (2 B): +2 per
-    unit per norm under full fine-tuning (traced gemma-2b: +4·h per layer for its two norms; LoRA: equal)."""
-    return where((job.method == "full") & (arch.family in FP32_WEIGHT_NORMS), 2.0, 0.0)
+def attention_layout_bytes(job: AnyJob, arch: Architecture) -> Num:
+    """Bytes per token attention keeps beyond q, k, v, its output and logsumexp, from the family's tensor layout:
+    the out projection's copied input (2·q, ROTARY_CAT_FAMILIES), the rest of a fused q/k/v output that attention's
+    v holds (2·q + 2·kv, FUSED_QKV_FAMILIES), gptj's per-layer sin / cos (PER_LAYER_ROTARY_BYTES). Traced phi-2:
+    +2·q; phi-3-mini and pythia: +4·q + 2·kv; gpt-j: +8 · 64. Eager attention copies its (b, a, s, d) output for every
+    family (the traced eager form counts it), so the rotary-cat copy adds nothing there."""
+    copy = where(job.attention == "eager", 0.0, 2.0 * arch.q_width) if arch.family in ROTARY_CAT_FAMILIES else 0.0
+    extra = 2 * arch.q_width + 2 * arch.kv_width if arch.family in FUSED_QKV_FAMILIES else 0
+    return copy + float(extra + PER_LAYER_ROTARY_BYTES.get(arch.family, 0) * rotary_dim(arch))
 
 
-def qk_norm_bytes(job: AnyJob, arch: Architecture) -> Num:
-    """Bytes per token one layer's q_norm and k_norm keep (RMSNorm over each head, or over all of q / k).
-
-    Like the decoder norms: the fp32 input copy (4 per unit), the fp32 rsqrt per normalized row (4 per head,
-    or per token for a full-width norm), and, where the norm weight trains, the normalized input its gradient
-    needs (2 per unit, 4 for Gemma's fp32 multiply). Traced qwen3-0.6b: +18,528 B per token per layer in full
-    fine-tuning (6 · 3,072 + 4 · 24), +12,384 with LoRA (4 · 3,072 + 4 · 24), exactly.
-    """
-    kind = qk_norm_kind(arch)
-    if not kind:
-        return 0.0
-    width = arch.q_width + arch.kv_width
-    if kind == "layer_head":  # phi's optional per-head LayerNorm: untraced, its fp32 input copies only
-        return 4.0 * width
-    rows = arch.num_heads + arch.kv_width // max(arch.head_dim, 1) if kind == "head" else 2
-    weight = where(job.method == "full", 2.0 + _fp32_weight_input(job, arch), 0.0)
-    return (4.0 + weight) * width + 4.0 * rows
-
-
-def _norm_bytes(job: AnyJob, arch: Architecture) -> Num:
-    """Bytes per hidden unit one norm keeps: 8 for an RMSNorm that upcasts (llama's traced 16·h for two), 4 for a
-    LayerNorm that runs in the activation dtype: its bf16 input (2·h, F.layer_norm's saved input) and its bf16
-    output, the next linear's saved input (2·h) — gpt_bigcode's traced 8·h for its two LayerNorms. MPT's LayerNorm
-    runs in bf16 under llm-foundry (LPLayerNorm casts input and weight to the autocast dtype and disables autocast,
-    llmfoundry/models/layers/norm.py; the benchmark sweep sets low_precision_layernorm) and in transformers without
-    autocast (torch LayerNorm keeps its input dtype); under HF amp, autocast runs layer_norm in fp32."""
-    if arch.model_type == "gpt_bigcode":
-        return BF16_NORM_BYTES_PER_HIDDEN
-    if arch.model_type == "mpt":
-        return where((job.framework == "llm-foundry") | not_(is_in(job.dtype, AMP)), BF16_NORM_BYTES_PER_HIDDEN,
-                     NORM_BYTES_PER_HIDDEN)
-    return NORM_BYTES_PER_HIDDEN
+def rotary_dim(arch: Architecture) -> int:
+    """Rotated units per head (the rotary tables' width): head_dim × partial_rotary_factor; none without rotary."""
+    return 0 if arch.family in NO_ROTARY else int(arch.head_dim * arch.partial_rotary_factor)
 
 
 def precision_factor(job: AnyJob, fsdp: Flag = False) -> Num:
@@ -147,11 +153,65 @@ def precision_factor(job: AnyJob, fsdp: Flag = False) -> Num:
 
 
 def outside_layers_bytes_per_token(job: AnyJob, arch: Architecture, fsdp: Flag = False) -> Num:
-    """Embedding output, final norm and head input, saved once per token (traced)."""
+    """Final norm, head input, rotary tables, ids and labels, saved once per token (traced).
+
+    The final norm keeps what a decoder norm keeps (norm_bytes) and the head's bf16 input (2·h); the rotary cos and
+    sin tables are bf16 (4 per rotated unit: rotary_dim), fp32 for olmo2 (Olmo2RotaryEmbedding.forward returns them
+    uncast), two pairs for gemma3 (local and global rotary); ids, labels and the norm statistic 20, learned positions'
+    ids 8 more. Traced llama 8·h + 4·head_dim + 20, starcoder2 4·h + 4·head_dim + 20, olmo2 10·h + 8·head_dim + 20,
+    phi-2 4·h + 4 · 32 + 20, gpt2 4·h + 28.
+    """
     if arch.model_type == "gpt_bigcode":
-        return (4 * arch.hidden_size + 28) * precision_factor(job, fsdp)
-    extra = where(job.gradient_checkpointing, 8, 0)
-    return (8 * arch.hidden_size + 4 * arch.head_dim + 20 + extra) * precision_factor(job, fsdp)
+        fixed: Num = 4 * arch.hidden_size + 28
+    else:
+        extra = where(job.gradient_checkpointing, 8, 0) + (LEARNED_POSITION_BYTES if arch.position_params else 0)
+        fixed = final_norm_bytes(job, arch) + ROTARY_TABLE_BYTES.get(arch.family, 4) * rotary_dim(arch) + 20 + extra
+    peft = (job.method == "lora") & (settings_of(job).adapter_bytes == 4)  # the traced HF / peft path
+    return where(peft, fixed - frozen_input_bytes(job, arch), fixed) * precision_factor(job, fsdp)
+
+
+def frozen_input_bytes(job: AnyJob, arch: Architecture) -> Num:
+    """What a peft LoRA step keeps less than the full fine-tuning terms, outside the per-layer figure.
+
+    The frozen final norm keeps no normalized input for its weight (norm_bytes' trained term). Without
+    checkpointing, the first layer's input comes from the frozen embedding and needs no gradient, so autograd
+    records nothing that depends on it and frozen weights alone: the norms that read it (its input norm, a parallel
+    block's norms), a parallel block's frozen MLP, a frozen k_proj's k_norm (gptj: its sin / cos). Traced: llama3.2-1b
+    2·h + 4·head_dim + 16
+    outside the layers (12,572 with checkpointing, −2·h), phi-2 4·h + 4 · 32 + 20 − (2·h + 4 + 8·I) = −76,656; the
+    first layer (saved-tensor lists): qwen3 −(4·h + 4) − (4·kv + 4 · 8), pythia −(2·h + 8 + 2·I), olmo2 −(4·kv + 4),
+    gpt-j −(2·h + 4 + 8·I + 4 · 64), santacoder −(2·h + 4).
+    """
+    h, count = arch.hidden_size, max(arch.norms_per_layer, 1)
+    trained = final_norm_bytes(job, arch) - lora_norm_bytes(job, arch) / count - 2 * h
+    if arch.mla is not None or arch.mamba is not None or FROZEN_FIRST_LAYER == 0:
+        return trained
+    parallel = arch.family in PARALLEL_FAMILIES
+    if arch.family in POST_NORM_FAMILIES:
+        norms: Num = 0.0
+    else:
+        norms = lora_norm_bytes(job, arch) * (1 if parallel else 1 / count) + NORM_STAT_BYTES * (count if parallel else 1)
+    mlp_names = set(FAMILIES[arch.family].mlp)
+    mlp_trains = per_value(job.lora_target_modules, lambda t: _adapts(arch, t, mlp_names)) > 0
+    mlp = where(mlp_trains, 0.0, mlp_coef(job, arch) * h) if parallel else 0.0
+    kind = qk_norm_kind(arch)
+    k_norm: Num = 0.0
+    if kind in ("head", "full"):
+        k_trains = per_value(job.lora_target_modules, lambda t: _adapts(arch, t, {"k_proj"})) > 0
+        rows = arch.kv_width // max(arch.head_dim, 1) if kind == "head" else 1
+        k_norm = where(k_trains, 0.0, 4.0 * arch.kv_width + 4.0 * rows)
+    if arch.family in PER_LAYER_ROTARY_BYTES:  # a frozen k_proj's k keeps no sin / cos of its own (gptj)
+        k_trains = per_value(job.lora_target_modules, lambda t: _adapts(arch, t, {"k_proj"})) > 0
+        k_norm = k_norm + where(k_trains, 0.0, PER_LAYER_ROTARY_BYTES[arch.family] / 2 * rotary_dim(arch))
+    return trained + where(job.gradient_checkpointing, 0.0, norms + mlp + k_norm)
+
+
+def _adapts(arch: Architecture, targets: tuple[str, ...], names: set[str]) -> float:
+    """1 where the targets adapt one of these linears (0 for a batch's full fine-tuning rows: _targets_or_zero)."""
+    try:
+        return 1.0 if {lin.name for lin in arch.lora_targets(targets)} & names else 0.0
+    except ValueError:
+        return 0.0
 
 
 def _adapts_down(targets: tuple[str, ...]) -> float:
@@ -167,8 +227,10 @@ def mlp_coef(job: AnyJob, arch: Architecture, calib: Calibration | None = None, 
     if calib and calib.mlp_act_factor is not None:
         return calib.mlp_act_factor
     ratio = _mlp_width(arch, moe) / arch.hidden_size
-    coef = (8 if arch.gated_mlp else 4) * ratio
-    # (a MoE router's fp32 logits and softmax, 8·E bytes per token, are left out: under 1 % of the layer)
+    coef = (8 if arch.gated_mlp else PLAIN_MLP_BYTES.get(arch.hidden_act, 4)) * ratio
+    if arch.is_moe if moe is None else moe:  # routing: the experts' gathered input only where they train
+        routing = where(job.method == "full", layers.moe_routing_bytes(arch, True), layers.moe_routing_bytes(arch, False))
+        coef = coef + routing / arch.hidden_size
     down = per_value(job.lora_target_modules, _adapts_down) > 0
     frozen_down = (job.method != "full") & not_(down) & not_(_quant_saves_input(job))
     return where(frozen_down, coef - 2 * ratio, coef)  # frozen down projection: its input is not saved
@@ -194,6 +256,7 @@ def layer_bytes_per_token(
         adapter = per_token + adapted * LORA_A_BYTES_PER_RANK * job.lora_r * settings_of(job).adapter_bytes / 4
         # MLP input and o_proj input, bf16
         adapter = where(_quant_saves_input(job), adapter + (2 * arch.hidden_size + 2 * arch.q_width), adapter)
+        adapter = adapter + lora_inputs_delta(job, arch, adapted_inputs(job, arch, lora))
         adapter = where(job.lora_dropout > 0, adapter + adapted * LORA_DROPOUT_BYTES_PER_HIDDEN * arch.hidden_size,
                         adapter)
         per_token = where(lora, adapter, per_token)
@@ -206,6 +269,40 @@ def layer_bytes_per_token(
         masked = (job.attention == "sdpa") & (tokens >= layer.window)
         per_token = where(masked, per_token + MASKED_SDPA_BYTES_PER_KEY * tokens, per_token)
     return per_token * where(fsdp, 1.0, precision_factor(job))
+
+
+def adapted_inputs(job: AnyJob, arch: Architecture, lora: Flag) -> Num:
+    """Input units of the adapted linears of one layer (q, k, v, gate, up: h; o_proj: q; down: I; experts skipped)."""
+    def width(targets: tuple[str, ...]) -> int:
+        try:
+            linears = arch.lora_targets(targets)
+        except ValueError:
+            if lora is True:
+                raise
+            return 0  # a full fine-tuning row of a batch (_targets_or_zero)
+        return sum(lin.in_features for lin in linears if lin.per_layer == 1)
+    return per_value(job.lora_target_modules, width)
+
+
+def lora_inputs_delta(job: AnyJob, arch: Architecture, inputs: Num) -> Num:
+    """What a peft LoRA layer keeps unlike the full fine-tuning layer it is derived from (bf16 LoRA, fp32 adapters).
+
+    Each adapted linear keeps its input cast to the adapters' fp32 (peft lora Linear.forward: ``x =
+    self._cast_input_dtype(x, lora_A.weight.dtype)``, lora_A's saved input: 4 per input unit), while the frozen
+    norm weights keep no normalized input and the frozen linears keep no bf16 input (norm_bytes' outputs, the
+    copied out-projection input of ROTARY_CAT_FAMILIES, or of eager attention). For llama's q_proj, v_proj the two
+    cancel (+8·h − 8·h; eager −2·q);
+    traced: phi-2 +6·h − 2·q, starcoder2 +4·h, stablelm +6·h − 2·q, phi-3-mini −6·h, cohere +2·h.
+    """
+    kept = norm_bytes(job, arch) - lora_norm_bytes(job, arch)
+    # the out projection's copied input: eager attention's for every family, flash's after a rotary cat
+    copy = where(job.attention == "eager", 2.0 * arch.q_width,
+                 2.0 * arch.q_width if arch.family in ROTARY_CAT_FAMILIES else 0.0)
+    # an adapted down projection's frozen base keeps no bf16 input either (mlp_coef keeps it for an adapted one)
+    down = 0.0 if arch.is_moe else where(per_value(job.lora_target_modules, _adapts_down) > 0,
+                                         2.0 * arch.intermediate_size, 0.0)
+    delta = LORA_INPUT_BYTES * inputs - kept - copy - down
+    return where((job.method == "lora") & (settings_of(job).adapter_bytes == 4), delta, 0.0)
 
 
 def _targets_or_zero(arch: Architecture, targets: tuple[str, ...]) -> int:
@@ -240,14 +337,24 @@ def stack_bytes_per_token(job: AnyJob, arch: Architecture, calib: Calibration | 
     for shape in arch.layers:
         key = (shape.kind, shape.moe, shape.window)
         groups[key] = groups.get(key, 0) + 1
-    full = {key: layer_bytes_per_token(job, arch, calib, fsdp, _shape(arch, key)) for key in groups}
+    full = {key: layer_bytes_per_token(job, arch, calib, fsdp, _shape(arch, key)) * _runs(job, key[0])
+            for key in groups}
     checkpoint = checkpoint_bytes_per_token(job, arch, calib, fsdp)
-    kept = {key: where(job.gradient_checkpointing, checkpoint, value) for key, value in full.items()}
+    kept = {key: where(job.gradient_checkpointing, checkpoint * _runs(job, key[0]), value) for key, value in full.items()}
     most = largest(list(full.values()))
     if len(groups) == 1:
         return next(iter(kept.values())) * count, most
     total = sum(kept[key] * n for key, n in groups.items())
     return total / arch.num_layers * count, most
+
+
+def _runs(job: AnyJob, kind: str) -> Num:
+    """1 for a layer the step runs; 0 for a cross-attention layer of a text-only step, which mllama skips
+    (modeling_mllama MllamaTextModel.forward: ``if is_cross_attention_layer and cross_attention_states is None and
+    is_cross_attention_cache_empty: continue``; traced llama3.2-11b-vision text-only: nothing saved there)."""
+    if kind != CROSS or not TEXT_ONLY_SKIPS_CROSS:
+        return 1.0
+    return where(job.images_per_sample > 0, 1.0, 0.0)
 
 
 def _shape(arch: Architecture, key: tuple[str, bool, int]) -> LayerShape | None:

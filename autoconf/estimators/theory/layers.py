@@ -29,6 +29,19 @@ from autoconf.catalog.architecture import Architecture
 from autoconf.catalog.shapes import MLA, Mamba
 
 SCAN_CHUNK = 256  # mamba_ssm chunk_size default in the granite-4.0-h configs (mamba_chunk_size)
+# MoE routing (transformers 5 grouped_mm experts, integrations/moe.py, the default experts implementation): per
+# routed copy of a token, the down projection's output kept for the routing-weight multiply (2·h), the bf16 routing
+# weight (2) and three int64 sort / scatter indices (24); the gathered expert input (2·h) where the experts train
+ROUTED_COPY_BYTES = 26
+# routers: fp32 softmax over all experts (4·E; granitemoe's over its top k), the int64 top-k index (8·k), and where
+# the top-k weights are renormalised in place (mixtral; qwen3_moe's norm_topk_prob) their fp32 copy and sum (4·k + 4)
+TOPK_SOFTMAX_FAMILIES = frozenset({"granitemoe", "granitemoehybrid"})
+RENORMALISED_FAMILIES = frozenset({"mixtral", "qwen3_moe"})
+# deepseek_v2's gate runs in fp32 (modeling_deepseek_v2 ``F.linear(hidden_states.type(torch.float32), ...)``): its
+# input's fp32 copy (4·h) and fp32 routing weights (2 more per routed copy)
+FP32_ROUTER_FAMILIES = frozenset({"deepseek_v2"})
+# qwen2_moe's shared_expert_gate: sigmoid output (2) and the shared expert's output it multiplies (2·h)
+GATED_SHARED_FAMILIES = frozenset({"qwen2_moe"})
 
 
 def mla_bytes(arch: Architecture, mla: MLA) -> float:
@@ -38,6 +51,23 @@ def mla_bytes(arch: Architecture, mla: MLA) -> float:
     kv_path = 2 * (mla.kv_lora_rank + mla.qk_rope_head_dim) + 4 * mla.kv_lora_rank
     kv_path += 2 * a * (mla.qk_nope_head_dim + mla.v_head_dim) + 2 * a * d_qk + 2 * a * d_qk
     return q_path + kv_path + 2 * a * mla.v_head_dim + 4 * a + 8
+
+
+def moe_routing_bytes(arch: Architecture, experts_train: bool) -> float:
+    """Bytes per token a MoE layer keeps beyond its experts' SwiGLU (8 per unit of the routed and shared widths).
+
+    Traced per layer (full fine-tuning): granite-3.0-1b-a400m 8 · (4·1024 + 26) + 12 · 8 = 33,072; qwen1.5-moe
+    4 · (4·2048 + 26) + 4 · 60 + 8 · 4 + 2 + 2·2048 = 37,242; qwen3-30b-a3b 8 · (4·2048 + 26) + 4 · 128 + 12 · 8 + 4
+    = 66,356, exactly; deepseek-v2-lite's experts and fp32 router 6 · (4·2048 + 28) + 4·2048 + 4 · 64 + 8 · 6
+    (its MLA attention traced on the CPU math path, not compared).
+    """
+    k, h = max(arch.experts_per_token, 1), arch.hidden_size
+    routed = k * (2 * h + ROUTED_COPY_BYTES + (2 * h if experts_train else 0))
+    router = 4 * (k if arch.family in TOPK_SOFTMAX_FAMILIES else arch.num_experts) + 8 * k
+    router += 4 * k + 4 if arch.family in RENORMALISED_FAMILIES else 0
+    router += 4 * h + 2 * k if arch.family in FP32_ROUTER_FAMILIES else 0
+    shared = 2 + 2 * h if arch.family in GATED_SHARED_FAMILIES else 0
+    return float(routed + router + shared)
 
 
 def mamba_bytes(m: Mamba, tokens_per_sample: int) -> float:
