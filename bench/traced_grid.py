@@ -137,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=0, help="answer at most N new configurations, then render")
     parser.add_argument("--render", action="store_true", help="only re-render docs/traced_grid.md from grid.json")
     parser.add_argument("--retry", action="store_true", help="answer again what was refused or failed")
+    parser.add_argument("--also", nargs="*", default=[], help="other grid.json files to render with this one (parts "
+                        "run in parallel under another AUTOCONF_CACHE)")
     args = parser.parse_args(argv)
     store = cache_dir().parent / "grid.json"
     results: dict[str, dict[str, object]] = json.loads(store.read_text()) if store.exists() else {}
@@ -157,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.limit and new >= args.limit:
                 break
     store.write_text(json.dumps(results))
+    for other in args.also:
+        results.update({k: v for k, v in json.loads(Path(other).read_text()).items() if k not in results})
     for k, row in results.items():  # the theory of the code as it is now (a trace is kept until its inputs change)
         _, job_json, placement_json = k.split("|")
         row["theory"] = summary(get_estimator("theory").estimate(Job.model_validate_json(job_json),
