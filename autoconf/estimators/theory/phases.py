@@ -37,6 +37,10 @@ from autoconf.estimators.theory.states import States, vision_states
 from autoconf.estimators.theory.weights import AMP, sharded_fsdp
 from autoconf.schema import Calibration, Job, Phase, Placement
 
+# Stacks whose tensor parallelism is transformers' TP plan, whose LM head is "colwise_gather_output"
+# (transformers/models/llama/modeling_llama.py LlamaForCausalLM._tp_plan): every rank holds the whole vocabulary's
+# logits and loss (traced: tp 2 ranks hold the unsplit 12·V per token)
+GATHERED_LOGITS_TP = ("hf-trainer", "trl")
 PHASES: tuple[Phase, ...] = ("load", "loss", "backward", "static", "optimizer")  # max() order: the first peak wins
 TEXT_PARTS = STATE_PARTS  # the text parts of a phase, in the order they are summed
 VISION_PARTS = ("vision_weights", "vision_gradients", "vision_optimizer", "vision_activations")
@@ -177,8 +181,11 @@ def phase_parts(job: AnyJob, arch: Architecture, placement: AnyPlacement, st: St
     recompute = where(job.gradient_checkpointing, layer, 0.0)
     # a tied head's gradient waits in autograd's input buffer (one of st.tied_transient's two) while the first
     # layer is recomputed, and the sum at the very end holds both (states.tied_grad_transient)
-    loss = ce.loss_bytes_per_token(job, arch, calib) * tokens / placement.tp
-    head = ce.loss_fixed_bytes(job, arch) / placement.tp
+    # vocabulary-parallel loss under TP (Megatron, torchtitan's loss_parallel); transformers' own TP plan gathers the
+    # head's output on every rank (GATHERED_LOGITS_TP)
+    vocab_split = where(is_in(job.framework, GATHERED_LOGITS_TP), 1, placement.tp)
+    loss = ce.loss_bytes_per_token(job, arch, calib) * tokens / vocab_split
+    head = ce.loss_fixed_bytes(job, arch) / vocab_split
     loss = where(head != 0, loss + head, loss)
     # amp keeps bf16 copies of the weights that autocast made, alive through forward and backward
     # (FSDP mixed precision instead gathers bf16 units, already counted in st.gathered)
@@ -190,7 +197,7 @@ def phase_parts(job: AnyJob, arch: Architecture, placement: AnyPlacement, st: St
     phases: PhaseTable = {
         "load": {"weights": st.replica_weights, "gradients": 0.0, "optimizer": 0.0,
                  "activations": 0.0, "logits": 0.0},
-        "loss": {"weights": w + autocast, "gradients": g_live, "optimizer": st.optimizer, "activations": saved,
+        "loss": {"weights": w + autocast - st.resharded_at_loss, "gradients": g_live, "optimizer": st.optimizer, "activations": saved,
                  "logits": loss},
         "backward": {"weights": w + autocast, "gradients": g_live, "optimizer": st.optimizer,
                      "activations": saved + recompute, "logits": 0.0},

@@ -82,6 +82,7 @@ class States:
     outside: Num = 0.0  # bytes held outside torch's allocator (paged optimizer states)
     replica_weights: Num = 0.0  # weights.weight_bytes: one unsharded replica's (the load phase's weights)
     tied_transient: Num = 0.0  # tied embedding gradients summed at the end of backward (tied_grad_transient)
+    resharded_at_loss: Num = 0.0  # of ``gathered``: the decoder units FSDP has resharded when the loss runs
 
 
 @overload
@@ -141,6 +142,11 @@ def model_states(job: AnyJob, arch: Architecture, placement: AnyPlacement) -> St
     both = placement.offload == "optimizer+params"
     weights = where(both, 0.0, weights)
     gathered = where(both, maximum(gathered, 2 * unit), gathered)
+    # FSDP full shard reshards each decoder unit after its forward and gathers the last one again only once the
+    # loss's backward reaches it: at the loss the root unit alone is unsharded (torch FSDP2 reshard_after_forward,
+    # FSDP1 FULL_SHARD; traced FSDP2 ranks of llama3.1-8b on 2-64 GPUs: weights at the loss = shards + root)
+    resharded = where(sharded & strategy_in(placement, FSDP_STRATEGIES) & not_(both),
+                      LOSS_RESHARDED_UNITS * unit, 0.0)
     temp = _optimizer_temp(job, arch, psi_t / where(shard_o, n, 1), placement)
     buffers = where(strategy_in(placement, ("zero1", "zero2")) & (n > 1), ZERO_BUCKET_ELEMENTS * 2, 0.0)
     # DDP's gradients are views of its persistent buckets and DeepSpeed keeps its gradient partitions;
@@ -158,9 +164,11 @@ def model_states(job: AnyJob, arch: Architecture, placement: AnyPlacement) -> St
     count = int(psi_t) if isinstance(job, Job) else np.floor(psi_t)
     tied = tied_grad_transient(job, arch, placement, grad_b)
     return States(weights, grads, opt, gathered, persist, temp, buffers, count, outside, replica,
-                  where(in_backward, 0.0, tied))
+                  where(in_backward, 0.0, tied), resharded)
 
 
+# Decoder units FSDP keeps gathered in forward and backward (the current and the prefetched) but not at the loss
+LOSS_RESHARDED_UNITS = 2.0
 # A tied weight's gradient addends and their sum beyond the one gradient: the two addends (tied_grad_transient)
 TIED_GRADIENT_COPIES = 2.0
 
