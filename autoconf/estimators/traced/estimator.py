@@ -129,9 +129,13 @@ def sharding(job: Job, arch: Architecture, placement: Placement) -> tuple[np.nda
 
 def _regime(job: Job, batch: int) -> str:
     """Traced at the job's own shape where the op sequence changes with it: Liger's chunks (kernels.liger_chunk_size),
-    and SDPA past a sliding window (``_masked_sdpa``); the fit's short design shapes stay below the window."""
-    masked = _masked_sdpa(job, get_architecture(job.model))
-    return regime_of(batch, job.tokens_per_sample, exact=job.effective_loss_kernel == "fused-linear-ce" or masked)
+    SDPA past a sliding window (``_masked_sdpa``; the fit's short design shapes stay below the window) and Mamba's
+    chunked scan."""
+    arch = get_architecture(job.model)
+    # Mamba layers scan in chunks (transformers' torch path of the SSD scan: the number of chunks is the length over
+    # chunk_size), so their op sequence changes with the length too
+    exact = job.effective_loss_kernel == "fused-linear-ce" or _masked_sdpa(job, arch) or arch.mamba is not None
+    return regime_of(batch, job.tokens_per_sample, exact=exact)
 
 
 class TracedEstimator(Estimator):

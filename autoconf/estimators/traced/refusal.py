@@ -23,9 +23,9 @@ TRACED_OPTIMIZERS = ("adamw", "sgd", "adamw-8bit")
 # replica is traced and sharded by theory, as for --framework hf-trainer with a ZeRO strategy (a partial trace, noted).
 # Every other stack with a driver is refused outside it: the HF step is not its code (docs/traced.md).
 HF_REPLICA_STACKS = ("deepspeed",)
-# Model types transformers refuses to run with SDPA (Gemma2ForCausalLM: "does not support an attention implementation
-# through torch.nn.functional.scaled_dot_product_attention"; its soft-capped scores need eager or flash-attention).
-NO_SDPA = frozenset({"gemma2"})
+# Model types transformers refuses to run with SDPA (Gemma2ForCausalLM, MptForCausalLM: "does not support an attention
+# implementation through torch.nn.functional.scaled_dot_product_attention"), with what their attention needs.
+NO_SDPA = {"gemma2": "attention (logit soft-capping)", "mpt": "ALiBi attention"}
 # Stacks whose QLoRA is not transformers' bitsandbytes path (theory/frameworks.py profiles' sources).
 OWN_QUANT_KERNELS = {"fms-hf-tuning": "fms-acceleration's AutoGPTQ / fused 4-bit Triton kernels with their own autograd"}
 
@@ -90,7 +90,7 @@ def untraceable(job: Job, placement: Placement, arch: Architecture) -> str | Non
             return None  # the stack's own code runs it
     reason = untraceable_reason(job, placement)
     if reason is None and arch.model_type in NO_SDPA and job.attention != "eager":
-        reason = (f"{arch.model_type}'s attention (logit soft-capping) has no SDPA path in transformers, and flash-"
+        reason = (f"{arch.model_type}'s {NO_SDPA[arch.model_type]} has no SDPA path in transformers, and flash-"
                   f"attention does not run on CPU; traced runs it with --attention eager only")
     if reason is None and arch.family in REMOTE_CODE:
         reason = f"{arch.family} is hub remote code (no transformers class to trace)"
