@@ -89,3 +89,28 @@ def test_fsdp1_estimate_names_the_wrapping() -> None:
         Placement(gpu_model="NVIDIA-A100-80GB-PCIe", number_gpus=2, strategy="fsdp")).memory
     assert any("FSDP1" in n and "rank 0 of 2" in n for n in memory.notes)
     assert 0 < memory.peak_allocated_bytes <= memory.peak_reserved_bytes <= memory.peak_bytes
+
+
+def _backward_peak(layers: int, batch: int, hf4: bool) -> int:
+    job = _job("lora").model_copy(update={"gradient_checkpointing": True, "batch_size": batch})
+    spec = {**trace_spec(job, get_architecture(TINY)), "world": 2, "strategy": "fsdp1", "shape": [batch, SHAPE[1]]}
+    # a vocabulary below the hidden size, so the peak is the last layer's recomputation, not the loss
+    spec["arch"] = {**spec["arch"], "num_layers": layers, "vocab_size": 64}
+    if hf4:
+        spec["hf4_checkpointing"] = True
+    return int(max(p["peak"] for p in trace_ranks(spec)["phases"] if p["step"] == 2 and p["phase"] == "backward"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("hf4", "per_hidden"), [(False, 2), (True, 4)])
+def test_fsdp1_reentrant_checkpoint_around_the_unit_keeps_input_gradients(hf4: bool, per_hidden: int) -> None:
+    """Bytes per token that each decoder layer adds to the backward peak of rank 0 of 2 (LoRA, checkpointing,
+    bf16), from 2 vs 4 layers at batch 1 vs 2. transformers 5.x (non-reentrant checkpoint inside the layer):
+    the layer's bf16 input, 2·h. transformers 4.x under FSDP1 (reentrant checkpoint around the FSDP unit): the
+    recomputation runs the frozen unit with grad enabled on the checkpoint's detached input, so FSDP1's
+    reshard-only hook (``register_multi_grad_hook`` on that input, kept on the flat parameter until the
+    end-of-backward callback) keeps the input and the gradient accumulated into it: 2·h + 2·h."""
+    h = get_architecture(TINY).hidden_size
+    p = {(layers, b): _backward_peak(layers, b, hf4) for layers in (2, 4) for b in (1, 2)}
+    per_layer_token = (p[4, 2] - p[4, 1] - p[2, 2] + p[2, 1]) / (2 * SHAPE[1])
+    assert per_layer_token == per_hidden * h

@@ -43,7 +43,7 @@ TP_DP_STRATEGIES = ("fsdp", "ddp", "fsdp-hybrid")
 ACCELERATE_STACKS = ("hf-trainer", "peft")
 # Stacks that run the HF Trainer under accelerate's FSDP1 (torch FullyShardedDataParallel; fsdp1.py), full shard only.
 FSDP1_STACKS = ("fms-hf-tuning", "fsdp-qlora")
-FSDP1_VERSION = 2  # bump when the FSDP1 rank trace changes meaning (its cache keys only)
+FSDP1_VERSION = 3  # bump when the FSDP1 rank trace changes meaning (its cache keys only)
 # dist.PHASES -> schema Phase: clipping is part of the optimizer phase; a checkpoint save happens between
 # steps with the states live, theory's "static" phase.
 PHASE: dict[str, Phase] = {"forward": "forward", "loss": "loss", "backward": "backward", "optimizer": "optimizer",
@@ -195,6 +195,8 @@ def rank_memory(job: Job, placement: Placement, arch: Architecture, spec: dict[s
     ranks = [0, shards - 1] if strategy != "ddp" and uneven(spec, shards) else [0]
     if job.framework in FSDP1_STACKS and placement.tp == 1:  # FSDP1: every rank's flat shard is padded alike
         rank_spec.update(strategy="fsdp1", fsdp1_version=FSDP1_VERSION)  # part of the cache key
+        if job.framework == "fms-hf-tuning" and job.method == "lora" and job.gradient_checkpointing:
+            rank_spec["hf4_checkpointing"] = True  # transformers 4.x checkpointing around the unit (fsdp1.py)
         ranks = [0]
     if placement.tp > 1:  # a (dp_replicate, fsdp, tp) mesh, tp innermost: world is the tp degree (hf_parallel.py)
         rank_spec.update(world=placement.tp, strategy="tp")
