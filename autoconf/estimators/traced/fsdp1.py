@@ -77,10 +77,10 @@ def wrap_fsdp1(model: nn.Module, spec: dict[str, Any], amp: torch.dtype | None) 
 class _ReentrantAround(nn.Module):
     """transformers 4.x gradient checkpointing of one decoder layer under FSDP1: the model's loop calls
     ``self._gradient_checkpointing_func(decoder_layer.__call__, hidden_states, ...)`` (modeling_mistral.py /
-    modeling_llama.py 4.35-4.47), where ``decoder_layer`` is already accelerate's FSDP unit, and
+    modeling_llama.py 4.35-4.51), where ``decoder_layer`` is already accelerate's FSDP unit, and
     ``gradient_checkpointing_enable`` defaults to ``use_reentrant=True`` (modeling_utils.py 4.44: kwargs None ->
-    ``{"use_reentrant": True}``): a reentrant ``torch.utils.checkpoint`` around the whole FSDP unit. 5.x puts a
-    non-reentrant checkpoint inside the layer (``GradientCheckpointingLayer``), i.e. inside the unit."""
+    ``{"use_reentrant": True}``): a reentrant ``torch.utils.checkpoint`` around the whole FSDP unit. From 4.52 the
+    checkpoint is the layer's own ``__call__`` (``GradientCheckpointingLayer``), inside the unit."""
 
     def __init__(self, unit: nn.Module) -> None:
         super().__init__()
