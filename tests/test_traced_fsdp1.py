@@ -13,7 +13,7 @@ pytest.importorskip("peft")
 from autoconf.catalog import get_architecture
 from autoconf.estimators.contract import get_estimator
 from autoconf.estimators.traced.estimator import trace_spec
-from autoconf.estimators.traced.ranks import rank_unsupported, trace_ranks
+from autoconf.estimators.traced.ranks import fsdp1_settings, rank_unsupported, trace_ranks
 from autoconf.schema import Job, Placement
 from tests._cache import fresh_cache  # noqa: F401 (an autouse fixture: a fresh cache per module)
 
@@ -114,3 +114,18 @@ def test_fsdp1_reentrant_checkpoint_around_the_unit_keeps_input_gradients(hf4: b
     p = {(layers, b): _backward_peak(layers, b, hf4) for layers in (2, 4) for b in (1, 2)}
     per_layer_token = (p[4, 2] - p[4, 1] - p[2, 2] + p[2, 1]) / (2 * SHAPE[1])
     assert per_layer_token == per_hidden * h
+
+
+@pytest.mark.parametrize(("framework", "method", "checkpointing", "hf4"), [
+    ("fms-hf-tuning", "lora", True, True), ("fms-hf-tuning", "lora", False, False),
+    ("fms-hf-tuning", "full", True, False), ("fsdp-qlora", "lora", True, False),
+])
+def test_fsdp1_settings_follow_transformers_4_checkpointing_for_fms_lora(
+        framework: str, method: str, checkpointing: bool, hf4: bool) -> None:
+    """fms-hf-tuning LoRA ran transformers 4.x (reentrant checkpoint around each FSDP unit); fsdp_qlora's train.py
+    wraps the decoder-layer class itself (``apply_activation_checkpointing``, ``check_fn`` on the layer class),
+    inside the units; full fine-tuning has no frozen unit for the reshard-only hook."""
+    job = _job(method, framework).model_copy(update={"gradient_checkpointing": checkpointing})
+    settings = fsdp1_settings(job)
+    assert settings["strategy"] == "fsdp1"
+    assert settings.get("hf4_checkpointing", False) is hf4

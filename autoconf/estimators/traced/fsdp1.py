@@ -6,7 +6,8 @@ Stacks that launch the HF Trainer with an accelerate FSDP config of ``fsdp_versi
 fms-acceleration benchmark ``accelerate.yaml``; Answer.AI's fsdp_qlora ``train.py`` wraps the same way itself) get:
 
 * ``FullyShardedDataParallel`` with ``FULL_SHARD``, ``use_orig_params=False`` (accelerate's
-  ``FullyShardedDataParallelPlugin`` default when ``FSDP_USE_ORIG_PARAMS`` is unset; fsdp_qlora passes False),
+  ``FullyShardedDataParallelPlugin`` default when ``FSDP_USE_ORIG_PARAMS`` is unset; fsdp_qlora passes False;
+  ``accelerate launch`` exports "true" by default, not yet followed: docs/traced_vs_theory.md finding 21),
   ``limit_all_gathers=True`` (the plugin's default), ``BackwardPrefetch.BACKWARD_PRE`` (the yaml's
   ``fsdp_backward_prefetch``), no forward prefetch.
 * Wrapping: ``transformer_auto_wrap_policy`` over the model's ``_no_split_modules`` (``TRANSFORMER_BASED_WRAP``);

@@ -77,6 +77,16 @@ def rank_unsupported(job: Job, placement: Placement) -> str | None:
     return None
 
 
+def fsdp1_settings(job: Job) -> dict[str, Any]:
+    """The rank-spec keys of an FSDP1 stack's job (``FSDP1_STACKS``): the strategy, the version (part of the
+    cache key) and, for fms-hf-tuning LoRA with checkpointing, transformers 4.x's reentrant checkpoint around each
+    FSDP unit under bf16 autocast (fsdp1.py; every fms-acceleration campaign pins a 4.x release)."""
+    settings: dict[str, Any] = {"strategy": "fsdp1", "fsdp1_version": FSDP1_VERSION}
+    if job.framework == "fms-hf-tuning" and job.method == "lora" and job.gradient_checkpointing:
+        settings["hf4_checkpointing"] = True
+    return settings
+
+
 def _key(spec: dict[str, Any]) -> str:
     structure = {**spec, "arch": {k: v for k, v in spec["arch"].items() if k != "name"}}
     versions = {pkg: metadata.version(pkg) for pkg in ("torch", "transformers", "peft")}
@@ -194,9 +204,7 @@ def rank_memory(job: Job, placement: Placement, arch: Architecture, spec: dict[s
         shards = world // placement.workers
     ranks = [0, shards - 1] if strategy != "ddp" and uneven(spec, shards) else [0]
     if job.framework in FSDP1_STACKS and placement.tp == 1:  # FSDP1: every rank's flat shard is padded alike
-        rank_spec.update(strategy="fsdp1", fsdp1_version=FSDP1_VERSION)  # part of the cache key
-        if job.framework == "fms-hf-tuning" and job.method == "lora" and job.gradient_checkpointing:
-            rank_spec["hf4_checkpointing"] = True  # transformers 4.x checkpointing around the unit (fsdp1.py)
+        rank_spec.update(fsdp1_settings(job))
         ranks = [0]
     if placement.tp > 1:  # a (dp_replicate, fsdp, tp) mesh, tp innermost: world is the tp degree (hf_parallel.py)
         rank_spec.update(world=placement.tp, strategy="tp")
