@@ -5,9 +5,10 @@ Used by the rank-trace worker (autoconf/estimators/traced/dist.py, strategy ``fs
 Stacks that launch the HF Trainer with an accelerate FSDP config of ``fsdp_version`` 1 (fms-hf-tuning: its
 fms-acceleration benchmark ``accelerate.yaml``; Answer.AI's fsdp_qlora ``train.py`` wraps the same way itself) get:
 
-* ``FullyShardedDataParallel`` with ``FULL_SHARD``, ``use_orig_params=False`` (accelerate's
-  ``FullyShardedDataParallelPlugin`` default when ``FSDP_USE_ORIG_PARAMS`` is unset; fsdp_qlora passes False;
-  ``accelerate launch`` exports "true" by default, not yet followed: docs/traced_vs_theory.md finding 21),
+* ``FullyShardedDataParallel`` with ``FULL_SHARD``; ``use_orig_params=True`` for fms-hf-tuning (spec
+  ``use_orig_params``: ``accelerate launch`` defaults ``--fsdp_use_orig_params`` to "true" and always exports
+  ``FSDP_USE_ORIG_PARAMS``, accelerate commands/launch.py and utils/launch.py, and the benchmark's yaml does not set
+  it), ``False`` for fsdp_qlora (its train.py passes False),
   ``limit_all_gathers=True`` (the plugin's default), ``BackwardPrefetch.BACKWARD_PRE`` (the yaml's
   ``fsdp_backward_prefetch``), no forward prefetch.
 * Wrapping: ``transformer_auto_wrap_policy`` over the model's ``_no_split_modules`` (``TRANSFORMER_BASED_WRAP``);
@@ -70,7 +71,8 @@ def wrap_fsdp1(model: nn.Module, spec: dict[str, Any], amp: torch.dtype | None) 
         layers = {type(m) for m in model.modules() if type(m).__name__ in names}
         policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls=layers)
     precision = MixedPrecision(param_dtype=amp, reduce_dtype=amp, buffer_dtype=amp) if amp is not None else None
-    return FSDP(model, auto_wrap_policy=policy, sharding_strategy=ShardingStrategy.FULL_SHARD, use_orig_params=False,
+    return FSDP(model, auto_wrap_policy=policy, sharding_strategy=ShardingStrategy.FULL_SHARD,
+                use_orig_params=bool(spec.get("use_orig_params")),
                 limit_all_gathers=True, backward_prefetch=BackwardPrefetch.BACKWARD_PRE, forward_prefetch=False,
                 mixed_precision=precision, device_id=torch.device("cpu"), sync_module_states=False)
 

@@ -43,7 +43,7 @@ TP_DP_STRATEGIES = ("fsdp", "ddp", "fsdp-hybrid")
 ACCELERATE_STACKS = ("hf-trainer", "peft")
 # Stacks that run the HF Trainer under accelerate's FSDP1 (torch FullyShardedDataParallel; fsdp1.py), full shard only.
 FSDP1_STACKS = ("fms-hf-tuning", "fsdp-qlora")
-FSDP1_VERSION = 3  # bump when the FSDP1 rank trace changes meaning (its cache keys only)
+FSDP1_VERSION = 4  # bump when the FSDP1 rank trace changes meaning (its cache keys only)
 # dist.PHASES -> schema Phase: clipping is part of the optimizer phase; a checkpoint save happens between
 # steps with the states live, theory's "static" phase.
 PHASE: dict[str, Phase] = {"forward": "forward", "loss": "loss", "backward": "backward", "optimizer": "optimizer",
@@ -82,6 +82,8 @@ def fsdp1_settings(job: Job) -> dict[str, Any]:
     cache key) and, for fms-hf-tuning LoRA with checkpointing, transformers 4.x's reentrant checkpoint around each
     FSDP unit under bf16 autocast (fsdp1.py; every fms-acceleration campaign pins a 4.x release)."""
     settings: dict[str, Any] = {"strategy": "fsdp1", "fsdp1_version": FSDP1_VERSION}
+    if job.framework == "fms-hf-tuning":  # `accelerate launch` exports FSDP_USE_ORIG_PARAMS=true unless told (fsdp1.py)
+        settings["use_orig_params"] = True
     if job.framework == "fms-hf-tuning" and job.method == "lora" and job.gradient_checkpointing:
         settings["hf4_checkpointing"] = True
     return settings
