@@ -13,7 +13,7 @@ pytest.importorskip("peft")
 from autoconf.catalog import get_architecture
 from autoconf.estimators.contract import get_estimator
 from autoconf.estimators.traced.estimator import trace_spec
-from autoconf.estimators.traced.ranks import rank_unsupported, trace_ranks
+from autoconf.estimators.traced.ranks import fsdp1_settings, rank_unsupported, trace_ranks
 from autoconf.schema import Job, Placement
 from tests._cache import fresh_cache  # noqa: F401 (an autouse fixture: a fresh cache per module)
 
@@ -89,3 +89,43 @@ def test_fsdp1_estimate_names_the_wrapping() -> None:
         Placement(gpu_model="NVIDIA-A100-80GB-PCIe", number_gpus=2, strategy="fsdp")).memory
     assert any("FSDP1" in n and "rank 0 of 2" in n for n in memory.notes)
     assert 0 < memory.peak_allocated_bytes <= memory.peak_reserved_bytes <= memory.peak_bytes
+
+
+def _backward_peak(layers: int, batch: int, hf4: bool) -> int:
+    job = _job("lora").model_copy(update={"gradient_checkpointing": True, "batch_size": batch})
+    spec = {**trace_spec(job, get_architecture(TINY)), "world": 2, "strategy": "fsdp1", "shape": [batch, SHAPE[1]]}
+    # a vocabulary below the hidden size, so the peak is the last layer's recomputation, not the loss
+    spec["arch"] = {**spec["arch"], "num_layers": layers, "vocab_size": 64}
+    if hf4:
+        spec["hf4_checkpointing"] = True
+    return int(max(p["peak"] for p in trace_ranks(spec)["phases"] if p["step"] == 2 and p["phase"] == "backward"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("hf4", "per_hidden"), [(False, 2), (True, 4)])
+def test_fsdp1_reentrant_checkpoint_around_the_unit_keeps_input_gradients(hf4: bool, per_hidden: int) -> None:
+    """Bytes per token that each decoder layer adds to the backward peak of rank 0 of 2 (LoRA, checkpointing,
+    bf16), from 2 vs 4 layers at batch 1 vs 2. transformers 5.x (non-reentrant checkpoint inside the layer):
+    the layer's bf16 input, 2·h. transformers 4.x under FSDP1 (reentrant checkpoint around the FSDP unit): the
+    recomputation runs the frozen unit with grad enabled on the checkpoint's detached input, so FSDP1's
+    reshard-only hook (``register_multi_grad_hook`` on that input, kept on the flat parameter until the
+    end-of-backward callback) keeps the input and the gradient accumulated into it: 2·h + 2·h."""
+    h = get_architecture(TINY).hidden_size
+    p = {(layers, b): _backward_peak(layers, b, hf4) for layers in (2, 4) for b in (1, 2)}
+    per_layer_token = (p[4, 2] - p[4, 1] - p[2, 2] + p[2, 1]) / (2 * SHAPE[1])
+    assert per_layer_token == per_hidden * h
+
+
+@pytest.mark.parametrize(("framework", "method", "checkpointing", "hf4"), [
+    ("fms-hf-tuning", "lora", True, True), ("fms-hf-tuning", "lora", False, False),
+    ("fms-hf-tuning", "full", True, False), ("fsdp-qlora", "lora", True, False),
+])
+def test_fsdp1_settings_follow_transformers_4_checkpointing_for_fms_lora(
+        framework: str, method: str, checkpointing: bool, hf4: bool) -> None:
+    """fms-hf-tuning LoRA ran transformers 4.x (reentrant checkpoint around each FSDP unit); fsdp_qlora's train.py
+    wraps the decoder-layer class itself (``apply_activation_checkpointing``, ``check_fn`` on the layer class),
+    inside the units; full fine-tuning has no frozen unit for the reshard-only hook."""
+    job = _job(method, framework).model_copy(update={"gradient_checkpointing": checkpointing})
+    settings = fsdp1_settings(job)
+    assert settings["strategy"] == "fsdp1"
+    assert settings.get("hf4_checkpointing", False) is hf4

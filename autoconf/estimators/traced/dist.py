@@ -49,7 +49,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.overrides import TorchFunctionMode
 
 from autoconf.estimators.traced.allocator import replay
-from autoconf.estimators.traced.fsdp1 import clip_fsdp1, is_fsdp1, patch_fsdp1, wrap_fsdp1
+from autoconf.estimators.traced.fsdp1 import checkpoint_units, clip_fsdp1, is_fsdp1, patch_fsdp1, wrap_fsdp1
 from autoconf.estimators.traced.hf_config import DTYPES
 from autoconf.estimators.traced.hf_parallel import by_mesh, clip_by_mesh, parallel_model, split_by_mesh
 from autoconf.estimators.traced.model import build_optimizer, finish, meta_model
@@ -102,7 +102,7 @@ def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, hooks: StepHo
     batch, seq = shape
     ids = torch.randint(0, spec["arch"]["vocab_size"], (batch, seq))
     labels = ids.clone()
-    autocast_dtype = DTYPES[spec["dtype"]][1]
+    autocast_dtype = DTYPES[spec["dtype"]][1] or (DTYPES[spec["dtype"]][0] if spec.get("hf4_checkpointing") else None)
     amp = torch.autocast("cpu", dtype=autocast_dtype) if autocast_dtype else contextlib.nullcontext()
     hooks.tracker = tracker
     # DDP: the reducer's bucket all-reduce (and its bucket rebuild after step 1) reads data; its buckets are
@@ -205,11 +205,15 @@ def trace_rank(spec: dict[str, Any]) -> dict[str, Any]:
             model.to_empty(device="cpu")
             base: Any = model.get_base_model() if hasattr(model, "get_base_model") else model  # type: ignore[operator]
             base.tie_weights()
-        finish(model, spec)  # the Trainer enables checkpointing before accelerate wraps the model
+        # the Trainer enables checkpointing before accelerate wraps the model (4.x: around each unit, fsdp1.py)
+        finish(model, {**spec, "gradient_checkpointing": False} if spec.get("hf4_checkpointing") else spec)
     with fake_mode, tracker, replicated:
         tracker.enter(0, LOAD, WEIGHTS)
         if strategy == "fsdp1":  # each unit flattened, padded, sharded: FSDP1's constructor
-            model = wrap_fsdp1(model, spec, DTYPES[spec["dtype"]][1])
+            hf4 = bool(spec.get("hf4_checkpointing"))
+            model = wrap_fsdp1(model, spec, DTYPES[spec["dtype"]][1] or (DTYPES[spec["dtype"]][0] if hf4 else None))
+            if hf4:
+                checkpoint_units(model)
         else:
             model.to_empty(device="cpu")
         if strategy == "ddp":

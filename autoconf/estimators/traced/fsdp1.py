@@ -5,8 +5,10 @@ Used by the rank-trace worker (autoconf/estimators/traced/dist.py, strategy ``fs
 Stacks that launch the HF Trainer with an accelerate FSDP config of ``fsdp_version`` 1 (fms-hf-tuning: its
 fms-acceleration benchmark ``accelerate.yaml``; Answer.AI's fsdp_qlora ``train.py`` wraps the same way itself) get:
 
-* ``FullyShardedDataParallel`` with ``FULL_SHARD``, ``use_orig_params=False`` (accelerate's
-  ``FullyShardedDataParallelPlugin`` default when ``FSDP_USE_ORIG_PARAMS`` is unset; fsdp_qlora passes False),
+* ``FullyShardedDataParallel`` with ``FULL_SHARD``; ``use_orig_params=True`` for fms-hf-tuning (spec
+  ``use_orig_params``: ``accelerate launch`` defaults ``--fsdp_use_orig_params`` to "true" and always exports
+  ``FSDP_USE_ORIG_PARAMS``, accelerate commands/launch.py and utils/launch.py, and the benchmark's yaml does not set
+  it), ``False`` for fsdp_qlora (its train.py passes False),
   ``limit_all_gathers=True`` (the plugin's default), ``BackwardPrefetch.BACKWARD_PRE`` (the yaml's
   ``fsdp_backward_prefetch``), no forward prefetch.
 * Wrapping: ``transformer_auto_wrap_policy`` over the model's ``_no_split_modules`` (``TRANSFORMER_BASED_WRAP``);
@@ -23,6 +25,15 @@ chunks; rank r keeps chunk r (``FlatParamHandle.shard``). FSDP1 gathers a unit i
 and frees it by resizing storages outside the dispatcher (``_alloc_storage`` / ``_free_storage``,
 torch/distributed/fsdp/_flat_param.py); both are wrapped to tell the tracker. All-gathers count as weights,
 the reduce-scatters' padded gradients as gradients.
+
+Gradient checkpointing as transformers 4.x runs it for fms-hf-tuning LoRA (spec ``hf4_checkpointing``; every
+fms-acceleration campaign pins a 4.x release): a reentrant checkpoint around each FSDP decoder-layer unit
+(``checkpoint_units``), not 5.x's non-reentrant one inside the layer, with the rows' ``bf16: True`` on bf16 weights
+(accelerate's autocast and ``MixedPrecision`` in bf16). The recomputation runs each frozen unit with grad enabled
+on the checkpoint's detached input, so FSDP1's reshard-only hook (``_register_post_backward_reshard_only_hook``:
+``register_multi_grad_hook`` on the unit's inputs that require grad, kept in ``_post_backward_hook_state`` until
+``_finalize_params`` at the end of backward) holds that input and the gradient accumulated into it: each
+layer keeps 2·h + 2·h bytes per token until backward ends, instead of 2·h.
 
 Not run as on a GPU: ``sync_module_states`` (the broadcast of rank 0's weights at load) refuses CPU modules
 (``_check_module_states_for_sync_module_states``); it works in place apart from its 250 MB coalescing bucket,
@@ -60,9 +71,49 @@ def wrap_fsdp1(model: nn.Module, spec: dict[str, Any], amp: torch.dtype | None) 
         layers = {type(m) for m in model.modules() if type(m).__name__ in names}
         policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls=layers)
     precision = MixedPrecision(param_dtype=amp, reduce_dtype=amp, buffer_dtype=amp) if amp is not None else None
-    return FSDP(model, auto_wrap_policy=policy, sharding_strategy=ShardingStrategy.FULL_SHARD, use_orig_params=False,
+    return FSDP(model, auto_wrap_policy=policy, sharding_strategy=ShardingStrategy.FULL_SHARD,
+                use_orig_params=bool(spec.get("use_orig_params")),
                 limit_all_gathers=True, backward_prefetch=BackwardPrefetch.BACKWARD_PRE, forward_prefetch=False,
                 mixed_precision=precision, device_id=torch.device("cpu"), sync_module_states=False)
+
+
+class _ReentrantAround(nn.Module):
+    """transformers 4.x gradient checkpointing of one decoder layer under FSDP1: the model's loop calls
+    ``self._gradient_checkpointing_func(decoder_layer.__call__, hidden_states, ...)`` (modeling_mistral.py /
+    modeling_llama.py 4.35-4.51), where ``decoder_layer`` is already accelerate's FSDP unit, and
+    ``gradient_checkpointing_enable`` defaults to ``use_reentrant=True`` (modeling_utils.py 4.44: kwargs None ->
+    ``{"use_reentrant": True}``): a reentrant ``torch.utils.checkpoint`` around the whole FSDP unit. From 4.52 the
+    checkpoint is the layer's own ``__call__`` (``GradientCheckpointingLayer``), inside the unit."""
+
+    def __init__(self, unit: nn.Module) -> None:
+        super().__init__()
+        self.unit = unit
+
+    def forward(self, hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        from torch.utils.checkpoint import checkpoint
+
+        if not self.training:
+            return self.unit(hidden_states, *args, **kwargs)
+        return checkpoint(lambda h: self.unit(h, *args, **kwargs), hidden_states, use_reentrant=True)
+
+
+def checkpoint_units(model: nn.Module) -> None:
+    """Put each FSDP1 decoder-layer unit of ``model`` (its ``_no_split_modules`` class) inside a reentrant
+    checkpoint, as transformers 4.x does (``_ReentrantAround``); the model's own checkpointing must be off and
+    its input embeddings' output must require grad (``enable_input_require_grads``, which 4.x enables for peft)."""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    for module in list(model.modules()):
+        if isinstance(module, nn.ModuleList):
+            for i, unit in enumerate(module):
+                inner = getattr(unit, "module", None)
+                if isinstance(unit, FSDP) and type(inner).__name__.endswith("DecoderLayer"):
+                    module[i] = _ReentrantAround(unit)
+    inner_model = model.module if isinstance(model, FSDP) else model
+    enable = getattr(inner_model, "enable_input_require_grads", None)
+    if enable is not None:
+        enable()
+    model.train()
 
 
 def patch_fsdp1() -> None:

@@ -43,7 +43,7 @@ TP_DP_STRATEGIES = ("fsdp", "ddp", "fsdp-hybrid")
 ACCELERATE_STACKS = ("hf-trainer", "peft")
 # Stacks that run the HF Trainer under accelerate's FSDP1 (torch FullyShardedDataParallel; fsdp1.py), full shard only.
 FSDP1_STACKS = ("fms-hf-tuning", "fsdp-qlora")
-FSDP1_VERSION = 2  # bump when the FSDP1 rank trace changes meaning (its cache keys only)
+FSDP1_VERSION = 4  # bump when the FSDP1 rank trace changes meaning (its cache keys only)
 # dist.PHASES -> schema Phase: clipping is part of the optimizer phase; a checkpoint save happens between
 # steps with the states live, theory's "static" phase.
 PHASE: dict[str, Phase] = {"forward": "forward", "loss": "loss", "backward": "backward", "optimizer": "optimizer",
@@ -75,6 +75,18 @@ def rank_unsupported(job: Job, placement: Placement) -> str | None:
     if job.framework not in ACCELERATE_STACKS:
         return f"{job.framework} wraps its model its own way (rank traces follow {', '.join(ACCELERATE_STACKS)})"
     return None
+
+
+def fsdp1_settings(job: Job) -> dict[str, Any]:
+    """The rank-spec keys of an FSDP1 stack's job (``FSDP1_STACKS``): the strategy, the version (part of the
+    cache key) and, for fms-hf-tuning LoRA with checkpointing, transformers 4.x's reentrant checkpoint around each
+    FSDP unit under bf16 autocast (fsdp1.py; every fms-acceleration campaign pins a 4.x release)."""
+    settings: dict[str, Any] = {"strategy": "fsdp1", "fsdp1_version": FSDP1_VERSION}
+    if job.framework == "fms-hf-tuning":  # `accelerate launch` exports FSDP_USE_ORIG_PARAMS=true unless told (fsdp1.py)
+        settings["use_orig_params"] = True
+    if job.framework == "fms-hf-tuning" and job.method == "lora" and job.gradient_checkpointing:
+        settings["hf4_checkpointing"] = True
+    return settings
 
 
 def _key(spec: dict[str, Any]) -> str:
@@ -194,7 +206,7 @@ def rank_memory(job: Job, placement: Placement, arch: Architecture, spec: dict[s
         shards = world // placement.workers
     ranks = [0, shards - 1] if strategy != "ddp" and uneven(spec, shards) else [0]
     if job.framework in FSDP1_STACKS and placement.tp == 1:  # FSDP1: every rank's flat shard is padded alike
-        rank_spec.update(strategy="fsdp1", fsdp1_version=FSDP1_VERSION)  # part of the cache key
+        rank_spec.update(fsdp1_settings(job))
         ranks = [0]
     if placement.tp > 1:  # a (dp_replicate, fsdp, tp) mesh, tp innermost: world is the tp degree (hf_parallel.py)
         rank_spec.update(world=placement.tp, strategy="tp")
