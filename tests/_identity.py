@@ -27,12 +27,11 @@ def memory_as_at_the_sample(monkeypatch: pytest.MonkeyPatch) -> None:
     chunked loss holds one chunk's backward transients (+1·V per token, theory/loss.py, issue 20)."""
     monkeypatch.setattr("autoconf.estimators.theory.loss.CHUNK_TRANSIENT_BYTES_PER_VOCAB", 0.0)
     # the traced grid's corrections (bench/traced_grid.py, issue 20): a tied embedding's gradient sum at the end of
-    # backward, FSDP's decoder units resharded at the loss, transformers' TP gathering the logits, Gemma's fp32 norm
+    # backward, FSDP's decoder units resharded at the loss, Gemma's fp32 norm
     # multiply, QK-norms by their traced bytes (before: 4 B per unit where the config
     # switched them on, none where the family implies them)
     monkeypatch.setattr("autoconf.estimators.theory.states.TIED_GRADIENT_COPIES", 0.0)
     monkeypatch.setattr("autoconf.estimators.theory.states.LOSS_RESHARDED_UNITS", 0.0)
-    monkeypatch.setattr("autoconf.estimators.theory.phases.GATHERED_LOGITS_TP", ())
     monkeypatch.setattr("autoconf.estimators.theory.norms.FP32_WEIGHT_NORMS", frozenset())
     monkeypatch.setattr("autoconf.estimators.theory.activations.qk_norm_bytes",
                         lambda job, arch: 4.0 * (arch.q_width + arch.kv_width) if arch.qk_norm else 0.0)

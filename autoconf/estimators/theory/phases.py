@@ -37,10 +37,6 @@ from autoconf.estimators.theory.states import States, vision_states
 from autoconf.estimators.theory.weights import AMP, sharded_fsdp
 from autoconf.schema import Calibration, Job, Phase, Placement
 
-# Stacks whose tensor parallelism is transformers' TP plan, whose LM head is "colwise_gather_output"
-# (transformers/models/llama/modeling_llama.py LlamaForCausalLM._tp_plan): every rank holds the whole vocabulary's
-# logits and loss (traced: tp 2 ranks hold the unsplit 12·V per token)
-GATHERED_LOGITS_TP = ("hf-trainer", "trl")
 PHASES: tuple[Phase, ...] = ("load", "loss", "backward", "static", "optimizer")  # max() order: the first peak wins
 TEXT_PARTS = STATE_PARTS  # the text parts of a phase, in the order they are summed
 VISION_PARTS = ("vision_weights", "vision_gradients", "vision_optimizer", "vision_activations")
@@ -181,11 +177,12 @@ def phase_parts(job: AnyJob, arch: Architecture, placement: AnyPlacement, st: St
     recompute = where(job.gradient_checkpointing, layer, 0.0)
     # a tied head's gradient waits in autograd's input buffer (one of st.tied_transient's two) while the first
     # layer is recomputed, and the sum at the very end holds both (states.tied_grad_transient)
-    # vocabulary-parallel loss under TP (Megatron, torchtitan's loss_parallel); transformers' own TP plan gathers the
-    # head's output on every rank (GATHERED_LOGITS_TP)
-    vocab_split = where(is_in(job.framework, GATHERED_LOGITS_TP), 1, placement.tp)
-    loss = ce.loss_bytes_per_token(job, arch, calib) * tokens / vocab_split
-    head = ce.loss_fixed_bytes(job, arch) / vocab_split
+    # vocabulary-parallel loss under TP (Megatron, nanotron, torchtitan's loss_parallel). transformers' own TP plan
+    # gathers the head's output on every rank instead ("colwise_gather_output"; traced: hf-trainer tp 2 ranks hold the
+    # unsplit 12·V per token), but the Megatron-like stacks' jobs also carry framework hf-trainer, so the split stays
+    # (docs/limitations.md)
+    loss = ce.loss_bytes_per_token(job, arch, calib) * tokens / placement.tp
+    head = ce.loss_fixed_bytes(job, arch) / placement.tp
     loss = where(head != 0, loss + head, loss)
     # amp keeps bf16 copies of the weights that autocast made, alive through forward and backward
     # (FSDP mixed precision instead gathers bf16 units, already counted in st.gathered)
