@@ -7,6 +7,11 @@ from typing import Any
 
 import pytest
 
+from autoconf.estimators import risk
+from autoconf.estimators.theory.rows import Table
+
+# autoconf/estimators/theory/risk_table.py SIGMA when the samples were made (bench/theory_risk.py at b08920b)
+SAMPLE_SIGMA = {"*": 0.0651, "full": 0.0500, "lora": 0.0375, "qlora": 0.0752}
 NOT_COMPARED = "tokens_per_second"  # the throughput model changed after the samples were made (issue 22)
 
 
@@ -26,6 +31,9 @@ def memory_as_at_the_sample(monkeypatch: pytest.MonkeyPatch) -> None:
     """Memory formulas changed since the samples, switched off so that the rest is compared as it was: torchtune's
     chunked loss holds one chunk's backward transients (+1·V per token, theory/loss.py, issue 20)."""
     monkeypatch.setattr("autoconf.estimators.theory.loss.CHUNK_TRANSIENT_BYTES_PER_VOCAB", 0.0)
+    # theory's risk σ as the samples' code had it (risk_table.py refitted on this round's theory)
+    sigmas = Table({k: v for k, v in SAMPLE_SIGMA.items() if k != "*"}, SAMPLE_SIGMA["*"])
+    monkeypatch.setattr(risk, "_SIGMAS", sigmas)
     # the traced grid's corrections (bench/traced_grid.py, issue 20): a tied embedding's gradient sum at the end of
     # backward, FSDP's decoder units resharded at the loss, Gemma's fp32 norm
     # multiply, QK-norms by their traced bytes (before: 4 B per unit where the config
