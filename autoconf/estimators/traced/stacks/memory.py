@@ -52,7 +52,7 @@ RUNS = {"torchtune": "builders, LoRA modules, chunked loss, activation checkpoin
 # huggingface_hub below transformers 5's) and imports triton for its expert-parallel kernels; litgpt 0.5.13 pins
 # huggingface_hub < 1.4 (docs/traced.md).
 STACK_PATH = "AUTOCONF_STACK_PATH"
-OWN_DIRECTORY = ("torchtune", "torchtitan", "litgpt")  # the stacks installed there; the others share this environment
+SHARED_ENVIRONMENT = ("deepspeed", "trl")  # stacks installed beside autoconf ([stacks] extra); the rest go in STACK_PATH
 INSTALL = {"torchtune": f"pip install --no-deps --target $DIR torchtune==0.6.1 torchao==0.15.0; {STACK_PATH}=$DIR",
            "torchtitan": "pip install --no-deps --target $DIR torchtitan==0.3.0 spmd_types==0.2.3 einops tyro typeguard "
                          f"docstring_parser torch_checkpointing triton; {STACK_PATH}=$DIR",
@@ -296,7 +296,7 @@ def trace_stack(spec: dict[str, Any], timeout_s: float = TRACE_TIMEOUT_S) -> dic
             pass
     path.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    if _stack_dirs() and spec["stack"] in OWN_DIRECTORY:
+    if _stack_dirs() and spec["stack"] not in SHARED_ENVIRONMENT:  # torchtune, torchtitan, litgpt: their own directory
         # only stacks installed into a directory of their own see it (after the caller's own path, this autoconf,
         # before the environment's packages): peft, which trl imports, refuses the torchao that torchtune needs there
         env["PYTHONPATH"] = os.pathsep.join([*filter(None, [os.environ.get("PYTHONPATH")]), *_stack_dirs()])
