@@ -44,7 +44,7 @@ SINGLE_MODELS = (
     "llava-1.5-7b", "qwen2-vl-2b", "llama3.2-11b-vision",
 )
 QLORA_MODELS = ("llama3.2-1b", "llama3.1-8b", "qwen2.5-0.5b", "mistral-7b-v0.1", "granite-3.1-2b", "qwen3-0.6b")
-SEQS = (512, 1024, 2048, 4096, 8192)
+SEQS = (512, 1024, 2048, 4096, 8192, 16384)
 BATCHES = (1, 2, 4)
 RANK_MODELS = ("llama3.2-1b", "llama3.1-8b", "qwen2.5-7b")
 WORLDS = (2, 4, 8, 16, 32, 64)

@@ -17,15 +17,14 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from autoconf.estimators.traced.stacks.memory import STACK_PATH, stack_version
+from tests._stack_cli import TINY, cache_fixture, estimate_args  # noqa: F401 (the cache fixture)
+from tests._stack_cli import cli as _cli
 from tests.test_traced_stacks import drive
 
 # litgpt 0.5.13 pins huggingface_hub < 1.4 (transformers 5 needs more): it goes in the stack directory (docs/traced.md)
@@ -128,22 +127,10 @@ def test_fake_trace_equals_the_real_cpu_step(traces: dict[str, Any]) -> None:
 
 
 # --- the interfaces: one small job (tiny-llama-test, LoRA, 64 tokens) on a shared cache: the first call traces -------
-TINY = "tiny-llama-test"
 OWN_CODE = "litgpt 0.5.13's own code"
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    return {**os.environ, "AUTOCONF_CACHE": str(tmp_path_factory.mktemp("litgpt-cache"))}
-
-
-def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "autoconf.interfaces.cli", *args], capture_output=True, text=True,
-                          env=env, timeout=600, check=False)
-
-
-ESTIMATE = ("estimate", "--model", TINY, "--seq-len", "64", "--per-device-batch", "1", "--lora", "--estimator",
-            "traced", "--framework", "litgpt")
+ESTIMATE = estimate_args("litgpt")
 
 
 @pytest.mark.slow

@@ -28,6 +28,8 @@ from typing import Any
 import pytest
 
 from autoconf.estimators.traced.stacks.memory import stack_version
+from tests._stack_cli import TINY, cache_fixture, estimate_args  # noqa: F401 (the cache fixture)
+from tests._stack_cli import cli as _cli
 
 pytestmark = pytest.mark.skipif(stack_version("trl") is None, reason="trl not installed (autoconf-gpu[stacks])")
 
@@ -174,22 +176,10 @@ def test_fake_trace_equals_the_real_cpu_step(traces: dict[str, Any]) -> None:
 
 
 # --- the interfaces: one small job (tiny-llama-test, LoRA, 64 tokens) on a shared cache: the first call traces -------
-TINY = "tiny-llama-test"
 OWN_CODE = "trl 1.16.0's own code"
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    return {**os.environ, "AUTOCONF_CACHE": str(tmp_path_factory.mktemp("trl-cache"))}
-
-
-def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "autoconf.interfaces.cli", *args], capture_output=True, text=True,
-                          env=env, timeout=600, check=False)
-
-
-ESTIMATE = ("estimate", "--model", TINY, "--seq-len", "64", "--per-device-batch", "1", "--lora", "--estimator",
-            "traced", "--framework", "trl")
+ESTIMATE = estimate_args("trl")
 
 
 @pytest.mark.slow

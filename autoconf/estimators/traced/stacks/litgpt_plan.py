@@ -14,6 +14,7 @@ from typing import Any
 
 from autoconf.catalog import Architecture
 from autoconf.estimators.theory.frameworks import resolve
+from autoconf.estimators.traced.stacks.spec import arch_spec
 from autoconf.schema import Job, Placement
 
 # catalogue model types built as LitGPT's LLaMA block (RMSNorm, LLaMAMLP, sequential residual, full rotary)
@@ -55,10 +56,7 @@ def litgpt_spec(job: Job, placement: Placement, arch: Architecture, batch: int) 
     """A LitGPT trace's spec (also its cache key)."""
     return {
         "stack": "litgpt",
-        "arch": {"name": arch.name, "model_type": arch.model_type, "vocab_size": arch.vocab_size,
-                 "num_layers": arch.num_layers, "num_heads": arch.num_heads, "num_kv_heads": arch.num_kv_heads,
-                 "hidden_size": arch.hidden_size, "intermediate_size": arch.intermediate_size,
-                 "head_dim": arch.head_dim, "attention_bias": arch.attention_bias},
+        "arch": arch_spec(arch, attention_bias=arch.attention_bias),
         # GPT.__init__ builds the rotary cache for the context (block_size); fit rebuilds it for the sequence
         "block_size": arch.max_position_embeddings or job.tokens_per_sample,
         "method": job.method, "dtype": job.dtype, "optimizer_impl": job.optimizer_impl,

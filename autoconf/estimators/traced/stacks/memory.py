@@ -27,6 +27,7 @@ from autoconf.estimators.traced.cache import cache_dir
 from autoconf.estimators.traced.fit import TRACE_TIMEOUT_S, TraceFailed
 from autoconf.estimators.traced.ranks import PHASE_TEXT, largest_rank, uneven
 from autoconf.estimators.traced.stacks.litgpt_plan import litgpt_spec, litgpt_unsupported
+from autoconf.estimators.traced.stacks.spec import arch_spec
 from autoconf.schema import Job, MemoryEstimate, Placement
 
 STACK_VERSION = 4  # part of the cache key: bump when a driver changes meaning
@@ -262,10 +263,7 @@ def stack_spec(job: Job, placement: Placement, arch: Architecture, batch: int) -
         targets = sorted(set(targets) | set(mlp))  # torchtune adapts the whole MLP or none of it
     return {
         "stack": job.framework,
-        "arch": {"name": arch.name, "model_type": arch.model_type, "vocab_size": arch.vocab_size,
-                 "num_layers": arch.num_layers, "num_heads": arch.num_heads, "num_kv_heads": arch.num_kv_heads,
-                 "hidden_size": arch.hidden_size, "intermediate_size": arch.intermediate_size,
-                 "head_dim": arch.head_dim, "tie_word_embeddings": arch.tie_word_embeddings},
+        "arch": arch_spec(arch, tie_word_embeddings=arch.tie_word_embeddings),
         # the rotary cache is (max_seq_len, head_dim / 2, 2) fp32: torchtune's builders use the model's context
         "max_seq_len": arch.max_position_embeddings or job.tokens_per_sample,
         "method": job.method, "dtype": job.dtype, "gradient_checkpointing": job.gradient_checkpointing,
