@@ -138,8 +138,10 @@ PROFILES: dict[str, Profile] = {
                  "loss": "components/loss.py cross_entropy_loss upcasts the logits to fp32 (loss-parallel under TP)",
                  "versions": "pytorch/torchtitan 0.3.0 (PyPI)"}),
     "trl": _hf_like(
-        "trl", "TRL 1.16 SFTTrainer (transformers 5.24 Trainer, accelerate 1.15, peft 0.21)", kbit_upcast=True,
-        sources={"kbit_upcast": _KBIT, "loss": "trl/trainer/utils.py add_fused_lm_head: the LM head is projected in "
+        "trl", "TRL 1.16 SFTTrainer (transformers 5.24 Trainer, accelerate 1.15, peft 0.21)",
+        sources={"kbit_upcast": "none: trl/trainer/sft_trainer.py 1.16 never calls peft's prepare_model_for_kbit_training "
+                 "(only the experimental ORPO / CPO trainers do), so QLoRA keeps bf16 norms and embeddings",
+                 "loss": "trl/trainer/utils.py add_fused_lm_head: the LM head is projected in "
                  "[4096, 32768] tiles over the valid tokens only (trl/kernels/chunked_logprob.py), no full logits",
                  "versions": "trl 1.16.0 (PyPI)"}),
     "fsdp-qlora": _hf_like(
