@@ -160,7 +160,7 @@ def test_interrupted_sweep_leaves_the_previous_output_intact(tmp_path: Path) -> 
     """SIGINT while the sweep writes a large output: the old file is byte-identical, no partial file remains."""
     small, big, out = tmp_path / "small.csv", tmp_path / "big.csv", tmp_path / "out.csv"
     small.write_text(ROWS)
-    body = "".join(f"llama3.1-8b,lora,A100,{256 * (1 + i % 64)},{1 + i % 32}\n" for i in range(60_000))
+    body = "".join(f"llama3.1-8b,lora,A100,{256 * (1 + i % 64)},{1 + i % 32}\n" for i in range(400_000))  # a write that lasts seconds
     big.write_text(ROWS.splitlines()[0] + "\n" + body)
     base = [*CLI, "sweep", "--estimator", "theory", "--output", str(out)]
     assert subprocess.run([*base, "--input", str(small)], capture_output=True).returncode == 0
