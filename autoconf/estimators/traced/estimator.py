@@ -55,11 +55,11 @@ TRACED_REL_SIGMA = 0.06
 # Architecture fields that do not change the model (kept out of the cache key).
 _NON_STRUCTURAL = ("source", "verification", "answerable", "aliases")
 WEIGHTS, GRADIENTS, OPTIMIZER = range(3)
-# peft's own default targets for model types without q_proj/v_proj (peft.utils.constants,
-# TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING: gpt_bigcode -> c_attn), used when the job keeps
-# the default q_proj,v_proj, as peft does when no targets are given.
+
+
 def lora_targets(job: Job, arch: Architecture) -> tuple[str, ...]:
-    """The job's LoRA targets as modules of this architecture (the family's peft default for the default)."""
+    """The job's LoRA targets as modules of this architecture: the default q_proj, v_proj becomes the family's own
+    default where it has no such modules (catalog/lora.py DEFAULT_TARGETS, peft's mapping where peft has the family)."""
     if arch.lora_targets(job.lora_target_modules):
         return target_names(arch, tuple(job.lora_target_modules))
     names = ", ".join(lin.name for lin in arch.layer_linears if lin.name != "router")
