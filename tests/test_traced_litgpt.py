@@ -15,15 +15,13 @@ The whole single-device trace on fake tensors equals the same code on real CPU t
 
 from __future__ import annotations
 
-import csv
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from autoconf.estimators.traced.stacks.memory import STACK_PATH, stack_version
-from tests._stack_cli import TINY, cache_fixture, estimate_args  # noqa: F401 (the cache fixture)
+from tests._stack_cli import TINY, cache_fixture, check_rest_answers_from_the_stack, check_sweep_row_is_the_estimate, estimate_args  # noqa: F401 (the cache fixture)
 from tests._stack_cli import cli as _cli
 from tests.test_traced_stacks import drive
 
@@ -154,33 +152,12 @@ def test_cli_answers_from_litgpts_code(cache: dict[str, str]) -> None:
 @pytest.mark.slow
 def test_sweep_answers_from_litgpts_code(cache: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The sweep's row is the estimator's answer for the same job: LitGPT's trace."""
-    from autoconf.estimators.contract import get_estimator
-    from autoconf.schema import Job, Placement
-
-    src, out = tmp_path / "in.csv", tmp_path / "out.csv"
-    src.write_text("model_name,method,gpu_model,tokens_per_sample,batch_size,number_gpus,framework\n"
-                   f"{TINY},lora,NVIDIA-A100-80GB-PCIe,64,1,1,litgpt\n", encoding="utf-8")
-    done = _cli(cache, "sweep", "--input", str(src), "--output", str(out), "--estimator", "traced")
-    assert done.returncode == 0, done.stderr
-    answer = next(csv.DictReader(out.read_text(encoding="utf-8").splitlines()))
-    monkeypatch.setenv("AUTOCONF_CACHE", cache["AUTOCONF_CACHE"])
-    memory = get_estimator("traced").estimate(Job(model=TINY, method="lora", tokens_per_sample=64, batch_size=1,
-                                                  framework="litgpt"),
-                                              Placement(gpu_model="NVIDIA-A100-80GB-PCIe")).memory
-    assert OWN_CODE in memory.notes[0]
-    assert float(answer["peak_allocated_gib"]) == pytest.approx(memory.peak_allocated_bytes / 2**30, abs=1e-4)
+    check_sweep_row_is_the_estimate(cache, tmp_path, monkeypatch, "litgpt", OWN_CODE)
 
 
 @pytest.mark.slow
 def test_rest_answers_from_litgpts_code(cache: dict[str, str]) -> None:
-    from tests._server import serve
-
-    body = {"model": TINY, "method": "lora", "gpu_model": "NVIDIA-A100-80GB-PCIe", "number_gpus": 1,
-            "tokens_per_sample": 64, "batch_size": 1, "estimator": "traced", "framework": "litgpt"}
-    with serve(env={"AUTOCONF_CACHE": cache["AUTOCONF_CACHE"]}) as http:
-        res = http.post("/api/memory", json=body)
-    assert res.status_code == 200, res.text
-    assert OWN_CODE in json.dumps(res.json())
+    check_rest_answers_from_the_stack(cache, "litgpt", OWN_CODE)
 
 
 @pytest.mark.parametrize(("flags", "why"), [(("--qlora",), "bitsandbytes"),
