@@ -108,7 +108,7 @@ def pending(rows: pd.DataFrame) -> tuple[pd.Series, dict[str, tuple[dict[str, An
     from autoconf.estimators.traced.cache import cache_dir, cache_key
     from autoconf.estimators.traced.estimator import _regime, trace_spec
     from autoconf.estimators.traced.ranks import rank_unsupported
-    from autoconf.estimators.traced.refusal import untraceable
+    from autoconf.estimators.traced.refusal import decide
     from autoconf.evaluation.data import row_to_inputs
 
     ready, todo = [], {}
@@ -122,7 +122,7 @@ def pending(rows: pd.DataFrame) -> tuple[pd.Series, dict[str, tuple[dict[str, An
         except Exception:  # noqa: BLE001  # refused rows answer at once
             ready.append(True)
             continue
-        if untraceable(job, placement, arch):  # every stack's refusal (traced/refusal.py): answered at once
+        if decide(job, placement, arch).refusal:  # every stack's refusal (traced/refusal.py): answered at once
             ready.append(True)
         elif (placement.dp > 1 or placement.tp > 1) and rank_unsupported(job, placement) is None:
             ready.append(True)  # rank traces are few (a dozen rows): traced even here

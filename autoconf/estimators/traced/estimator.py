@@ -41,8 +41,8 @@ from autoconf.estimators.theory.throughput import estimate_throughput
 from autoconf.estimators.traced.cache import get_fit
 from autoconf.estimators.traced.fit import PHASE_NAMES, Fit, TraceFailed, regime_of
 from autoconf.estimators.traced.ranks import FSDP1_STACKS, PHASE_TEXT, rank_memory, rank_unsupported
-from autoconf.estimators.traced.refusal import untraceable
-from autoconf.estimators.traced.stacks.memory import applies, missing, routes, stack_memory, stack_unsupported
+from autoconf.estimators.traced.refusal import decide
+from autoconf.estimators.traced.stacks.memory import stack_memory
 from autoconf.schema import Estimate, EstimatorName, Job, MemoryEstimate, Placement
 
 logger = logging.getLogger(__name__)
@@ -149,14 +149,13 @@ class TracedEstimator(Estimator):
 
     def estimate(self, job: Job, placement: Placement) -> Estimate:
         arch = get_architecture(job.model)
-        reason = untraceable(job, placement, arch)
-        if reason is not None:  # a property of the job: say so, never answer it under the traced name
-            raise InvalidInputError("estimator", f"traced cannot run this job ({job.framework}): {reason}; "
+        decision = decide(job, placement, arch)
+        if decision.refusal is not None:  # a property of the job: say so, never answer it under the traced name
+            raise InvalidInputError("estimator", f"traced cannot run this job ({job.framework}): {decision.refusal}; "
                                     "use --estimator theory")
-        engine = stack_unsupported(job, placement, arch) if applies(job, placement) else None
-        if engine is None and routes(job, placement):  # the stack's own training code (traced/stacks/)
+        if decision.stack:  # the stack's own training code (traced/stacks/)
             return self._stack_estimate(job, placement, arch)
-        memory = None
+        memory, reason = None, None
         try:
             memory = self._traced_memory(job, placement, arch)
         except TraceFailed as exc:  # the worker failed on a job it should run: theory, with the reason
@@ -165,16 +164,13 @@ class TracedEstimator(Estimator):
         if memory is None:
             theory = estimate_memory(job, placement, arch=arch)
             memory = theory.model_copy(update={"notes": (*theory.notes, f"traced: {reason}; theory estimate")})
-        absent = missing(job, placement)  # a stack driver that would apply is not installed
-        if engine is not None:  # HF_REPLICA_STACKS: the stack's driver does not run this job
-            absent = f"traced: {job.framework}'s own code not run: {engine}; the HF step answers"
-        if absent is not None:
-            memory = memory.model_copy(update={"notes": (*memory.notes, absent)})
+        if decision.note is not None:  # the stack's driver does not run this job, or is not installed
+            memory = memory.model_copy(update={"notes": (*memory.notes, decision.note)})
         return Estimate(job=job, placement=placement, memory=memory, throughput=self._throughput(job, placement),
                         estimator="traced", model_version=self.model_version)
 
     def _stack_estimate(self, job: Job, placement: Placement, arch: Architecture) -> Estimate:
-        # estimate() has refused what the stack's code cannot run (untraceable)
+        # estimate() has refused what the stack's code cannot run (refusal.decide)
         try:
             memory = stack_memory(job, placement, arch, micro_batch(job, placement))
             memory = memory.model_copy(update={

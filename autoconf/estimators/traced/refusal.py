@@ -9,6 +9,8 @@ step answers, noted with the install line), a partial trace (one replica traced,
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from autoconf.catalog import Architecture, get_architecture
 from autoconf.catalog.families import REMOTE_CODE
 from autoconf.estimators.theory.frameworks import resolve
@@ -74,24 +76,38 @@ def untraceable_reason(job: Job, placement: Placement) -> str | None:
     return None
 
 
-def untraceable(job: Job, placement: Placement, arch: Architecture) -> str | None:
-    """Why traced refuses ``job``, by one rule for every stack (None: it answers).
+@dataclass(frozen=True)
+class Decision:
+    """What traced does with a job: refuse it, or answer it from the stack's own driver or from the HF step."""
+
+    refusal: str | None  # why traced refuses the job (None: it answers)
+    stack: bool = False  # the stack's own training code answers (traced/stacks/)
+    note: str | None = None  # the HF step answers a job whose stack has a driver: why that driver does not run
+
+
+def decide(job: Job, placement: Placement, arch: Architecture) -> Decision:
+    """Whether traced refuses ``job`` (by one rule for every stack) and, if not, which code answers it.
 
     A stack with a driver (torchtune, torchtitan, trl; DeepSpeed's ZeRO on several GPUs) is refused where its code
     cannot run the job, whether or not the driver is installed here; DeepSpeed then goes to one HF replica
     (HF_REPLICA_STACKS). Everything the HF step answers is refused where it cannot trace the job. A trace that fails
     at run time, a driver not installed and a partial trace are answers with a note, not refusals.
     """
+    engine = None
     if applies(job, placement):
-        why = stack_unsupported(job, placement, arch)
-        if why is not None and job.framework not in HF_REPLICA_STACKS:
-            return why
-        if why is None and missing(job, placement) is None:
-            return None  # the stack's own code runs it
+        engine = stack_unsupported(job, placement, arch)
+        if engine is not None and job.framework not in HF_REPLICA_STACKS:
+            return Decision(engine)
+        if engine is None and missing(job, placement) is None:
+            return Decision(None, stack=True)  # the stack's own code runs it
     reason = untraceable_reason(job, placement)
     if reason is None and arch.model_type in NO_SDPA and job.attention != "eager":
         reason = (f"{arch.model_type}'s {NO_SDPA[arch.model_type]} has no SDPA path in transformers, and flash-"
                   f"attention does not run on CPU; traced runs it with --attention eager only")
     if reason is None and arch.family in REMOTE_CODE:
         reason = f"{arch.family} is hub remote code (no transformers class to trace)"
-    return reason
+    if reason is not None:
+        return Decision(reason)
+    if engine is not None:  # HF_REPLICA_STACKS: the stack's driver does not run this job
+        return Decision(None, note=f"traced: {job.framework}'s own code not run: {engine}; the HF step answers")
+    return Decision(None, note=missing(job, placement))  # a stack driver that would apply is not installed

@@ -93,12 +93,6 @@ def missing(job: Job, placement: Placement) -> str | None:
     return f"traced: {job.framework}'s own code not run: {', '.join(absent)} not installed ({INSTALL[job.framework]})"
 
 
-def routes(job: Job, placement: Placement) -> bool:
-    """Whether the job goes to its stack's driver: one applies and is installed (the estimator refuses first what
-    the stack's code cannot run: traced/refusal.py)."""
-    return applies(job, placement) and missing(job, placement) is None
-
-
 # torchtune builders we map catalogue architectures onto (torchtune.models.<family>._component_builders)
 TORCHTUNE_TYPES = {"llama": "llama3_2", "qwen2": "qwen2", "mistral": "mistral"}
 LORA_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "all-linear")
