@@ -41,20 +41,23 @@ def memory_as_at_the_sample(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("autoconf.estimators.theory.states.TIED_GRADIENT_COPIES", 0.0)
     monkeypatch.setattr("autoconf.estimators.theory.states.LOSS_RESHARDED_UNITS", 0.0)
     monkeypatch.setattr("autoconf.estimators.theory.norms.FP32_WEIGHT_NORMS", frozenset())
-    monkeypatch.setattr("autoconf.estimators.theory.activations.qk_norm_bytes",
+    monkeypatch.setattr("autoconf.estimators.theory.coefficients.qk_norm_bytes",
                         lambda job, arch: 4.0 * (arch.q_width + arch.kv_width) if arch.qk_norm else 0.0)
     # the grid's family corrections (issue 20): bf16 LayerNorms, exact norm counts and statistics, the attention
     # layout copies, gelu_new's saved tensors, the final norm and rotary tables outside the layers
-    act = "autoconf.estimators.theory.activations"
+    act, coef, lora = (f"autoconf.estimators.theory.{name}" for name in ("activations", "coefficients", "lora_activations"))
     monkeypatch.setattr("autoconf.estimators.theory.norms.BF16_NORM_FAMILIES", frozenset({"gpt_bigcode"}))
     monkeypatch.setattr("autoconf.estimators.theory.norms.COHERE_NORM", False)
-    monkeypatch.setattr(f"{act}.norm_bytes", _old_norm_bytes)
-    monkeypatch.setattr(f"{act}.norm_stat_bytes", lambda arch: 8.0)
-    monkeypatch.setattr(f"{act}.attention_layout_bytes", lambda job, arch: 0.0)
-    monkeypatch.setattr(f"{act}.PLAIN_MLP_BYTES", {})
-    monkeypatch.setattr(f"{act}.final_norm_bytes", lambda job, arch: 8.0 * arch.hidden_size)
+    for module in (coef, lora):  # each module that reads the name
+        monkeypatch.setattr(f"{module}.norm_bytes", _old_norm_bytes)
+    monkeypatch.setattr(f"{coef}.norm_stat_bytes", lambda arch: 8.0)
+    monkeypatch.setattr(f"{coef}.attention_layout_bytes", lambda job, arch: 0.0)
+    monkeypatch.setattr(f"{coef}.PLAIN_MLP_BYTES", {})
+    for module in (act, lora):
+        monkeypatch.setattr(f"{module}.final_norm_bytes", lambda job, arch: 8.0 * arch.hidden_size)
     monkeypatch.setattr(f"{act}.ROTARY_TABLE_BYTES", {})
-    monkeypatch.setattr(f"{act}.rotary_dim", lambda arch: arch.head_dim)
+    for module in (act, coef, lora):
+        monkeypatch.setattr(f"{module}.rotary_dim", lambda arch: arch.head_dim)
     monkeypatch.setattr(f"{act}.LEARNED_POSITION_BYTES", 0)
     monkeypatch.setattr(f"{act}.lora_inputs_delta", lambda job, arch, inputs: 0.0)
     monkeypatch.setattr(f"{act}.frozen_input_bytes", lambda job, arch: 0.0)

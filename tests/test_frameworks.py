@@ -14,6 +14,7 @@ from autoconf.errors import InvalidInputError
 from autoconf.estimators.risk import oom_probability
 from autoconf.estimators.theory import activations as act
 from autoconf.estimators.theory import loss as ce
+from autoconf.estimators.theory.coefficients import attention_coef
 from autoconf.estimators.theory.cuda import communicators
 from autoconf.estimators.theory.memory import estimate_memory, side_stream_bytes
 from autoconf.estimators.theory.states import States, model_states
@@ -122,7 +123,7 @@ def test_mpt_layernorm_bytes_follow_where_it_computes(framework: str, dtype: str
     # mpt-7b: h = 4096, 32 heads, MHA. Two norms of per_norm·h, attention q, k, v, out 2·h each + fp32 lse 4·a + 8
     job = Job(model="mpt-7b", method="full", framework=framework, dtype=dtype)
     expected = (2 * per_norm * 4096 + 8 * 4096 + 4 * 32 + 8) / 4096
-    assert act.attention_coef(job, get_architecture("mpt-7b")) == pytest.approx(expected)
+    assert attention_coef(job, get_architecture("mpt-7b")) == pytest.approx(expected)
 
 
 def test_quantised_lm_head_saves_weight_bytes_and_adds_a_dequantised_copy() -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from autoconf.catalog import get_architecture
 from autoconf.estimators.theory import activations as act
+from autoconf.estimators.theory.coefficients import mlp_coef
 from autoconf.schema import Job
 
 R = 8  # Job default LoRA rank: each adapted module keeps its fp32 lora_A output, 4·r
@@ -123,7 +124,7 @@ def test_deepseek_v2_moe_block_by_hand() -> None:
     indices 24 and an fp32 routing weight 4; the fp32 gate's input copy 4h, softmax 4 · 64 and int64 top-k 8 · 6."""
     arch, job = get_architecture("deepseek-v2-lite"), _job("deepseek-v2-lite", "full")
     expected = 8 * (6 * 1408 + 2816) + 6 * (4 * 2048 + 24 + 4) + 4 * 2048 + 4 * 64 + 8 * 6
-    assert act.mlp_coef(job, arch, moe=True) * arch.hidden_size == pytest.approx(expected)
+    assert mlp_coef(job, arch, moe=True) * arch.hidden_size == pytest.approx(expected)
 
 
 # LoRA (peft) outside the layers: the final norm's fp32 copy and statistic, the head's input (alive as the model's

@@ -14,6 +14,7 @@ from autoconf.catalog import get_architecture
 from autoconf.errors import AutoconfError
 from autoconf.estimators.contract import Estimator
 from autoconf.estimators.theory import activations as act
+from autoconf.estimators.theory import coefficients as coef
 from autoconf.estimators.theory.memory import CUDA_CONTEXT_BYTES, NCCL_BYTES
 from autoconf.interfaces.probe.memory import gpu_facts
 from autoconf.schema import GIB, Answer, Calibration, Job, Placement
@@ -29,12 +30,12 @@ def _line(label: str, value: float) -> str:
 def attention_share(job: Job, calib: Calibration | None) -> float:
     """Attention's share of one decoder layer's saved bytes per token (eager adds its s² scores)."""
     arch = get_architecture(job.model)
-    attention = act.attention_coef(job, arch, calib) * arch.hidden_size
+    attention = coef.attention_coef(job, arch, calib) * arch.hidden_size
     if job.attention == "eager":
         factor = calib.attn_act_factor_eager if calib and calib.attn_act_factor_eager is not None \
             else act.EAGER_BYTES_PER_SCORE
         attention += factor * arch.num_heads * job.tokens_per_sample
-    mlp = act.mlp_coef(job, arch, calib) * arch.hidden_size
+    mlp = coef.mlp_coef(job, arch, calib) * arch.hidden_size
     return attention / (attention + mlp) if attention + mlp > 0 else 0.0
 
 

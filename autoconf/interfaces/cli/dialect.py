@@ -17,6 +17,7 @@ from autoconf.catalog import get_architecture, get_gpu
 from autoconf.errors import InvalidInputError
 from autoconf.estimators.risk import oom_probability
 from autoconf.estimators.theory import activations as act
+from autoconf.estimators.theory import coefficients as coef
 from autoconf.estimators.theory import cuda
 from autoconf.estimators.theory import loss as ce
 from autoconf.estimators.theory.frameworks import resolve
@@ -140,9 +141,9 @@ def _factor_notes(args: argparse.Namespace, job: Job, placement: Placement) -> l
     flash = job.attention != "eager"
     attn_flag = "attn_act_factor_fa" if flash else "attn_act_factor_no_fa"
     if getattr(args, attn_flag) is None and args.attn_act_factor_flash is None:
-        out.append((f"--{attn_flag.replace('_', '-')}", f"{act.attention_coef(job, arch):.1f} (traced)"))
+        out.append((f"--{attn_flag.replace('_', '-')}", f"{coef.attention_coef(job, arch):.1f} (traced)"))
     if args.mlp_act_factor is None:
-        out.append(("--mlp-act-factor", f"{act.mlp_coef(job, arch):.1f} (traced)"))
+        out.append(("--mlp-act-factor", f"{coef.mlp_coef(job, arch):.1f} (traced)"))
     if args.grad_ckpt_reduction is None and job.gradient_checkpointing:
         kept = act.checkpoint_bytes_per_token(job, arch) / act.layer_bytes_per_token(job, arch)
         out.append(("--grad-ckpt-reduction", f"{kept:.3f} (each layer keeps only its input)"))

@@ -1,0 +1,111 @@
+"""What a peft LoRA step saves unlike the full fine-tuning layer it is derived from, per token (traced).
+
+Each adapted linear keeps its input cast to the fp32 adapters; frozen norms and linears keep no input for their
+weights; the first layer, fed by the frozen embedding, records nothing that depends on frozen weights alone
+(activations.py's docstring has the closed forms).
+"""
+
+from __future__ import annotations
+
+from autoconf.catalog.architecture import Architecture
+from autoconf.catalog.families import FAMILIES, qk_norm_kind
+from autoconf.estimators.theory.coefficients import (
+    PER_LAYER_ROTARY_BYTES,
+    ROTARY_CAT_FAMILIES,
+    adapts_down,
+    mlp_coef,
+    rotary_dim,
+)
+from autoconf.estimators.theory.norms import NORM_STAT_BYTES, PARALLEL_FAMILIES, final_norm_bytes, lora_norm_bytes, norm_bytes
+from autoconf.estimators.theory.rows import AnyJob, Flag, Num, per_value, settings_of, where
+
+POST_NORM_FAMILIES = frozenset({"olmo2"})  # no norm before attention: the projections read the residual stream
+FROZEN_FIRST_LAYER = 1  # 0: LoRA's first layer counted like the others (frozen_input_bytes)
+LORA_INPUT_BYTES = 4  # an adapted linear's input cast to fp32 adapters, per unit (lora_inputs_delta)
+
+
+def frozen_input_bytes(job: AnyJob, arch: Architecture) -> Num:
+    """What a peft LoRA step keeps less than the full fine-tuning terms, outside the per-layer figure.
+
+    The frozen final norm keeps no normalized input for its weight (norm_bytes' trained term). Without
+    checkpointing, the first layer's input comes from the frozen embedding and needs no gradient, so autograd
+    records nothing that depends on it and frozen weights alone: the norms that read it (its input norm, a parallel
+    block's norms), a parallel block's frozen MLP, a frozen k_proj's k_norm (gptj: its sin / cos). Traced: llama3.2-1b
+    2·h + 4·head_dim + 16
+    outside the layers (12,572 with checkpointing, −2·h), phi-2 4·h + 4 · 32 + 20 − (2·h + 4 + 8·I) = −76,656; the
+    first layer (saved-tensor lists): qwen3 −(4·h + 4) − (4·kv + 4 · 8), pythia −(2·h + 8 + 2·I), olmo2 −(4·kv + 4),
+    gpt-j −(2·h + 4 + 8·I + 4 · 64), santacoder −(2·h + 4).
+    """
+    h, count = arch.hidden_size, max(arch.norms_per_layer, 1)
+    trained = final_norm_bytes(job, arch) - lora_norm_bytes(job, arch) / count - 2 * h
+    if arch.mla is not None or arch.mamba is not None or FROZEN_FIRST_LAYER == 0:
+        return trained
+    parallel = arch.family in PARALLEL_FAMILIES
+    if arch.family in POST_NORM_FAMILIES:
+        norms: Num = 0.0
+    else:
+        norms = lora_norm_bytes(job, arch) * (1 if parallel else 1 / count) + NORM_STAT_BYTES * (count if parallel else 1)
+    mlp_names = set(FAMILIES[arch.family].mlp)
+    mlp_trains = per_value(job.lora_target_modules, lambda t: _adapts(arch, t, mlp_names)) > 0
+    mlp = where(mlp_trains, 0.0, mlp_coef(job, arch) * h) if parallel else 0.0
+    kind = qk_norm_kind(arch)
+    k_norm: Num = 0.0
+    if kind in ("head", "full"):
+        k_trains = per_value(job.lora_target_modules, lambda t: _adapts(arch, t, {"k_proj"})) > 0
+        rows = arch.kv_width // max(arch.head_dim, 1) if kind == "head" else 1
+        k_norm = where(k_trains, 0.0, 4.0 * arch.kv_width + 4.0 * rows)
+    if arch.family in PER_LAYER_ROTARY_BYTES:  # a frozen k_proj's k keeps no sin / cos of its own (gptj)
+        k_trains = per_value(job.lora_target_modules, lambda t: _adapts(arch, t, {"k_proj"})) > 0
+        k_norm = k_norm + where(k_trains, 0.0, PER_LAYER_ROTARY_BYTES[arch.family] / 2 * rotary_dim(arch))
+    return trained + where(job.gradient_checkpointing, 0.0, norms + mlp + k_norm)
+
+
+def _adapts(arch: Architecture, targets: tuple[str, ...], names: set[str]) -> float:
+    """1 where the targets adapt one of these linears (0 for a batch's full fine-tuning rows: targets_or_zero)."""
+    try:
+        return 1.0 if {lin.name for lin in arch.lora_targets(targets)} & names else 0.0
+    except ValueError:
+        return 0.0
+
+
+def adapted_inputs(job: AnyJob, arch: Architecture, lora: Flag) -> Num:
+    """Input units of the adapted linears of one layer (q, k, v, gate, up: h; o_proj: q; down: I; experts skipped)."""
+    def width(targets: tuple[str, ...]) -> int:
+        try:
+            linears = arch.lora_targets(targets)
+        except ValueError:
+            if lora is True:
+                raise
+            return 0  # a full fine-tuning row of a batch (targets_or_zero)
+        return sum(lin.in_features for lin in linears if lin.per_layer == 1)
+    return per_value(job.lora_target_modules, width)
+
+
+def lora_inputs_delta(job: AnyJob, arch: Architecture, inputs: Num) -> Num:
+    """What a peft LoRA layer keeps unlike the full fine-tuning layer it is derived from (bf16 LoRA, fp32 adapters).
+
+    Each adapted linear keeps its input cast to the adapters' fp32 (peft lora Linear.forward: ``x =
+    self._cast_input_dtype(x, lora_A.weight.dtype)``, lora_A's saved input: 4 per input unit), while the frozen
+    norm weights keep no normalized input and the frozen linears keep no bf16 input (norm_bytes' outputs, the
+    copied out-projection input of ROTARY_CAT_FAMILIES, or of eager attention). For llama's q_proj, v_proj the two
+    cancel (+8·h − 8·h; eager −2·q);
+    traced: phi-2 +6·h − 2·q, starcoder2 +4·h, stablelm +6·h − 2·q, phi-3-mini −6·h, cohere +2·h.
+    """
+    kept = norm_bytes(job, arch) - lora_norm_bytes(job, arch)
+    # the out projection's copied input: eager attention's for every family, flash's after a rotary cat
+    copy = where(job.attention == "eager", 2.0 * arch.q_width,
+                 2.0 * arch.q_width if arch.family in ROTARY_CAT_FAMILIES else 0.0)
+    # an adapted down projection's frozen base keeps no bf16 input either (mlp_coef keeps it for an adapted one)
+    down = 0.0 if arch.is_moe else where(per_value(job.lora_target_modules, adapts_down) > 0,
+                                         2.0 * arch.intermediate_size, 0.0)
+    delta = LORA_INPUT_BYTES * inputs - kept - copy - down
+    return where((job.method == "lora") & (settings_of(job).adapter_bytes == 4), delta, 0.0)
+
+
+def targets_or_zero(arch: Architecture, targets: tuple[str, ...]) -> int:
+    """Adapted modules of ``targets`` in a batch that may hold full fine-tuning rows (whose targets are never read:
+    the rows that adapt them were checked first, see vector.py)."""
+    try:
+        return len(arch.lora_targets(targets))
+    except ValueError:
+        return 0
