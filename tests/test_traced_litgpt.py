@@ -23,7 +23,7 @@ import pytest
 from autoconf.estimators.traced.stacks.memory import STACK_PATH, stack_version
 from tests._stack_cli import TINY, cache_fixture, check_rest_answers_from_the_stack, check_sweep_row_is_the_estimate, estimate_args  # noqa: F401 (the cache fixture)
 from tests._stack_cli import cli as _cli
-from tests.test_traced_stacks import drive
+from tests._stack_driver import check_fake_equals_real, drive, phase
 
 # litgpt 0.5.13 pins huggingface_hub < 1.4 (transformers 5 needs more): it goes in the stack directory (docs/traced.md)
 pytestmark = pytest.mark.skipif(stack_version("litgpt") is None or stack_version("lightning") is None,
@@ -71,10 +71,6 @@ def hand(method: str, world: int = 1) -> list[int]:
     return [weights, 2 * trained, 2 * 2 * trained + 4 * tensors, indices]
 
 
-def phase(summary: dict[str, Any], step: int, name: str) -> dict[str, Any]:
-    return next(p for p in summary["phases"] if p["step"] == step and p["phase"] == name)
-
-
 @pytest.fixture(scope="module")
 def traces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     runs = {"full": spec("full", accumulation=2), "lora": spec("lora"), "lora-real": spec("lora", real=True),
@@ -119,9 +115,7 @@ def test_fsdp_full_save_gathers_one_unit_at_a_time(traces: dict[str, Any]) -> No
 
 @pytest.mark.slow
 def test_fake_trace_equals_the_real_cpu_step(traces: dict[str, Any]) -> None:
-    fake, real = traces["lora"], traces["lora-real"]
-    assert fake["phases"] == real["phases"]
-    assert fake["reserved_peak"] == real["reserved_peak"]
+    check_fake_equals_real(traces["lora"], traces["lora-real"])
 
 
 # --- the interfaces: one small job (tiny-llama-test, LoRA, 64 tokens) on a shared cache: the first call traces -------

@@ -8,7 +8,6 @@ tensors equals, phase by phase, the same code on real CPU tensors.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -19,6 +18,7 @@ from typing import Any
 import pytest
 
 from autoconf.estimators.traced.stacks.memory import STACK_PATH, stack_version
+from tests._stack_driver import check_fake_equals_real, drive, phase
 
 # torchtune goes in a directory of its own (AUTOCONF_STACK_PATH; docs/traced.md): its torchao 0.15 and peft 0.21
 # cannot share one environment
@@ -27,20 +27,6 @@ needs_torchtune = pytest.mark.skipif(stack_version("torchtune") is None or stack
 # DeepSpeed's CPU accelerator compiles its shared-memory communication op (ninja + a C++ compiler) on first use
 needs_deepspeed = pytest.mark.skipif(stack_version("deepspeed") is None or shutil.which("c++") is None,
                                      reason="deepspeed or a C++ compiler (for its CPU communication op) not installed")
-
-
-def drive(stack: str, spec_: dict[str, Any], tmp: Path) -> dict[str, Any]:
-    """The stack's driver in a subprocess that sees the stack directories, as the estimator runs it."""
-    path = tmp / f"{stack}.json"
-    path.write_text(json.dumps(spec_), encoding="utf-8")
-    env = dict(os.environ)
-    dirs = [d for d in os.environ.get(STACK_PATH, "").split(os.pathsep) if d]
-    env["PYTHONPATH"] = os.pathsep.join([*filter(None, [os.environ.get("PYTHONPATH")]), *dirs])
-    done = subprocess.run([sys.executable, "-m", f"autoconf.estimators.traced.stacks.{stack}_step", str(path),
-                           str(tmp / f"{stack}.npz")], capture_output=True, text=True, timeout=600, env=env, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    out: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return out
 
 
 V, L, D, H, KV, FF = 256, 2, 64, 4, 2, 128  # vocab, layers, hidden, heads, kv heads, MLP width
@@ -70,10 +56,6 @@ def hand_static(method: str, world: int) -> tuple[int, int, int]:
     return weights, 2 * trainable // world, 2 * 2 * trainable // world + 4 * tensors
 
 
-def phase(summary: dict[str, Any], step: int, name: str) -> dict[str, Any]:
-    return next(p for p in summary["phases"] if p["step"] == step and p["phase"] == name)
-
-
 @pytest.fixture(scope="module")
 def traces(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, int, bool], dict[str, Any]]:
     runs = [("full", 1, False), ("full", 4, False), ("lora", 4, False), ("lora", 4, True)]
@@ -94,9 +76,7 @@ def test_static_bytes_per_rank_are_the_hand_derived_ones(traces: dict[Any, Any],
 @pytest.mark.slow
 @needs_torchtune
 def test_fake_trace_equals_the_real_cpu_step(traces: dict[Any, Any]) -> None:
-    fake, real = traces[("lora", 4, False)], traces[("lora", 4, True)]
-    assert fake["phases"] == real["phases"]
-    assert fake["reserved_peak"] == real["reserved_peak"]
+    check_fake_equals_real(traces[("lora", 4, False)], traces[("lora", 4, True)])
 
 
 @pytest.mark.slow
@@ -104,9 +84,8 @@ def test_fake_trace_equals_the_real_cpu_step(traces: dict[Any, Any]) -> None:
 def test_qlora_fake_trace_equals_the_real_cpu_step(tmp_path: Path) -> None:
     # NF4 quantises blocks of 64 values and double-quantises blocks of 256 scalers: every weight needs 64·256 | numel
     arch = {**ARCH, "hidden_size": 256, "intermediate_size": 512}
-    fake, real = (drive("torchtune", {**spec("qlora", 1, real=r), "arch": arch}, tmp_path) for r in (False, True))
-    assert fake["phases"] == real["phases"]
-    assert fake["reserved_peak"] == real["reserved_peak"]
+    check_fake_equals_real(*(drive("torchtune", {**spec("qlora", 1, real=r), "arch": arch}, tmp_path)
+                             for r in (False, True)))
 
 
 @pytest.mark.slow
@@ -165,6 +144,4 @@ def test_deepspeed_zero_keeps_adam_states_of_its_fp32_partition(zero: dict[Any, 
 @pytest.mark.slow
 @needs_deepspeed
 def test_deepspeed_fake_trace_equals_the_real_cpu_step(zero: dict[Any, Any]) -> None:
-    fake, real = zero[(3, False)], zero[(3, True)]
-    assert fake["phases"] == real["phases"]
-    assert fake["reserved_peak"] == real["reserved_peak"]
+    check_fake_equals_real(zero[(3, False)], zero[(3, True)])

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from autoconf.estimators.traced.stacks.memory import STACK_PATH, stack_version
-from tests.test_traced_stacks import drive
+from tests._stack_driver import drive
 
 pytestmark = pytest.mark.skipif(stack_version("torchtitan") is None, reason=f"torchtitan not installed here or in ${STACK_PATH}")
 

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +27,7 @@ import pytest
 from autoconf.estimators.traced.stacks.memory import stack_version
 from tests._stack_cli import TINY, cache_fixture, check_rest_answers_from_the_stack, check_sweep_row_is_the_estimate, estimate_args  # noqa: F401 (the cache fixture)
 from tests._stack_cli import cli as _cli
+from tests._stack_driver import check_fake_equals_real, drive, phase, run_worker
 
 pytestmark = pytest.mark.skipif(stack_version("trl") is None, reason="trl not installed (autoconf-gpu[stacks])")
 
@@ -47,21 +46,6 @@ def spec(world: int, **extra: Any) -> dict[str, Any]:
             "lora_dropout": 0.0, "lora_target_modules": ["q_proj", "v_proj"], "world": world,
             "strategy": "fsdp" if world > 1 else "single", "shape": [B, S], "dora": False, "fsdp_version": 2,
             "cpu_ram_efficient_loading": False, **extra}
-
-
-def drive(spec_: dict[str, Any], tmp: Path) -> dict[str, Any]:
-    path = tmp / "trl.json"
-    path.write_text(json.dumps(spec_), encoding="utf-8")
-    done = subprocess.run([sys.executable, "-m", "autoconf.estimators.traced.stacks.trl_step", str(path),
-                           str(tmp / "trl.npz")], capture_output=True, text=True, timeout=600, env=dict(os.environ),
-                          check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    out: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return out
-
-
-def phase(summary: dict[str, Any], step: int, name: str) -> dict[str, Any]:
-    return next(p for p in summary["phases"] if p["step"] == step and p["phase"] == name)
 
 
 def hand(world: int) -> tuple[int, int, int]:
@@ -101,7 +85,7 @@ def test_qlora_rank_bytes_are_the_hand_derived_ones(world: int, double_quant: bo
     GPU (peft deep-copies and dequantises each 4-bit layer to size its magnitudes). The optimizer category also
     holds the two gradient norms clipping returned that the Trainer keeps: bf16 and fp32 for bf16 gradients, two
     fp32 once DoRA's fp32 gradients join."""
-    out = drive(spec(world, method="qlora", double_quant=double_quant, dora=dora, cpu_ram_efficient_loading=True),
+    out = drive("trl", spec(world, method="qlora", double_quant=double_quant, dora=dora, cpu_ram_efficient_loading=True),
                 tmp_path)
     weights, gradients, states = hand_qlora(world, double_quant, dora)
     assert phase(out, 2, "optimizer")["parts"][:3] == [weights, gradients, states + (4 + 4 if dora else 2 + 4)]
@@ -111,7 +95,7 @@ def test_qlora_rank_bytes_are_the_hand_derived_ones(world: int, double_quant: bo
 def traces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     runs = {"single": spec(1), "fsdp4": spec(4), "real": spec(1, real=True), "dora": spec(1, dora=True),
             "fsdp4-efficient": spec(4, cpu_ram_efficient_loading=True)}
-    return {name: drive(s, tmp_path_factory.mktemp(name)) for name, s in runs.items()}
+    return {name: drive("trl", s, tmp_path_factory.mktemp(name)) for name, s in runs.items()}
 
 
 @pytest.mark.slow
@@ -144,13 +128,8 @@ def hf_step(world: int, tmp: Path) -> dict[str, Any]:
     """The HF step's rank trace (dist.py), which answers --framework hf-trainer, for the same job."""
     keys = ("arch", "method", "dtype", "attention", "optimizer", "optimizer_impl", "gradient_checkpointing", "lora_r",
             "lora_alpha", "lora_dropout", "lora_target_modules", "world", "strategy", "shape")
-    path = tmp / "hf.json"
-    path.write_text(json.dumps({k: v for k, v in spec(world).items() if k in keys}), encoding="utf-8")
-    done = subprocess.run([sys.executable, "-m", "autoconf.estimators.traced.dist", str(path), str(tmp / "hf.npz")],
-                          capture_output=True, text=True, timeout=600, env=dict(os.environ), check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    out: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return out
+    hf_spec = {k: v for k, v in spec(world).items() if k in keys}
+    return run_worker("autoconf.estimators.traced.dist", hf_spec, tmp, "hf", dict(os.environ))
 
 
 @pytest.mark.slow
@@ -160,7 +139,7 @@ def test_transformers_trainer_holds_what_the_hf_step_holds(world: int, tmp_path:
     the Trainer) against the HF step that answers hf-trainer jobs: at step 2's optimizer step they hold the same
     gradients, AdamW states and activations; the Trainer keeps more only the batch (input_ids, attention_mask,
     labels), its fp32 running loss and logged loss and the two fp32 gradient norms clipping returned."""
-    own = drive(spec(world, trainer="transformers"), tmp_path)
+    own = drive("trl", spec(world, trainer="transformers"), tmp_path)
     ours = hf_step(world, tmp_path)
     a, b = phase(own, 2, "optimizer")["parts"], phase(ours, 2, "optimizer")["parts"]
     assert [x - y for x, y in zip(a, b, strict=True)] == [3 * B * S * 8 + 4, 0, 2 * 4, 0, 4]
@@ -169,9 +148,7 @@ def test_transformers_trainer_holds_what_the_hf_step_holds(world: int, tmp_path:
 
 @pytest.mark.slow
 def test_fake_trace_equals_the_real_cpu_step(traces: dict[str, Any]) -> None:
-    fake, real = traces["single"], traces["real"]
-    assert fake["phases"] == real["phases"]
-    assert fake["reserved_peak"] == real["reserved_peak"]
+    check_fake_equals_real(traces["single"], traces["real"])
 
 
 # --- the interfaces: one small job (tiny-llama-test, LoRA, 64 tokens) on a shared cache: the first call traces -------

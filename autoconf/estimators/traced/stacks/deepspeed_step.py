@@ -25,7 +25,6 @@ them (the fp32 master partitions and gradient buckets at initialisation to weigh
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
 import time
@@ -34,8 +33,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from autoconf.estimators.traced.dist import LOAD, run_one, trace_out
-from autoconf.estimators.traced.stacks.hooks import Phases
+from autoconf.estimators.traced.dist import LOAD, trace_out
+from autoconf.estimators.traced.stacks.hooks import Phases, driver_main
 from autoconf.estimators.traced.step import ACTIVATIONS, BACKWARD, FORWARD, LOGITS, OPT_STEP, OPTIMIZER, WEIGHTS
 from autoconf.estimators.traced.wrap import RankBytes
 
@@ -144,11 +143,5 @@ def trace(spec: dict[str, Any]) -> dict[str, Any]:
                      {"deepspeed": deepspeed.__version__, "transformers": transformers.__version__})
 
 
-def main(argv: list[str]) -> int:
-    """``SPEC.json OUT.npz``: one JSON summary line on stdout; samples and events to OUT.npz."""
-    print(json.dumps(run_one(argv[0], argv[1], trace)))
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(driver_main(trace))

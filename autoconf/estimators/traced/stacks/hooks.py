@@ -1,13 +1,27 @@
-"""Hooks shared by the stack drivers: which phase the tracker is in, and when a gradient is a gradient."""
+"""What the stack drivers share: their command line, which phase the tracker is in, when a gradient is a gradient."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import sys
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from autoconf.estimators.traced.dist import run_one
 from autoconf.estimators.traced.step import ACTIVATIONS, BACKWARD, GRADIENTS, LOGITS, LOSS
 from autoconf.estimators.traced.wrap import RankBytes
+
+
+def driver_main(trace: Callable[[dict[str, Any]], dict[str, Any]], argv: list[str] | None = None) -> int:
+    """A driver's ``__main__``, ``SPEC.json OUT.npz``: ``trace`` the spec; one JSON summary line on stdout, samples and
+    events to OUT.npz (dist.run_one). A reader gone before the line is written (a closed pipe) ends it quietly."""
+    args = sys.argv[1:] if argv is None else argv
+    with contextlib.suppress(BrokenPipeError):
+        print(json.dumps(run_one(args[0], args[1], trace)))
+    return 0
 
 
 class Phases:

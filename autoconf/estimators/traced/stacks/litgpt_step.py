@@ -32,7 +32,6 @@ add is the tracker (step.py's ``LiveBytes`` with steps), a fake checkpoint and f
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
 import time
 from importlib import metadata
@@ -41,8 +40,8 @@ from typing import Any
 
 import torch
 
-from autoconf.estimators.traced.dist import LOAD, SAVE, params_of, run_one, trace_out
-from autoconf.estimators.traced.stacks.hooks import Phases
+from autoconf.estimators.traced.dist import LOAD, SAVE, params_of, trace_out
+from autoconf.estimators.traced.stacks.hooks import Phases, driver_main
 from autoconf.estimators.traced.step import ACTIVATIONS, BACKWARD, FORWARD, LOGITS, OPT_STEP, OPTIMIZER, WEIGHTS
 from autoconf.estimators.traced.wrap import ACTIVE, RankBytes
 
@@ -242,12 +241,5 @@ def trace(spec: dict[str, Any]) -> dict[str, Any]:
     return trace_out(tracker, start, params_of(model), clock, {"litgpt": metadata.version("litgpt")})
 
 
-def main(argv: list[str]) -> int:
-    """``SPEC.json OUT.npz``: one JSON summary line on stdout; samples and events to OUT.npz."""
-    print(json.dumps(run_one(argv[0], argv[1], trace)))
-    return 0
-
-
 if __name__ == "__main__":
-    with contextlib.suppress(BrokenPipeError):
-        sys.exit(main(sys.argv[1:]))
+    sys.exit(driver_main(trace))

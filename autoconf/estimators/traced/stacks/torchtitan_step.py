@@ -25,7 +25,6 @@ not traced.
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
 import time
 from typing import Any
@@ -33,8 +32,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from autoconf.estimators.traced.dist import CLIP, LOAD, params_of, run_one, trace_out
-from autoconf.estimators.traced.stacks.hooks import Phases
+from autoconf.estimators.traced.dist import CLIP, LOAD, params_of, trace_out
+from autoconf.estimators.traced.stacks.hooks import Phases, driver_main
 from autoconf.estimators.traced.step import ACTIVATIONS, BACKWARD, FORWARD, LOGITS, OPT_STEP, OPTIMIZER, WEIGHTS
 from autoconf.estimators.traced.wrap import ACTIVE, RankBytes, patch_fsdp
 
@@ -185,11 +184,5 @@ def trace(spec: dict[str, Any]) -> dict[str, Any]:
                      {"torchtitan": getattr(torchtitan, "__version__", "0.3.0")})
 
 
-def main(argv: list[str]) -> int:
-    """``SPEC.json OUT.npz``: one JSON summary line on stdout; samples and events to OUT.npz."""
-    print(json.dumps(run_one(argv[0], argv[1], trace)))
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(driver_main(trace))

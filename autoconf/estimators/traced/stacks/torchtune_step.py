@@ -28,7 +28,6 @@ a fake checkpoint (fake host tensors of the model's state dict):
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
 import time
 from functools import partial
@@ -37,8 +36,8 @@ from typing import Any, cast
 import torch
 from torch.overrides import TorchFunctionMode
 
-from autoconf.estimators.traced.dist import CLIP, LOAD, SAVE, HostCopies, params_of, run_one, trace_out
-from autoconf.estimators.traced.stacks.hooks import Phases
+from autoconf.estimators.traced.dist import CLIP, LOAD, SAVE, HostCopies, params_of, trace_out
+from autoconf.estimators.traced.stacks.hooks import Phases, driver_main
 from autoconf.estimators.traced.step import (
     ACTIVATIONS,
     BACKWARD,
@@ -312,12 +311,5 @@ def trace(spec: dict[str, Any]) -> dict[str, Any]:
     return trace_out(tracker, start, params_of(model), clock, {"torchtune": torchtune.__version__})
 
 
-def main(argv: list[str]) -> int:
-    """``SPEC.json OUT.npz``: one JSON summary line on stdout; samples and events to OUT.npz."""
-    print(json.dumps(run_one(argv[0], argv[1], trace)))
-    return 0
-
-
 if __name__ == "__main__":
-    with contextlib.suppress(BrokenPipeError):
-        sys.exit(main(sys.argv[1:]))
+    sys.exit(driver_main(trace))

@@ -60,7 +60,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import json
 import os
 import sys
 import tempfile
@@ -70,7 +69,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from autoconf.estimators.traced.dist import CLIP, LOAD, run_one, trace_out
+from autoconf.estimators.traced.dist import CLIP, LOAD, trace_out
+from autoconf.estimators.traced.stacks.hooks import driver_main
 from autoconf.estimators.traced.stacks.trl_fakes import (
     FakeReads,
     accelerate_on_fake_gpus,
@@ -322,11 +322,5 @@ def trace(spec: dict[str, Any]) -> dict[str, Any]:
                      {"trl": trl.__version__, "transformers": transformers.__version__})
 
 
-def main(argv: list[str]) -> int:
-    """``SPEC.json OUT.npz``: one JSON summary line on stdout; samples and events to OUT.npz."""
-    print(json.dumps(run_one(argv[0], argv[1], trace)))
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(driver_main(trace))
