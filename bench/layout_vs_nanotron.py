@@ -33,6 +33,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -108,7 +109,7 @@ def compare(row: pd.Series) -> dict[str, object]:
             "ours": best.label, "mfu": (model_mfu(best.job, best.placement, ours),
                                         model_mfu(theirs_job, theirs_place, theirs)),
             "memory": (float(their_memory.peak[0]) / 1e9, float(row["peak_memory_bytes"]) / 1e9),
-            "ratio": ratio, "same": same, "agree": bool(same or within),
+            "measured": float(row["mfu"]), "ratio": ratio, "same": same, "agree": bool(same or within),
             "loose": bool(same or ratio >= 1 - TOLERANCE),
             "decides": "" if same or within else decides + gate,
             "cold_ms": cold * 1000, "warm_ms": warm * 1000, "evaluated": choice.evaluated}
@@ -120,6 +121,7 @@ def report(frame: pd.DataFrame) -> str:
     rows = [compare(r) for _, r in frame.iterrows()]
     agree = sum(bool(r["agree"]) for r in rows)
     loose = sum(bool(r["loose"]) for r in rows)
+    error = sorted(r["mfu"][1] / float(r["measured"]) - 1 for r in rows)  # type: ignore[index, arg-type]
     cold = sorted(float(r["cold_ms"]) for r in rows)  # type: ignore[arg-type]
     warm = sorted(float(r["warm_ms"]) for r in rows)  # type: ignore[arg-type]
     lines = [
@@ -140,7 +142,9 @@ def report(frame: pd.DataFrame) -> str:
           f"{r['decides']} | {r['memory'][0]:.1f} / {r['memory'][1]:.1f} |" for r in rows],  # type: ignore[index]
         "",
         f"Agreement: {agree} of {len(rows)} cells ({agree / len(rows):.0%}; target ≥ 70 %; {loose} with the looser "
-        f"reading theirs ≥ {1 - TOLERANCE:.2f} × ours). Search time per cell "
+        f"reading theirs ≥ {1 - TOLERANCE:.2f} × ours). Our model's MFU of nanotron's own layouts against the MFU "
+        f"nanotron measured: median |error| {100 * float(np.median(np.abs(error))):.1f} %, bias (median signed error) "
+        f"{100 * float(np.median(error)):+.1f} % over the {len(rows)} cells. Search time per cell "
         f"(array search, recommend/layout.py): first search of the job {cold[len(cold) // 2]:.0f} ms median, "
         f"{cold[-1]:.0f} ms max (target ≤ 50 ms: {'met' if cold[-1] <= 50 else 'not met'}); again (the same job, "
         f"its layout space memoised) {warm[len(warm) // 2]:.1f} ms median.",
