@@ -5,7 +5,10 @@ nanotron's benchmark figure (data/measurements.csv, source ``nanotron-benchmarks
 node count, the fastest layout its sweep found (DP × TP × PP, ZeRO stage, micro-batch, accumulation) and its MFU.
 For each cell ``autoconf.recommend.layout.fastest_layout`` searches the same space for the same job and GPU
 count and nanotron's sharding options (ZeRO-0 / ZeRO-1); a cell agrees when the choice is nanotron's layout, or
-when nanotron's layout is within 5 % of the choice's tokens/s by our model (equivalently MFU: same FLOPs).
+when the choice's MFU is within 5 % of nanotron's layout's MFU, both by our model (issue 22: "within 5 % of its MFU
+by our own model"; its = nanotron's layout's): MFU ours ≤ 1.05 · MFU theirs, i.e. theirs / ours ≥ 1 / 1.05 = 0.952
+(same GPUs and model FLOPs, so the MFU ratio is the tokens/s ratio). The looser reading theirs ≥ 0.95 · ours, which
+this bench used before, is printed alongside.
 
 Not stated by the source and assumed here: H100 80GB SXM nodes of 8 GPUs (the Ultrascale Playbook's cluster),
 4,096-token sequences (nanotron's slurm_launcher.py default), full pre-training in bf16 with fp32 master weights
@@ -30,6 +33,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -96,6 +100,7 @@ def compare(row: pd.Series) -> dict[str, object]:
             best.job.gradient_accumulation_steps) == (int(row["tensor_parallel"]), int(row["pipeline_parallel"]),
                                                       row["strategy"], int(row["gradient_accumulation_steps"]))
     ratio = theirs.tokens_per_second / ours.tokens_per_second
+    within = ratio >= 1 / (1 + TOLERANCE)  # MFU ours ≤ (1 + 5 %) · MFU theirs
     decides = max(their_terms, key=lambda k: their_terms[k] - our_terms[k])
     gate = f"; our gate: theirs oom_risk {their_risk:.2f}" if their_risk > MAX_OOM_RISK else ""
     return {"cell": f"{row['model_name'].split('-')[1]} × {n // 8} node(s)",
@@ -104,8 +109,9 @@ def compare(row: pd.Series) -> dict[str, object]:
             "ours": best.label, "mfu": (model_mfu(best.job, best.placement, ours),
                                         model_mfu(theirs_job, theirs_place, theirs)),
             "memory": (float(their_memory.peak[0]) / 1e9, float(row["peak_memory_bytes"]) / 1e9),
-            "ratio": ratio, "same": same, "agree": bool(same or ratio >= 1 - TOLERANCE),
-            "decides": "" if same or ratio >= 1 - TOLERANCE else decides + gate,
+            "measured": float(row["mfu"]), "ratio": ratio, "same": same, "agree": bool(same or within),
+            "loose": bool(same or ratio >= 1 - TOLERANCE),
+            "decides": "" if same or within else decides + gate,
             "cold_ms": cold * 1000, "warm_ms": warm * 1000, "evaluated": choice.evaluated}
 
 
@@ -114,6 +120,8 @@ def report(frame: pd.DataFrame) -> str:
         get_architecture(path)
     rows = [compare(r) for _, r in frame.iterrows()]
     agree = sum(bool(r["agree"]) for r in rows)
+    loose = sum(bool(r["loose"]) for r in rows)
+    error = sorted(r["mfu"][1] / float(r["measured"]) - 1 for r in rows)  # type: ignore[index, arg-type]
     cold = sorted(float(r["cold_ms"]) for r in rows)  # type: ignore[arg-type]
     warm = sorted(float(r["warm_ms"]) for r in rows)  # type: ignore[arg-type]
     lines = [
@@ -122,17 +130,21 @@ def report(frame: pd.DataFrame) -> str:
         f"model sizes as MHA Llama 3 shapes, 400 GB/s between nodes, nanotron's stack profile `{STACK}`). *MFU*: "
         "model FLOPs "
         "utilisation by our model (ours / theirs); *theirs / ours*: nanotron's layout's tokens/s by our model over "
-        f"our choice's. Agree: same layout, or theirs within {TOLERANCE:.0%} by our model. *Decides*: where they "
+        f"our choice's. Agree: same layout, or our choice's MFU within {TOLERANCE:.0%} of theirs by our model (ours ≤ "
+        f"{1 + TOLERANCE:.2f} × theirs, i.e. theirs / ours ≥ {1 / (1 + TOLERANCE):.3f}). *Decides*: where they "
         "disagree, the term of the step (theirs − ours) that costs nanotron's layout most in our model. *Memory*: "
         "theory's device peak of nanotron's layout / nanotron's printed value (GB).",
         "",
         "| cell | nanotron's layout | our choice | MFU ours / theirs | theirs / ours | agree | decides | memory |",
         "|---|---|---|---|---|---|---|---|",
         *[f"| {r['cell']} | {r['nanotron']} | {r['ours']} | {r['mfu'][0]:.3f} / {r['mfu'][1]:.3f} | "  # type: ignore[index]
-          f"{float(r['ratio']):.2f} | {'same' if r['same'] else 'yes' if r['agree'] else '**no**'} | "  # type: ignore[arg-type]
+          f"{float(r['ratio']):.3f} | {'same' if r['same'] else 'yes' if r['agree'] else '**no**'} | "  # type: ignore[arg-type]
           f"{r['decides']} | {r['memory'][0]:.1f} / {r['memory'][1]:.1f} |" for r in rows],  # type: ignore[index]
         "",
-        f"Agreement: {agree} of {len(rows)} cells ({agree / len(rows):.0%}; target ≥ 70 %). Search time per cell "
+        f"Agreement: {agree} of {len(rows)} cells ({agree / len(rows):.0%}; target ≥ 70 %; {loose} with the looser "
+        f"reading theirs ≥ {1 - TOLERANCE:.2f} × ours). Our model's MFU of nanotron's own layouts against the MFU "
+        f"nanotron measured: median |error| {100 * float(np.median(np.abs(error))):.1f} %, bias (median signed error) "
+        f"{100 * float(np.median(error)):+.1f} % over the {len(rows)} cells. Search time per cell "
         f"(array search, recommend/layout.py): first search of the job {cold[len(cold) // 2]:.0f} ms median, "
         f"{cold[-1]:.0f} ms max (target ≤ 50 ms: {'met' if cold[-1] <= 50 else 'not met'}); again (the same job, "
         f"its layout space memoised) {warm[len(warm) // 2]:.1f} ms median.",

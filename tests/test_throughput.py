@@ -295,16 +295,32 @@ def test_implied_efficiency_inverts_the_step_with_a_last_backward_reduction(accu
 
 
 def test_nanotron_reduces_fp32_gradients_and_exposes_half_its_tp_collectives(no_latency: None) -> None:
-    """nanotron: accumulate_grad_in_fp32 (4-byte gradients, twice the DDP volume of bf16) and async communication
-    on the column-parallel linears only (half of the TP collectives exposed, the HF profile exposes all)."""
+    """nanotron: accumulate_grad_in_fp32 (4-byte gradients, twice the DDP volume of bf16), reduced exposed
+    (CUDA_DEVICE_MAX_CONNECTIONS=1: no overlap with backward), and async communication on the column-parallel
+    linears only (half of the TP collectives exposed, the HF profile exposes all)."""
     job, arch, gpu = _job(), get_architecture("llama3.1-8b"), get_gpu("H100")
     nanotron, hf = stack_for("nanotron"), stack_for("hf")
     ddp = Placement(gpu_model="H100", number_gpus=8, strategy="ddp")
-    assert (tp.communication(job, arch, ddp, gpu, stack=nanotron).overlappable
-            == pytest.approx(2 * tp.communication(job, arch, ddp, gpu, stack=hf).overlappable))
+    ours = tp.communication(job, arch, ddp, gpu, stack=nanotron)
+    assert ours.exposed == pytest.approx(2 * tp.communication(job, arch, ddp, gpu, stack=hf).overlappable)
+    assert ours.overlappable == ours.last_backward == 0
     tensor = Placement(gpu_model="H100", number_gpus=2, tp=2)
     assert (tp.communication(job, arch, tensor, gpu, stack=nanotron).exposed
             == pytest.approx(0.5 * tp.communication(job, arch, tensor, gpu, stack=hf).exposed))
+
+
+def test_nanotron_adds_its_whole_gradient_all_reduce_to_the_step(no_latency: None) -> None:
+    """2 nodes of 8 H100 at 400 GB/s, DDP, one micro-batch: nanotron's fp32 all-reduce of the 8B model's gradients,
+    2 · 15/16 · 8.03e9 · 4 bytes / (400 GB/s · 0.8) = 0.188 s, runs after the compute instead of behind its backward:
+    the step is the compute plus that, where the HF profile's bf16 reduction (0.094 s) hides behind the backward."""
+    arch = get_architecture("llama3.1-8b")
+    place = Placement(gpu_model="H100", number_gpus=16, gpus_per_worker=8, strategy="ddp", inter_node_gbps=400.0)
+    job = _job(batch_size=16, tokens_per_sample=4096)
+    reduce = 2 * 15 / 16 * arch.total_params * 4 / (400e9 * 0.8)
+    ours = tp.estimate_throughput(job, place, efficiency_override=0.4, inter_node_gbps=400.0, stack="nanotron")
+    theirs = tp.estimate_throughput(job, place, efficiency_override=0.4, inter_node_gbps=400.0, stack="hf")
+    assert ours.step_seconds - ours.compute_seconds == pytest.approx(reduce, rel=1e-9)
+    assert theirs.step_seconds == pytest.approx(theirs.compute_seconds, rel=1e-9)
 
 
 def test_a_tensor_parallel_group_wider_than_a_node_rings_over_the_network(no_latency: None) -> None:

@@ -12,8 +12,9 @@ The profile says *what* a stack does, with a source per claim; *how much* each b
 - overlap_param_gather: the sharded-optimizer parameter all-gather runs during the next forward instead of
   after the step (Megatron-Core ``--overlap-param-gather``; InternEvo HybridZeroOptimizer overlap_sync_param).
 - overlap_grad_reduce: the gradient reduce-scatter / all-reduce runs bucket by bucket during backward (DDP
-  buckets, FSDP, Megatron ``--overlap-grad-reduce``). Every profile here does; a stack that does not would
-  expose it.
+  buckets, FSDP, Megatron ``--overlap-grad-reduce``). Every profile here does but nanotron's benchmark, which runs
+  with CUDA_DEVICE_MAX_CONNECTIONS=1: its DDP buckets' all-reduces are issued during backward and still run
+  exposed.
 - tp_overlap: tensor-parallel collectives overlapped with the GEMMs (Transformer Engine userbuffers,
   ``tp_comm_overlap`` in NeMo's performance recipes); without it they are exposed.
 - bucket_params / bucket_params_per_rank: gradient bucket size in parameters (each bucket is one collective call,
@@ -140,10 +141,15 @@ STACKS: dict[str, Stack] = {
                              "base script) activates the conda env 2-1-cu121 (PyTorch 2.1, CUDA 12.1; the README of "
                              "the benchmark commit c2528430 names torch 2.1.2 as the fallback install): PyTorch 2.1 "
                              "ships NCCL 2.18.1 (torch.cuda.nccl.version() of 2.1.2+cu121, NVIDIA/nccl#1142; the 2.1 "
-                             "binary build matrix, pytorch/pytorch#111677)",
+                             "binary build matrix, pytorch/pytorch#111677); the launcher exports "
+                             "CUDA_DEVICE_MAX_CONNECTIONS=1 (run_multinode.sh line 41 at 67c5ebb6, as nanotron's README "
+                             "asks for its async TP): with one hardware queue the kernels of other streams wait for a "
+                             "data-parallel collective to finish, so the DDP hook's bucket all-reduces do not overlap "
+                             "backward (alibaba/Megatron-LLaMA#26 and #43, from traces; raised for nanotron in #236)",
                       # DDP sizes its buckets on the model's bf16 gradients (2 bytes each), whatever the hook reduces
                       tp_exposed_share=0.5, grad_reduce_bytes=4, bucket_params=DDP_BUCKET_BYTES / 2,
-                      param_gather_calls=1, nccl="2.18", zero1_reduce_after_backward=True),
+                      param_gather_calls=1, nccl="2.18", zero1_reduce_after_backward=True,
+                      overlap_grad_reduce=False),
     "llm-foundry-triton": Stack("llm-foundry-triton", fused_kernels=False, overlap_param_gather=False, tp_overlap=False,
                                 source="mosaicml/llm-foundry at 5e85bd62d (the commit of its benchmark tables): MPT "
                                        "with attn_impl 'triton' (scripts/train/benchmarking/submit_benchmarks.py "
