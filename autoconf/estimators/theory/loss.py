@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from autoconf.catalog.architecture import Architecture
-from autoconf.estimators.theory.rows import AnyJob, Flag, Num, not_, settings_of, where
+from autoconf.estimators.theory.rows import AnyJob, Flag, Num, is_in, not_, settings_of, where
 from autoconf.estimators.theory.weights import kbit_upcast
 from autoconf.schema import Calibration
 
@@ -46,6 +46,15 @@ HF_LOSS_LINES: tuple[tuple[tuple[int, int], float], ...] = (((4, 39), 12.0), ((4
 # bf16 logits 2 + their shifted copy 2 + the bf16 log-softmax 2; backward 2 saved + 4 transient: 6 (measured 6.1).
 BF16_LOSS_FAMILIES: dict[str, tuple[int, int]] = {"gpt_bigcode": (4, 49)}  # family -> first release with the shared loss
 BF16_LOSS_BYTES_PER_VOCAB = 6.0
+# accelerate's ``convert_outputs_to_fp32`` (accelerate/utils/operations.py ``ConvertOutputsToFp32``), which
+# ``Accelerator.prepare_model`` wraps around the forward under bf16/fp16 mixed precision (the HF Trainer's
+# ``bf16=True``, as every fms-acceleration scenario sets it: scripts/benchmarks/scenarios.yaml), copies the returned
+# half-precision logits to fp32 after the forward and its loss ran. With an fp32 loss that is below the loss peak
+# (5.x and 4.46–4.48: bf16 logits 2 + the copy 4 + the saved fp32 log-softmax 4 = 10; 4.39–4.45 return fp32 logits:
+# no copy); with gpt_bigcode's bf16 loss it is the peak: 2 + 4 + the saved bf16 log-softmax 2 = 8 (the santacoder rows
+# of the 4.45.2 and 4.48.1 campaigns: finding 24). Stacks that train through the HF Trainer:
+TRAINER_FP32_OUTPUT_STACKS = ("fms-hf-tuning", "hf-trainer", "peft")
+BF16_LOSS_FP32_OUTPUT_BYTES_PER_VOCAB = 8.0
 CHUNKED_BYTES_PER_VOCAB = 4  # saved log-softmax of every chunk; upcasts one chunk at a time (module docstring)
 # torchtune's CEWithChunkedOutputLoss splits the output into num_output_chunks = 8 (torchtune/modules/loss/
 # ce_chunked_output_loss.py) and the backward of the last chunk's cross-entropy starts while every chunk's saved
@@ -104,6 +113,8 @@ def hf_bytes_per_vocab(job: AnyJob, arch: Architecture, fsdp: Flag = False) -> N
         half = np.array([hf_release_bytes_per_vocab(str(k), arch.model_type) for k in keys.tolist()])[inverse]
     else:
         half = hf_release_bytes_per_vocab(versions or "", arch.model_type)
+    fp32_output = is_in(job.framework, TRAINER_FP32_OUTPUT_STACKS) & (half == BF16_LOSS_BYTES_PER_VOCAB)
+    half = where(fp32_output, BF16_LOSS_FP32_OUTPUT_BYTES_PER_VOCAB, half)
     fp32_logits = (job.dtype == "fp32") | kbit_upcast(job, fsdp)
     return where(fp32_logits, float(LOSS_BYTES_PER_VOCAB), half)
 

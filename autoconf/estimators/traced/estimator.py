@@ -35,7 +35,12 @@ from autoconf.estimators.contract import Estimator
 from autoconf.estimators.risk import oom_probability
 from autoconf.estimators.theory import cuda
 from autoconf.estimators.theory.frameworks import resolve
-from autoconf.estimators.theory.loss import BF16_LOSS_BYTES_PER_VOCAB, LOSS_BYTES_PER_VOCAB, hf_release_bytes_per_vocab
+from autoconf.estimators.theory.loss import (
+    BF16_LOSS_BYTES_PER_VOCAB,
+    LOSS_BYTES_PER_VOCAB,
+    TRAINER_FP32_OUTPUT_STACKS,
+    hf_release_bytes_per_vocab,
+)
 from autoconf.estimators.theory.memory import estimate_memory, loss_segment_cache, micro_batch
 from autoconf.estimators.theory.states import model_states
 from autoconf.estimators.theory.throughput import estimate_throughput
@@ -92,6 +97,8 @@ def trace_spec(job: Job, arch: Architecture) -> dict[str, Any]:
     line = release_loss_line(job, arch)
     if line:  # absent for the installed release's loss: earlier cache keys stay valid
         spec["hf_loss"] = line
+    if line == "bf16-4.x" and job.framework in TRAINER_FP32_OUTPUT_STACKS:  # accelerate's fp32 copy is then the peak
+        spec["fp32_outputs"] = True
     if _masked_sdpa(job, arch):  # the window (and its mask) is kept only where real SDPA keeps it (absent: no window)
         spec["sliding_mask"] = True
     return spec
