@@ -18,6 +18,9 @@ reference goes), forward and backward, with the model output dropped before back
   ``shift_labels = labels[..., 1:]``: the labels are shifted, the fp32 logits are not copied).
 * **gpt_bigcode, 4.x** (modeling_gpt_bigcode.py ``GPTBigCodeForCausalLM.forward`` up to 4.48 at least:
   ``shift_logits = lm_logits[..., :-1, :].contiguous()`` and ``CrossEntropyLoss`` on the bf16 logits, no upcast).
+* **... + accelerate's fp32 outputs**: the HF Trainer under bf16 mixed precision runs the forward through
+  accelerate's ``convert_outputs_to_fp32`` (accelerate/utils/operations.py ``ConvertOutputsToFp32``), which copies
+  the returned half-precision logits to fp32 after the loss ran, while they are still alive.
 
 ``--write`` puts the table into section ``loss-versions`` of docs/traced_vs_theory.md.
 """
@@ -96,6 +99,7 @@ def loss_line(line: str, head: torch.nn.Module, hidden: torch.Tensor,
 
 
 LINES = ("4.39–4.45 llama/mistral", "4.46–4.48", "≥ 4.49, 5.x", "gpt_bigcode 4.x")
+FP32_OUTPUTS = " + accelerate fp32 outputs"  # suffix: the line under accelerate's convert_outputs_to_fp32
 
 
 def measure(line: str) -> tuple[float, float]:
@@ -105,7 +109,10 @@ def measure(line: str) -> tuple[float, float]:
     hidden = torch.randn(BATCH, SEQ, HIDDEN, dtype=torch.bfloat16, requires_grad=True)
     labels = torch.randint(0, VOCAB, (BATCH, SEQ))
     with LiveBytes() as mode:
-        loss, kept = loss_line(line, head, hidden, labels)
+        loss, kept = loss_line(line.removesuffix(FP32_OUTPUTS), head, hidden, labels)
+        if line.endswith(FP32_OUTPUTS):
+            converted = kept.float()  # made while the half-precision output is alive; no copy when already fp32
+            del converted
         forward = mode.peak
         del kept  # the Trainer keeps only the loss through backward
         loss.backward()  # type: ignore[no-untyped-call]
@@ -118,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write", action="store_true", help="write section loss-versions of docs/traced_vs_theory.md")
     args = parser.parse_args(argv)
     rows = ["| transformers | forward peak (B per token·V) | step peak (B per token·V) |", "|---|---|---|"]
-    for line in LINES:
+    for line in (*LINES, *(line + FP32_OUTPUTS for line in LINES)):
         forward, step = measure(line)
         rows.append(f"| {line} | {forward:.1f} | {step:.1f} |")
     markdown = "\n".join([

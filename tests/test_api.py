@@ -188,6 +188,7 @@ def test_default_estimator_is_hybrid_or_says_why_not(client: httpx.Client) -> No
         ({**FLAT, "tokens_per_sample": -1}, ["tokens_per_sample"]),
         ({**FLAT, "framework": "megatron"}, ["framework"]),
         ({**FLAT, "gpu_model": "H900"}, ["gpu_model"]),
+        ({**FLAT, "transformers_version": "4.38.2"}, ["transformers_version"]),
         ({**FLAT, "number_gpus": 3, "tp": 2}, ["number_gpus"]),
         ([1, 2], ["body"]),
         ({"configs": []}, ["configs"]),

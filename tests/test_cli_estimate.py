@@ -44,6 +44,7 @@ def test_estimate_json_and_flags() -> None:
         (["--model", "llama3.1-8b", "--per-device-batch", "-2"], "per-device-batch"),
         (["--model", "powerlm-3b"], "model"),
         (["--model", "llama3.1-8b", "--dtype", "int3"], "dtype"),
+        (["--model", "llama3.1-8b", "--transformers-version", "4.38.2"], "transformers_version"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(args: list[str], field: str) -> None:

@@ -7,6 +7,7 @@ from liger_kernel/ops/fused_linear_cross_entropy.py.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -150,3 +151,28 @@ def test_untraceable_job_raises_in_the_api(fields: dict[str, object], why: str) 
 
     with pytest.raises(InvalidInputError, match=why):
         TracedEstimator().estimate(_job(**fields), Placement(gpu_model=GPU))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("version", "model_type", "framework", "per_vocab"), [
+    (None, "llama", "hf-trainer", 12.0), ("4.48.1", "llama", "hf-trainer", 14.0),
+    ("4.44.2", "gpt_bigcode", "ms-swift", 6.0), ("4.44.2", "gpt_bigcode", "fms-hf-tuning", 8.0)])
+def test_release_loss_stand_in_keeps_the_release_bytes(version: str | None, model_type: str, framework: str,
+                                                       per_vocab: float) -> None:
+    """The loss of an older transformers release on the installed model's logits (kernels.release_loss): the
+    logits component at its peak holds bench/hf_loss_versions.py's measured bytes per token·V (14.1 for 4.46–4.48,
+    6.1 for gpt_bigcode 4.x, 12.1 installed: the fraction is its matmul temporary; 8 with accelerate's fp32 copy of
+    the bf16 logits beside them and the bf16 log-softmax: 4 + 2 + 2), less the shifted copy's missing last position
+    (1/64 here); fake equals real. gpt_bigcode's line runs on the tiny llama's logits (the loss
+    does not depend on the decoder)."""
+    from autoconf.estimators.traced.estimator import release_loss_line
+    from autoconf.estimators.traced.step import trace
+
+    arch = get_architecture(TINY)
+    job = _job(transformers_version=version, framework=framework)
+    line = release_loss_line(job, dataclasses.replace(arch, model_type=model_type))
+    spec = {**trace_spec(job, arch), "shapes": [[2, 64]]} | ({"hf_loss": line} if line else {})
+    spec |= {"fp32_outputs": True} if line == "bf16-4.x" and framework == "fms-hf-tuning" else {}
+    fake, real = (trace({**spec, "real": r})["results"][0]["samples"] for r in (False, True))
+    np.testing.assert_array_equal(fake, real)
+    assert fake[:, 4].max() / (2 * 64 * arch.vocab_size) == pytest.approx(per_vocab, rel=1 / 64)

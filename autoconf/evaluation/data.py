@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import SupportsFloat, SupportsInt, get_args
@@ -80,6 +81,9 @@ VARYING_LENGTH_CAMPAIGNS = {
     "ms-swift/ms_swift_v2_benchmark_A100_memory_speed.csv": "cls-fudan-news-zh, 91..19,548 tokens per sample, "
     "unpacked, batches padded to the longest (shared/data/external/ms-swift/SOURCE.md §1)",
 }
+# The transformers release in a row's ``framework_version`` (the converters write "transformers 4.44.2, torch ...";
+# fms-acceleration's from the campaign's pinned requirements file, data/README.md) -> Job.transformers_version.
+TRANSFORMERS_IN_VERSION = re.compile(r"\btransformers[ =]+(\d+\.\d+[^\s,;()]*)")
 # Data column optimizer (sources' spellings) -> (Job.optimizer, Job.optimizer_impl or None = framework default).
 OPTIMIZERS = {"adamw": ("adamw", None), "adamw_torch": ("adamw", "foreach"), "adamw_torch_fused": ("adamw", "fused"),
               "adamw-8bit": ("adamw-8bit", None), "adamw_8bit": ("adamw-8bit", None),
@@ -223,6 +227,9 @@ def _stack_fields(row: Mapping[str, object]) -> dict[str, object]:
             raise InvalidInputError("optimizer_impl", f"must be one of {', '.join(get_args(OptimizerImpl))}; "
                                     f"got {impl_stated!r}")
         out["optimizer_impl"] = str(impl_stated)
+    found = TRANSFORMERS_IN_VERSION.search(str(row.get("framework_version") or ""))
+    if found:
+        out["transformers_version"] = found[1]
     for name in ("double_quant", "dora"):
         if _present(row.get(name)):
             out[name] = bool(float(str(row[name])))

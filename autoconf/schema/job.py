@@ -18,6 +18,7 @@ CLI flags, REST bodies and sweep columns take every field by its name, and besid
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -38,6 +39,10 @@ from autoconf.schema.kinds import (
 from autoconf.schema.placement import Placement
 from autoconf.schema.words import _Input
 
+# a transformers release as pip spells it (4.44.2, 4.45.0.dev0, 5.0.0rc1); the loss is modelled from 4.39 on
+# (theory/loss.py HF_LOSS_LINES)
+TRANSFORMERS_RELEASE = re.compile(r"(?P<major>\d+)\.(?P<minor>\d+)(?:\.\d+)?(?:[.+-]?[0-9A-Za-z.]+)?")
+FIRST_MODELLED_RELEASE = (4, 39)
 VISION = "vision-language models"  # the group of the fields only a vision-language model reads
 
 
@@ -143,6 +148,11 @@ class Job(_Input):
     fp8: bool = Field(
         False, description="FP8 matmuls in the decoder layers (Transformer Engine FP8 / MXFP8, torchao float8): they "
         "run at the GPU's FP8 peak; attention and the LM head stay in the training dtype (speed; memory: not modelled).")
+    transformers_version: str | None = Field(
+        None, description="transformers release the stack ran (e.g. 4.44.2, 4.39 or later): the causal-LM loss keeps "
+        "12·V bytes per token at its peak in 4.39–4.45, 14·V in 4.46–4.48 (bf16 logits kept beside the fp32 copy), "
+        "12·V from 4.49 on, and gpt_bigcode's loss runs on the bf16 logits before 4.49 (6·V); default: the installed "
+        "(latest) release's loss. See docs/frameworks.md.")
     expandable_segments: bool | None = Field(
         None, description="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (less allocator fragmentation).")
     dora: bool = Field(False, description="DoRA (weight-decomposed LoRA): a magnitude vector per adapted module.")
@@ -181,6 +191,18 @@ class Job(_Input):
             text = value.strip().strip("[]")
             return tuple(p.strip().strip("'\"") for p in text.split(",") if p.strip())
         return value
+
+    @field_validator("transformers_version", mode="before")
+    @classmethod
+    def _release(cls, value: object) -> object:
+        """A transformers release, MAJOR.MINOR[.PATCH…] with a modelled loss (4.39 or later)."""
+        if value is None:
+            return None
+        found = TRANSFORMERS_RELEASE.fullmatch(str(value).strip()) if isinstance(value, str) else None
+        if found is None or (int(found["major"]), int(found["minor"])) < FIRST_MODELLED_RELEASE:
+            raise ValueError(f"transformers_version must be a transformers release such as 4.44.2, 4.39 or later "
+                             f"(the loss is modelled for 4.39–4.45, 4.46–4.48 and 4.49 on); got {value!r}")
+        return str(value).strip()
 
     @field_validator("model")
     @classmethod

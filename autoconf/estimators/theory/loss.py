@@ -9,6 +9,9 @@ training steps (docs/traced_vs_theory.md) and the measured rows named at each co
   log-softmax of every chunk is saved (fp32 in torchtune, 4·V; bf16 in LitGPT plus its bf16 logits,
   2·V + 2·V), while the fp32 upcast and its gradient exist for one chunk at a time → 4·V per token, plus
   in torchtune the first chunk's backward transients (HF's 8·V on 1/8 of the tokens: + 1·V; traced).
+* HF's loss by transformers release (``Job.transformers_version``; HF_LOSS_LINES): the bytes above are the
+  installed release's (4.49 on, 5.x); 4.46–4.48 keep 14·V, and gpt_bigcode's loss before 4.49 runs on the
+  bf16 logits, 6·V.
 * samples of varying length (``Job.samples_vary_in_length``): a reserved-only term, not a tensor
   (``loss_segment_bytes_per_token``, LOSS_SEGMENT_NOTE below).
 
@@ -20,10 +23,38 @@ from __future__ import annotations
 import numpy as np
 
 from autoconf.catalog.architecture import Architecture
-from autoconf.estimators.theory.rows import AnyJob, Num, not_, settings_of, where
+from autoconf.estimators.theory.rows import AnyJob, Flag, Num, is_in, not_, settings_of, where
+from autoconf.estimators.theory.weights import kbit_upcast
 from autoconf.schema import Calibration
 
 LOSS_BYTES_PER_VOCAB = 12  # 4 saved fp32 log-softmax + 8 transient fp32 gradients
+# HF's loss by transformers release line, bytes per token·V at the loss peak with half-precision logits from the
+# head (bench/hf_loss_versions.py runs each line's tensor operations on real CPU tensors and counts the live bytes:
+# docs/traced_vs_theory.md, section loss-versions; the rows: findings 17, 18, 24). Keyed by the first release of the
+# line; a release below the next key takes the line's figure; "" (no version stated) = the installed release.
+# * 4.39–4.45 (modeling_llama.py / modeling_mistral.py / modeling_mixtral.py ``*ForCausalLM.forward``: ``logits =
+#   logits.float()`` right after the head, the bf16 logits dropped; ``shift_logits = logits[..., :-1, :]
+#   .contiguous()``; ``CrossEntropyLoss``): fp32 logits 4 + their shifted copy 4 + log-softmax 4 in forward, 4 saved
+#   + 8 transient in backward: 12.
+# * 4.46–4.48 (loss/loss_utils.py ``ForCausalLMLoss``: ``logits = logits.float()`` inside the loss, the same shifted
+#   copy; the model output keeps the bf16 logits through the loss): 2 + 4 + 4 + 4 = 14, in forward and backward.
+# * 4.49 on, 5.x (``ForCausalLMLoss`` pads and shifts the labels, ``nn.functional.pad(labels, (0, 1))``; the fp32
+#   logits are not copied): 10 in forward, 12 in backward (LOSS_BYTES_PER_VOCAB, which the trace runs).
+HF_LOSS_LINES: tuple[tuple[tuple[int, int], float], ...] = (((4, 39), 12.0), ((4, 46), 14.0), ((4, 49), 12.0))
+# gpt_bigcode before 4.49 (modeling_gpt_bigcode.py ``GPTBigCodeForCausalLM.forward``, read at 4.44.2, 4.45.2 and
+# 4.48.1: ``shift_logits = lm_logits[..., :-1, :].contiguous()`` and ``CrossEntropyLoss`` on them, no upcast): the
+# bf16 logits 2 + their shifted copy 2 + the bf16 log-softmax 2; backward 2 saved + 4 transient: 6 (measured 6.1).
+BF16_LOSS_FAMILIES: dict[str, tuple[int, int]] = {"gpt_bigcode": (4, 49)}  # family -> first release with the shared loss
+BF16_LOSS_BYTES_PER_VOCAB = 6.0
+# accelerate's ``convert_outputs_to_fp32`` (accelerate/utils/operations.py ``ConvertOutputsToFp32``), which
+# ``Accelerator.prepare_model`` wraps around the forward under bf16/fp16 mixed precision (the HF Trainer's
+# ``bf16=True``, as every fms-acceleration scenario sets it: scripts/benchmarks/scenarios.yaml), copies the returned
+# half-precision logits to fp32 after the forward and its loss ran. With an fp32 loss that is below the loss peak
+# (5.x and 4.46–4.48: bf16 logits 2 + the copy 4 + the saved fp32 log-softmax 4 = 10; 4.39–4.45 return fp32 logits:
+# no copy); with gpt_bigcode's bf16 loss it is the peak: 2 + 4 + the saved bf16 log-softmax 2 = 8 (the santacoder rows
+# of the 4.45.2 and 4.48.1 campaigns: finding 24). Stacks that train through the HF Trainer:
+TRAINER_FP32_OUTPUT_STACKS = ("fms-hf-tuning", "hf-trainer", "peft")
+BF16_LOSS_FP32_OUTPUT_BYTES_PER_VOCAB = 8.0
 CHUNKED_BYTES_PER_VOCAB = 4  # saved log-softmax of every chunk; upcasts one chunk at a time (module docstring)
 # torchtune's CEWithChunkedOutputLoss splits the output into num_output_chunks = 8 (torchtune/modules/loss/
 # ce_chunked_output_loss.py) and the backward of the last chunk's cross-entropy starts while every chunk's saved
@@ -49,8 +80,49 @@ FUSED_LOSS_LOGITS_SHARE = 0.2
 SOFTCAP_BYTES_PER_VOCAB = 2  # logit soft-capping keeps tanh's bf16 output (same reasoning as any saved bf16 tensor)
 
 
-def loss_bytes_per_token(job: AnyJob, arch: Architecture, calib: Calibration | None = None) -> Num:
-    """Logits + cross-entropy bytes per token at the loss peak (or the VRAM-budget CLI's logits factor)."""
+def release(version: str) -> tuple[int, int] | None:
+    """(major, minor) of a transformers release as Job.transformers_version spells it; None for "" (not stated)."""
+    if not version:
+        return None
+    major, minor = version.split(".")[:2]
+    return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
+
+
+def hf_release_bytes_per_vocab(version: str, model_type: str) -> float:
+    """HF's loss bytes per token·V with half-precision logits, for one release ("" = the installed one)."""
+    found = release(version)
+    if found is None:
+        return float(LOSS_BYTES_PER_VOCAB)
+    if model_type in BF16_LOSS_FAMILIES and found < BF16_LOSS_FAMILIES[model_type]:
+        return BF16_LOSS_BYTES_PER_VOCAB
+    per_vocab = float(LOSS_BYTES_PER_VOCAB)
+    for first, figure in HF_LOSS_LINES:
+        if found >= first:
+            per_vocab = figure
+    return per_vocab
+
+
+def hf_bytes_per_vocab(job: AnyJob, arch: Architecture, fsdp: Flag = False) -> Num:
+    """HF's loss bytes per token·V at the job's transformers release. Logits that are fp32 already (fp32 training,
+    or QLoRA whose fp32 head peft's kbit preparation made) are 12·V in every line: ``.float()`` is then no copy,
+    and the 4.x bf16 loss does not apply."""
+    versions = job.transformers_version
+    half: Num
+    if isinstance(versions, np.ndarray):
+        keys, inverse = np.unique(versions, return_inverse=True)
+        half = np.array([hf_release_bytes_per_vocab(str(k), arch.model_type) for k in keys.tolist()])[inverse]
+    else:
+        half = hf_release_bytes_per_vocab(versions or "", arch.model_type)
+    fp32_output = is_in(job.framework, TRAINER_FP32_OUTPUT_STACKS) & (half == BF16_LOSS_BYTES_PER_VOCAB)
+    half = where(fp32_output, BF16_LOSS_FP32_OUTPUT_BYTES_PER_VOCAB, half)
+    fp32_logits = (job.dtype == "fp32") | kbit_upcast(job, fsdp)
+    return where(fp32_logits, float(LOSS_BYTES_PER_VOCAB), half)
+
+
+def loss_bytes_per_token(job: AnyJob, arch: Architecture, calib: Calibration | None = None,
+                         fsdp: Flag = False) -> Num:
+    """Logits + cross-entropy bytes per token at the loss peak (or the VRAM-budget CLI's logits factor);
+    ``fsdp``: sharded over > 1 GPU (QLoRA's kbit preparation is then skipped: weights.kbit_upcast)."""
     if calib and calib.logits_factor is not None:
         return calib.logits_factor * arch.vocab_size * where(job.fused_loss, FUSED_LOSS_LOGITS_SHARE, 1.0)
     kernel = job.effective_loss_kernel
@@ -59,7 +131,8 @@ def loss_bytes_per_token(job: AnyJob, arch: Architecture, calib: Calibration | N
     fused = np.where(stated > 0, stated, FUSED_CE_BYTES_PER_VOCAB) if isinstance(stated, np.ndarray) else (
         stated or FUSED_CE_BYTES_PER_VOCAB)
     chunked = CHUNKED_BYTES_PER_VOCAB + where(job.framework == "litgpt", 0.0, CHUNK_TRANSIENT_BYTES_PER_VOCAB)
-    per_vocab = where(kernel == "fused-ce", fused, where(kernel == "chunked", chunked, LOSS_BYTES_PER_VOCAB))
+    per_vocab = where(kernel == "fused-ce", fused, where(kernel == "chunked", chunked,
+                                                         hf_bytes_per_vocab(job, arch, fsdp)))
     if arch.final_logit_softcap:  # gemma2: cap·tanh(logits / cap) saves tanh's bf16 output for backward (2·V)
         per_vocab = per_vocab + SOFTCAP_BYTES_PER_VOCAB
     return where(kernel == "fused-linear-ce", FUSED_LINEAR_CE_BYTES_PER_HIDDEN * arch.hidden_size,

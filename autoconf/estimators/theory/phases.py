@@ -181,7 +181,7 @@ def phase_parts(job: AnyJob, arch: Architecture, placement: AnyPlacement, st: St
     # gathers the head's output on every rank instead ("colwise_gather_output"; traced: hf-trainer tp 2 ranks hold the
     # unsplit 12·V per token), but the Megatron-like stacks' jobs also carry framework hf-trainer, so the split stays
     # (docs/limitations.md)
-    loss = ce.loss_bytes_per_token(job, arch, calib) * tokens / placement.tp
+    loss = ce.loss_bytes_per_token(job, arch, calib, fsdp) * tokens / placement.tp
     head = ce.loss_fixed_bytes(job, arch) / placement.tp
     loss = where(head != 0, loss + head, loss)
     # amp keeps bf16 copies of the weights that autocast made, alive through forward and backward

@@ -161,11 +161,13 @@ JOB_BOOL = ("gradient_checkpointing", "fused_loss", "packing", "samples_vary_in_
 
 class JobColumns:
     """The Job fields the theory reads, one numpy entry per row (``image_resolution`` 0 = the model's default;
-    the framework overrides NaN = the profile's; ``loss_kernel`` "" = the framework's)."""
+    the framework overrides NaN = the profile's; ``loss_kernel`` "" = the framework's; ``transformers_version`` "" =
+    the installed release's loss)."""
 
     def __init__(self, columns: dict[str, Any]) -> None:
         self.size = len(columns["method"])
-        for name in (*JOB_TEXT, *JOB_INT, *JOB_BOOL, "lora_dropout", "image_resolution", "lora_target_modules"):
+        for name in (*JOB_TEXT, *JOB_INT, *JOB_BOOL, "lora_dropout", "image_resolution", "lora_target_modules",
+                     "transformers_version"):
             setattr(self, name, columns[name])
         fused = np.where(self.fused_loss, "fused-linear-ce", lookup_text(self.framework, FRAMEWORK_LOSS_KERNEL, "hf"))
         self.effective_loss_kernel = np.where(columns["loss_kernel"] != "", columns["loss_kernel"], fused)
@@ -180,6 +182,7 @@ class JobColumns:
         cols["lora_dropout"] = np.array([j.lora_dropout for j in jobs], dtype=float)
         cols["image_resolution"] = np.array([j.image_resolution or 0 for j in jobs], dtype=np.int64)
         cols["loss_kernel"] = np.array([j.loss_kernel or "" for j in jobs], dtype=str)
+        cols["transformers_version"] = np.array([j.transformers_version or "" for j in jobs], dtype=str)
         cols["lora_target_modules"] = Codes.of([j.lora_target_modules for j in jobs])
         for field in OVERRIDE_FIELDS.values():
             cols[field] = np.array([np.nan if (v := getattr(j, field)) is None else float(v) for j in jobs])
@@ -207,6 +210,7 @@ class JobColumns:
         for name, value in (("lora_dropout", float(job.lora_dropout)),
                             ("image_resolution", int(job.image_resolution or 0)),
                             ("lora_target_modules", Codes.of([job.lora_target_modules])),
+                            ("transformers_version", str(job.transformers_version or "")),
                             ("effective_loss_kernel", str(loss_kernel if loss_kernel != "" else fused))):
             setattr(out, name, value)
         profile = PROFILES[job.framework]

@@ -64,6 +64,7 @@ from autoconf.estimators.traced.step import (
     WEIGHTS,
     StepHooks,
     _no_packed_sequences,
+    fp32_outputs,
 )
 from autoconf.estimators.traced.wrap import ACTIVE, RankBytes, join_world, patch_fsdp, wrap_ddp, wrap_fsdp2
 
@@ -112,6 +113,7 @@ def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, hooks: StepHo
         with amp:
             out = model(input_ids=ids, labels=labels)
         loss = out.loss
+        fp32_outputs(out, spec)
         del out
         tracker.set_phase(BACKWARD, LOGITS)
         loss.backward()

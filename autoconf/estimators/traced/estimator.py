@@ -35,6 +35,12 @@ from autoconf.estimators.contract import Estimator
 from autoconf.estimators.risk import oom_probability
 from autoconf.estimators.theory import cuda
 from autoconf.estimators.theory.frameworks import resolve
+from autoconf.estimators.theory.loss import (
+    BF16_LOSS_BYTES_PER_VOCAB,
+    LOSS_BYTES_PER_VOCAB,
+    TRAINER_FP32_OUTPUT_STACKS,
+    hf_release_bytes_per_vocab,
+)
 from autoconf.estimators.theory.memory import estimate_memory, loss_segment_cache, micro_batch
 from autoconf.estimators.theory.states import model_states
 from autoconf.estimators.theory.throughput import estimate_throughput
@@ -88,9 +94,26 @@ def trace_spec(job: Job, arch: Architecture) -> dict[str, Any]:
         spec.update(double_quant=resolve(job).double_quant, kbit_upcast=resolve(job).kbit_upcast)
     if job.effective_loss_kernel != "hf":  # absent for HF's loss: earlier cache keys stay valid
         spec["loss_kernel"] = job.effective_loss_kernel
+    line = release_loss_line(job, arch)
+    if line:  # absent for the installed release's loss: earlier cache keys stay valid
+        spec["hf_loss"] = line
+    if line == "bf16-4.x" and job.framework in TRAINER_FP32_OUTPUT_STACKS:  # accelerate's fp32 copy is then the peak
+        spec["fp32_outputs"] = True
     if _masked_sdpa(job, arch):  # the window (and its mask) is kept only where real SDPA keeps it (absent: no window)
         spec["sliding_mask"] = True
     return spec
+
+
+def release_loss_line(job: Job, arch: Architecture) -> str | None:
+    """The loss of the job's transformers release where its peak differs from the installed one's (kernels.py
+    ``release_loss``): 4.46–4.48's fp32 copy beside the bf16 logits, gpt_bigcode's bf16 loss before 4.49; None for
+    the installed line (4.39–4.45 included: the same 12·V at the backward's start) and for other loss kernels."""
+    if job.effective_loss_kernel != "hf":
+        return None
+    per_vocab = hf_release_bytes_per_vocab(job.transformers_version or "", arch.model_type)
+    if per_vocab == BF16_LOSS_BYTES_PER_VOCAB:
+        return "bf16-4.x"
+    return "4.46-4.48" if per_vocab > LOSS_BYTES_PER_VOCAB else None
 
 
 def _masked_sdpa(job: Job, arch: Architecture) -> bool:

@@ -15,6 +15,13 @@ the real kernel allocates and keeps for backward; values are not computed (the t
   ``chunk_size = min(next_power_of_2(cdiv(BT, inc_factor)), BT)``; the gradients are computed in forward and
   saved (``ctx.save_for_backward(grad_input, grad_weight)``), backward returns them (the ``element_mul``
   rescale is in place).
+* transformers' causal-LM loss of an older release (``release_loss``; spec ``hf_loss``), set as the 5.x model's
+  ``loss_function``, which its forward calls on the head's logits (kept by the output, as 4.x kept them):
+  ``4.46-4.48`` is loss/loss_utils.py ``ForCausalLMLoss`` of 4.46–4.48 (``logits = logits.float()``,
+  ``shift_logits = logits[..., :-1, :].contiguous()``, ``fixed_cross_entropy``); ``bf16-4.x`` is gpt_bigcode's
+  loss before 4.49 (modeling_gpt_bigcode.py ``GPTBigCodeForCausalLM.forward``: the same shifted copy of the
+  bf16 ``lm_logits``, ``CrossEntropyLoss()``, no upcast). 4.39–4.45 upcast inside the model's forward and drop the
+  bf16 logits, which a loss function cannot; their peak is the installed release's (theory/loss.py HF_LOSS_LINES).
 * bitsandbytes ``gemm_4bit`` (QLoRA's forward matmul): its fake allocates only the output, but the CUDA
   kernel for training-sized inputs (M = tokens > 4 on every GPU's heuristic here) is
   bitsandbytes/backends/cuda/ops.py ``_dequant_linear_fallback``: ``B_dq = torch.empty(shapeB, dtype=A.dtype)``
@@ -99,6 +106,28 @@ def liger_cross_entropy(hidden: torch.Tensor, head: torch.nn.Module, labels: tor
     out: torch.Tensor = FusedLinearCrossEntropy.apply(  # type: ignore[no-untyped-call]  # torch: unannotated
         hidden.reshape(-1, hidden.shape[-1]), weight, labels.reshape(-1))
     return out
+
+
+RELEASE_LOSSES = ("4.46-4.48", "bf16-4.x")
+
+
+def release_loss(line: str) -> Any:
+    """transformers' causal-LM loss of release line ``line`` (RELEASE_LOSSES), as a 5.x ``loss_function``."""
+    if line not in RELEASE_LOSSES:
+        raise ValueError(f"traced release losses: {', '.join(RELEASE_LOSSES)}; got {line}")
+    upcast = line == "4.46-4.48"
+
+    def loss(logits: torch.Tensor, labels: torch.Tensor, vocab_size: int, num_items_in_batch: Any = None,
+             ignore_index: int = IGNORE, **kwargs: Any) -> torch.Tensor:
+        if upcast:
+            logits = logits.float()
+        shift_logits = logits[..., :-1, :].contiguous().view(-1, vocab_size)
+        shift_labels = labels[..., 1:].contiguous().view(-1)
+        reduction = "sum" if num_items_in_batch is not None else "mean"
+        out = F.cross_entropy(shift_logits, shift_labels, ignore_index=ignore_index, reduction=reduction)
+        return out / num_items_in_batch if num_items_in_batch is not None else out
+
+    return loss
 
 
 def causal_lm(model: torch.nn.Module) -> Any:

@@ -45,6 +45,10 @@ def meta_model(spec: dict[str, Any]) -> nn.Module:
         except ValueError:  # a vision-language config has no *ForCausalLM: its image-text-to-text model, on text
             model = transformers.AutoModelForImageTextToText.from_config(  # type: ignore[no-untyped-call]
                 config, dtype=param_dtype)
+    if spec.get("hf_loss"):  # an older transformers release's loss on the installed model's logits (kernels.py)
+        from autoconf.estimators.traced.kernels import release_loss
+
+        model.loss_function = release_loss(spec["hf_loss"])
     if spec["method"] == "lora":
         model = _lora(model, spec)
     return cast(nn.Module, model)

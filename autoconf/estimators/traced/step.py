@@ -253,6 +253,7 @@ def run_step(model: torch.nn.Module, opt: torch.optim.Optimizer, hooks: StepHook
             if kernel == "hf":
                 out = model(input_ids=ids, labels=labels)
                 loss = out.loss
+                fp32_outputs(out, spec)
                 del out  # the Trainer keeps only the loss (pitfall 6): logits must not live through backward
             else:
                 loss = kernel_loss(model, ids, kernel, hooks.enter_loss)
@@ -268,6 +269,15 @@ def run_step(model: torch.nn.Module, opt: torch.optim.Optimizer, hooks: StepHook
         hooks.tracker = None
     opt.zero_grad(set_to_none=True)
     del ids, labels
+
+
+def fp32_outputs(out: Any, spec: dict[str, Any]) -> None:
+    """accelerate's ``convert_outputs_to_fp32`` (spec ``fp32_outputs``: the HF Trainer under bf16 mixed precision, where
+    the loss keeps bf16 logits: kernels.py ``release_loss`` "bf16-4.x"): an fp32 copy of the returned logits is made
+    while the half-precision ones are alive, then the Trainer drops both."""
+    if spec.get("fp32_outputs"):
+        copy = out.logits.float()
+        del copy
 
 
 def warm_up(model: torch.nn.Module, opt: torch.optim.Optimizer) -> None:
