@@ -13,7 +13,7 @@ pytest.importorskip("peft")
 from autoconf.catalog import get_architecture
 from autoconf.estimators.contract import get_estimator
 from autoconf.estimators.traced.estimator import trace_spec
-from autoconf.estimators.traced.ranks import fsdp1_settings, rank_unsupported, trace_ranks
+from autoconf.estimators.traced.ranks import fsdp1_job, fsdp1_settings, rank_unsupported, trace_ranks
 from autoconf.schema import Job, Placement
 from tests._cache import fresh_cache  # noqa: F401 (an autouse fixture: a fresh cache per module)
 
@@ -129,3 +129,55 @@ def test_fsdp1_settings_follow_transformers_4_checkpointing_for_fms_lora(
     settings = fsdp1_settings(job)
     assert settings["strategy"] == "fsdp1"
     assert settings.get("hf4_checkpointing", False) is hf4
+
+
+def _four_bit_linears() -> list[int]:
+    """Elements of each 4-bit linear of one tiny-llama decoder layer: q, k, v, o, gate, up, down."""
+    a = get_architecture(TINY)
+    h, q, kv, inter = a.hidden_size, a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim, a.intermediate_size
+    return [h * q, h * kv, h * kv, q * h, h * inter, h * inter, inter * h]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("double_quant", [False, True])
+def test_fsdp1_qlora_rank_shards_packed_weights_and_keeps_whole_quant_states(double_quant: bool) -> None:
+    """peft QLoRA (the fms-acceleration baseline-peft-bnb stack) on rank 0 of 2 at step 2's optimizer step. Each
+    decoder layer's unit flattens its seven packed 4-bit weights (n / 2 bytes each, stored as bf16: n / 4 elements)
+    with its two bf16 norms, the root its two bf16 embeddings and final norm: ⌈unit / 2⌉ bf16 elements each. Every
+    4-bit layer's quant state is on the rank whole (not a parameter): an fp32 absmax per 64 values and bitsandbytes'
+    16-entry fp32 NF4 code; doubly quantised, a uint8 absmax per 64 values, an fp32 absmax per 256 of those, an fp32
+    offset and the 256-entry fp32 dynamic code. Adapters as for LoRA, but bf16: TRL builds sharded QLoRA's peft
+    model with ``autocast_adapter_dtype=False``, so they keep the storage dtype; no kbit upcast (TRL skips
+    prepare_model_for_kbit_training for sharded QLoRA), so the norms and embeddings stay bf16."""
+    a = get_architecture(TINY)
+    job = _job("qlora", "peft").model_copy(update={"double_quant": double_quant, "gradient_checkpointing": True})
+    settings = fsdp1_settings(job)
+    assert settings["kbit_upcast"] is False and settings["quant_storage"] == "bfloat16"
+    spec = {**trace_spec(job, a), "world": 2, "shape": list(SHAPE), **settings}
+    linears = _four_bit_linears()
+    layer = sum(n // 4 for n in linears) + 2 * a.hidden_size
+    root = 2 * a.vocab_size * a.hidden_size + a.hidden_size
+    frozen = (math.ceil(root / 2) + a.num_layers * math.ceil(layer / 2)) * 2
+    if double_quant:
+        state = sum(n // 64 + 4 * math.ceil(n / 64 / 256) + 4 + 4 * 256 + 4 * 16 for n in linears)
+    else:
+        state = sum(4 * (n // 64) + 4 * 16 for n in linears)
+    trained, _ = _units("lora")
+    shard = sum(math.ceil(u / 2) for u in trained) * 2
+    weights, grads, states = _phase(trace_ranks(spec), 2, "optimizer")["parts"][:3]
+    assert weights == frozen + a.num_layers * state + shard
+    assert grads == shard
+    assert states == 2 * shard + 4 * len(trained) + 4
+
+
+@pytest.mark.parametrize(("framework", "method", "strategy", "traced"), [
+    ("peft", "qlora", "fsdp", True), ("peft", "qlora", "ddp", False), ("fsdp-qlora", "qlora", "fsdp", False),
+    ("peft", "lora", "fsdp", True),
+])
+def test_fsdp1_ranks_for_peft_qlora_only(framework: str, method: str, strategy: str, traced: bool) -> None:
+    """peft QLoRA runs accelerate's FSDP1 (its ranks traced for full shard only); fsdp_qlora's own QLoRA loading
+    stays a replica; peft LoRA keeps its FSDP2 ranks."""
+    job = _job(method, framework)
+    placement = Placement(gpu_model="NVIDIA-A100-80GB-PCIe", number_gpus=2, strategy=strategy)
+    assert (rank_unsupported(job, placement) is None) is traced
+    assert fsdp1_job(job, placement) is (framework == "fsdp-qlora" or method == "qlora")
