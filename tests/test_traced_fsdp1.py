@@ -146,9 +146,9 @@ def test_fsdp1_qlora_rank_shards_packed_weights_and_keeps_whole_quant_states(dou
     with its two bf16 norms, the root its two bf16 embeddings and final norm: ⌈unit / 2⌉ bf16 elements each. Every
     4-bit layer's quant state is on the rank whole (not a parameter): an fp32 absmax per 64 values and bitsandbytes'
     16-entry fp32 NF4 code; doubly quantised, a uint8 absmax per 64 values, an fp32 absmax per 256 of those, an fp32
-    offset and the 256-entry fp32 dynamic code. Adapters as for LoRA, but bf16: TRL builds sharded QLoRA's peft
-    model with ``autocast_adapter_dtype=False``, so they keep the storage dtype; no kbit upcast (TRL skips
-    prepare_model_for_kbit_training for sharded QLoRA), so the norms and embeddings stay bf16."""
+    offset and the 256-entry fp32 dynamic code. Adapters as for LoRA (fp32: accelerate upcasts trainable FSDP1
+    flat parameters under mixed precision); no kbit upcast (TRL skips prepare_model_for_kbit_training for sharded
+    QLoRA), so the norms and embeddings stay bf16."""
     a = get_architecture(TINY)
     job = _job("qlora", "peft").model_copy(update={"double_quant": double_quant, "gradient_checkpointing": True})
     settings = fsdp1_settings(job)
@@ -162,8 +162,8 @@ def test_fsdp1_qlora_rank_shards_packed_weights_and_keeps_whole_quant_states(dou
         state = sum(n // 64 + 4 * math.ceil(n / 64 / 256) + 4 + 4 * 256 + 4 * 16 for n in linears)
     else:
         state = sum(4 * (n // 64) + 4 * 16 for n in linears)
-    trained, _ = _units("lora")
-    shard = sum(math.ceil(u / 2) for u in trained) * 2
+    trained, size = _units("lora")
+    shard = sum(math.ceil(u / 2) for u in trained) * size
     weights, grads, states = _phase(trace_ranks(spec), 2, "optimizer")["parts"][:3]
     assert weights == frozen + a.num_layers * state + shard
     assert grads == shard

@@ -30,9 +30,8 @@ def _lora(model: nn.Module, spec: dict[str, Any]) -> nn.Module:
         target_modules="all-linear" if "all-linear" in targets else targets, task_type="CAUSAL_LM",
     )
     # peft's default autocast_adapter_dtype=True keeps adapters in fp32 next to a bf16 base, as
-    # in a real peft run: their weights, grads and AdamW states are 4 B/param. ``adapter_autocast`` False (TRL's
-    # sharded QLoRA, ranks.fsdp1_settings): the adapters keep the base weight's floating dtype.
-    return peft.get_peft_model(model, config, autocast_adapter_dtype=bool(spec.get("adapter_autocast", True)))
+    # in a real peft run: their weights, grads and AdamW states are 4 B/param.
+    return peft.get_peft_model(model, config)
 
 
 def meta_model(spec: dict[str, Any]) -> nn.Module:

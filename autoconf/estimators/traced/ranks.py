@@ -105,12 +105,11 @@ def fsdp1_settings(job: Job) -> dict[str, Any]:
         # fms-hf-tuning under `accelerate launch` (its 4.x campaigns, as for LoRA above); the plugin stores the 4-bit
         # weights in the model dtype; TRL's SFTTrainer skips peft's prepare_model_for_kbit_training for sharded QLoRA
         # (``is_sharded_qlora``: the 4-bit weights on cpu/meta before FSDP wraps them) and, with checkpointing,
-        # calls ``enable_input_require_grads`` instead; it builds the peft model with ``autocast_adapter_dtype=False``
-        # (trl 0.9.6-0.13 sft_trainer.py, for sharded QLoRA; peft 0.11 has no adapter autocast), so peft leaves
-        # the adapters in the floating dtype of the 4-bit storage (peft 0.11.1 lora/layer.py ``update_layer``,
-        # 0.12+ ``_move_adapter_to_device_of_base_layer``)
-        settings.update(use_orig_params=True, kbit_upcast=False, quant_storage=QUANT_STORAGE[job.dtype],
-                        adapter_autocast=False)
+        # calls ``enable_input_require_grads`` instead. Its adapters are built in the storage dtype
+        # (``autocast_adapter_dtype=False`` for sharded QLoRA, trl 0.9.6-0.13 sft_trainer.py), but accelerate (from
+        # 0.30, #2674) upcasts every trainable FSDP1 flat parameter to fp32 under mixed precision
+        # (accelerator.py ``prepare_model``): fp32 adapters, as peft's default gives them
+        settings.update(use_orig_params=True, kbit_upcast=False, quant_storage=QUANT_STORAGE[job.dtype])
         if job.gradient_checkpointing:
             settings["hf4_checkpointing"] = True
     return settings
