@@ -181,3 +181,30 @@ def test_fsdp1_ranks_for_peft_qlora_only(framework: str, method: str, strategy: 
     placement = Placement(gpu_model="NVIDIA-A100-80GB-PCIe", number_gpus=2, strategy=strategy)
     assert (rank_unsupported(job, placement) is None) is traced
     assert fsdp1_job(job, placement) is (framework == "fsdp-qlora" or method == "qlora")
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_bitsandbytes_up_to_0_43_1_keeps_the_4bit_matmul_input(keep: bool) -> None:
+    """bitsandbytes ≤ 0.43.1's ``MatMul4Bit.forward`` set ``ctx.tensors = (A, B)``; 0.43.2 (#1270) keeps
+    ``(None, B)``: a frozen 4-bit weight needs only ``B`` for the input's gradient. With ``keep`` the backward node
+    of a real 4-bit linear holds its input in the compute dtype (bf16 here, from an fp32 input)."""
+    import bitsandbytes as bnb
+    import torch
+
+    from autoconf.estimators.traced.qlora import keep_matmul_input
+
+    linear = bnb.nn.Linear4bit(64, 32, bias=False, compute_dtype=torch.bfloat16)
+    linear.weight = bnb.nn.Params4bit(torch.randn(32, 64, dtype=torch.bfloat16), requires_grad=False)
+    linear = linear.to("cpu")  # quantised here
+    keep_matmul_input(keep)
+    try:
+        node = linear(torch.randn(3, 64, requires_grad=True)).grad_fn
+        while node is not None and not hasattr(node, "tensors"):
+            node = node.next_functions[0][0]
+        assert node is not None
+        kept = node.tensors[0]
+        assert (kept is not None) is keep
+        if keep:
+            assert kept.dtype == torch.bfloat16 and tuple(kept.shape) == (3, 64)
+    finally:
+        keep_matmul_input(False)
