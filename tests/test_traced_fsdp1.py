@@ -91,9 +91,12 @@ def test_fsdp1_estimate_names_the_wrapping() -> None:
     assert 0 < memory.peak_allocated_bytes <= memory.peak_reserved_bytes <= memory.peak_bytes
 
 
-def _backward_peak(layers: int, batch: int, hf4: bool) -> int:
-    job = _job("lora").model_copy(update={"gradient_checkpointing": True, "batch_size": batch})
+def _backward_peak(layers: int, batch: int, hf4: bool, method: str = "lora") -> int:
+    job = _job(method, "peft" if method == "qlora" else "fms-hf-tuning").model_copy(
+        update={"gradient_checkpointing": True, "batch_size": batch})
     spec = {**trace_spec(job, get_architecture(TINY)), "world": 2, "strategy": "fsdp1", "shape": [batch, SHAPE[1]]}
+    if method == "qlora":  # the sharded-QLoRA keys (quant storage, no upcast, mixed precision), 4.x checkpointing
+        spec.update(fsdp1_settings(job))
     # a vocabulary below the hidden size, so the peak is the last layer's recomputation, not the loss
     spec["arch"] = {**spec["arch"], "num_layers": layers, "vocab_size": 64}
     if hf4:
@@ -102,16 +105,18 @@ def _backward_peak(layers: int, batch: int, hf4: bool) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("hf4", "per_hidden"), [(False, 2), (True, 4)])
-def test_fsdp1_reentrant_checkpoint_around_the_unit_keeps_input_gradients(hf4: bool, per_hidden: int) -> None:
+@pytest.mark.parametrize(("hf4", "method", "per_hidden"), [(False, "lora", 2), (True, "lora", 4), (True, "qlora", 4)])
+def test_fsdp1_reentrant_checkpoint_around_the_unit_keeps_input_gradients(hf4: bool, method: str,
+                                                                          per_hidden: int) -> None:
     """Bytes per token that each decoder layer adds to the backward peak of rank 0 of 2 (LoRA, checkpointing,
     bf16), from 2 vs 4 layers at batch 1 vs 2. transformers 5.x (non-reentrant checkpoint inside the layer):
     the layer's bf16 input, 2·h. transformers 4.x under FSDP1 (reentrant checkpoint around the FSDP unit): the
     recomputation runs the frozen unit with grad enabled on the checkpoint's detached input, so FSDP1's
     reshard-only hook (``register_multi_grad_hook`` on that input, kept on the flat parameter until the
-    end-of-backward callback) keeps the input and the gradient accumulated into it: 2·h + 2·h."""
+    end-of-backward callback) keeps the input and the gradient accumulated into it: 2·h + 2·h. peft QLoRA's frozen
+    4-bit units (bf16 residual stream: no kbit upcast when sharded) keep the same."""
     h = get_architecture(TINY).hidden_size
-    p = {(layers, b): _backward_peak(layers, b, hf4) for layers in (2, 4) for b in (1, 2)}
+    p = {(layers, b): _backward_peak(layers, b, hf4, method) for layers in (2, 4) for b in (1, 2)}
     per_layer_token = (p[4, 2] - p[4, 1] - p[2, 2] + p[2, 1]) / (2 * SHAPE[1])
     assert per_layer_token == per_hidden * h
 
