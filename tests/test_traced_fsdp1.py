@@ -13,7 +13,7 @@ pytest.importorskip("peft")
 from autoconf.catalog import get_architecture
 from autoconf.estimators.contract import get_estimator
 from autoconf.estimators.traced.estimator import trace_spec
-from autoconf.estimators.traced.ranks import fsdp1_settings, rank_unsupported, trace_ranks
+from autoconf.estimators.traced.ranks import fsdp1_job, fsdp1_settings, rank_unsupported, trace_ranks
 from autoconf.schema import Job, Placement
 from tests._cache import fresh_cache  # noqa: F401 (an autouse fixture: a fresh cache per module)
 
@@ -91,9 +91,12 @@ def test_fsdp1_estimate_names_the_wrapping() -> None:
     assert 0 < memory.peak_allocated_bytes <= memory.peak_reserved_bytes <= memory.peak_bytes
 
 
-def _backward_peak(layers: int, batch: int, hf4: bool) -> int:
-    job = _job("lora").model_copy(update={"gradient_checkpointing": True, "batch_size": batch})
+def _backward_peak(layers: int, batch: int, hf4: bool, method: str = "lora") -> int:
+    job = _job(method, "peft" if method == "qlora" else "fms-hf-tuning").model_copy(
+        update={"gradient_checkpointing": True, "batch_size": batch})
     spec = {**trace_spec(job, get_architecture(TINY)), "world": 2, "strategy": "fsdp1", "shape": [batch, SHAPE[1]]}
+    if method == "qlora":  # the sharded-QLoRA keys (quant storage, no upcast, mixed precision), 4.x checkpointing
+        spec.update(fsdp1_settings(job))
     # a vocabulary below the hidden size, so the peak is the last layer's recomputation, not the loss
     spec["arch"] = {**spec["arch"], "num_layers": layers, "vocab_size": 64}
     if hf4:
@@ -102,16 +105,18 @@ def _backward_peak(layers: int, batch: int, hf4: bool) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("hf4", "per_hidden"), [(False, 2), (True, 4)])
-def test_fsdp1_reentrant_checkpoint_around_the_unit_keeps_input_gradients(hf4: bool, per_hidden: int) -> None:
+@pytest.mark.parametrize(("hf4", "method", "per_hidden"), [(False, "lora", 2), (True, "lora", 4), (True, "qlora", 4)])
+def test_fsdp1_reentrant_checkpoint_around_the_unit_keeps_input_gradients(hf4: bool, method: str,
+                                                                          per_hidden: int) -> None:
     """Bytes per token that each decoder layer adds to the backward peak of rank 0 of 2 (LoRA, checkpointing,
     bf16), from 2 vs 4 layers at batch 1 vs 2. transformers 5.x (non-reentrant checkpoint inside the layer):
     the layer's bf16 input, 2·h. transformers 4.x under FSDP1 (reentrant checkpoint around the FSDP unit): the
     recomputation runs the frozen unit with grad enabled on the checkpoint's detached input, so FSDP1's
     reshard-only hook (``register_multi_grad_hook`` on that input, kept on the flat parameter until the
-    end-of-backward callback) keeps the input and the gradient accumulated into it: 2·h + 2·h."""
+    end-of-backward callback) keeps the input and the gradient accumulated into it: 2·h + 2·h. peft QLoRA's frozen
+    4-bit units (bf16 residual stream: no kbit upcast when sharded) keep the same."""
     h = get_architecture(TINY).hidden_size
-    p = {(layers, b): _backward_peak(layers, b, hf4) for layers in (2, 4) for b in (1, 2)}
+    p = {(layers, b): _backward_peak(layers, b, hf4, method) for layers in (2, 4) for b in (1, 2)}
     per_layer_token = (p[4, 2] - p[4, 1] - p[2, 2] + p[2, 1]) / (2 * SHAPE[1])
     assert per_layer_token == per_hidden * h
 
@@ -129,3 +134,82 @@ def test_fsdp1_settings_follow_transformers_4_checkpointing_for_fms_lora(
     settings = fsdp1_settings(job)
     assert settings["strategy"] == "fsdp1"
     assert settings.get("hf4_checkpointing", False) is hf4
+
+
+def _four_bit_linears() -> list[int]:
+    """Elements of each 4-bit linear of one tiny-llama decoder layer: q, k, v, o, gate, up, down."""
+    a = get_architecture(TINY)
+    h, q, kv, inter = a.hidden_size, a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim, a.intermediate_size
+    return [h * q, h * kv, h * kv, q * h, h * inter, h * inter, inter * h]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("double_quant", [False, True])
+def test_fsdp1_qlora_rank_shards_packed_weights_and_keeps_whole_quant_states(double_quant: bool) -> None:
+    """peft QLoRA (the fms-acceleration baseline-peft-bnb stack) on rank 0 of 2 at step 2's optimizer step. Each
+    decoder layer's unit flattens its seven packed 4-bit weights (n / 2 bytes each, stored as bf16: n / 4 elements)
+    with its two bf16 norms, the root its two bf16 embeddings and final norm: ⌈unit / 2⌉ bf16 elements each. Every
+    4-bit layer's quant state is on the rank whole (not a parameter): an fp32 absmax per 64 values and bitsandbytes'
+    16-entry fp32 NF4 code; doubly quantised, a uint8 absmax per 64 values, an fp32 absmax per 256 of those, an fp32
+    offset and the 256-entry fp32 dynamic code. Adapters as for LoRA (fp32: accelerate upcasts trainable FSDP1
+    flat parameters under mixed precision); no kbit upcast (TRL skips prepare_model_for_kbit_training for sharded
+    QLoRA), so the norms and embeddings stay bf16."""
+    a = get_architecture(TINY)
+    job = _job("qlora", "peft").model_copy(update={"double_quant": double_quant, "gradient_checkpointing": True})
+    settings = fsdp1_settings(job)
+    assert settings["kbit_upcast"] is False and settings["quant_storage"] == "bfloat16"
+    spec = {**trace_spec(job, a), "world": 2, "shape": list(SHAPE), **settings}
+    linears = _four_bit_linears()
+    layer = sum(n // 4 for n in linears) + 2 * a.hidden_size
+    root = 2 * a.vocab_size * a.hidden_size + a.hidden_size
+    frozen = (math.ceil(root / 2) + a.num_layers * math.ceil(layer / 2)) * 2
+    if double_quant:
+        state = sum(n // 64 + 4 * math.ceil(n / 64 / 256) + 4 + 4 * 256 + 4 * 16 for n in linears)
+    else:
+        state = sum(4 * (n // 64) + 4 * 16 for n in linears)
+    trained, size = _units("lora")
+    shard = sum(math.ceil(u / 2) for u in trained) * size
+    weights, grads, states = _phase(trace_ranks(spec), 2, "optimizer")["parts"][:3]
+    assert weights == frozen + a.num_layers * state + shard
+    assert grads == shard
+    assert states == 2 * shard + 4 * len(trained) + 4
+
+
+@pytest.mark.parametrize(("framework", "method", "strategy", "traced"), [
+    ("peft", "qlora", "fsdp", True), ("peft", "qlora", "ddp", False), ("fsdp-qlora", "qlora", "fsdp", False),
+    ("peft", "lora", "fsdp", True),
+])
+def test_fsdp1_ranks_for_peft_qlora_only(framework: str, method: str, strategy: str, traced: bool) -> None:
+    """peft QLoRA runs accelerate's FSDP1 (its ranks traced for full shard only); fsdp_qlora's own QLoRA loading
+    stays a replica; peft LoRA keeps its FSDP2 ranks."""
+    job = _job(method, framework)
+    placement = Placement(gpu_model="NVIDIA-A100-80GB-PCIe", number_gpus=2, strategy=strategy)
+    assert (rank_unsupported(job, placement) is None) is traced
+    assert fsdp1_job(job, placement) is (framework == "fsdp-qlora" or method == "qlora")
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_bitsandbytes_up_to_0_43_1_keeps_the_4bit_matmul_input(keep: bool) -> None:
+    """bitsandbytes ≤ 0.43.1's ``MatMul4Bit.forward`` set ``ctx.tensors = (A, B)``; 0.43.2 (#1270) keeps
+    ``(None, B)``: a frozen 4-bit weight needs only ``B`` for the input's gradient. With ``keep`` the backward node
+    of a real 4-bit linear holds its input in the compute dtype (bf16 here, from an fp32 input)."""
+    import bitsandbytes as bnb
+    import torch
+
+    from autoconf.estimators.traced.qlora import keep_matmul_input
+
+    linear = bnb.nn.Linear4bit(64, 32, bias=False, compute_dtype=torch.bfloat16)
+    linear.weight = bnb.nn.Params4bit(torch.randn(32, 64, dtype=torch.bfloat16), requires_grad=False)
+    linear = linear.to("cpu")  # quantised here
+    keep_matmul_input(keep)
+    try:
+        node = linear(torch.randn(3, 64, requires_grad=True)).grad_fn
+        while node is not None and not hasattr(node, "tensors"):
+            node = node.next_functions[0][0]
+        assert node is not None
+        kept = node.tensors[0]
+        assert (kept is not None) is keep
+        if keep:
+            assert kept.dtype == torch.bfloat16 and tuple(kept.shape) == (3, 64)
+    finally:
+        keep_matmul_input(False)

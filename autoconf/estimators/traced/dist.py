@@ -49,7 +49,15 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.overrides import TorchFunctionMode
 
 from autoconf.estimators.traced.allocator import replay
-from autoconf.estimators.traced.fsdp1 import checkpoint_units, clip_fsdp1, is_fsdp1, patch_fsdp1, wrap_fsdp1
+from autoconf.estimators.traced.fsdp1 import (
+    checkpoint_units,
+    clip_fsdp1,
+    four_bit_states_to_device,
+    is_fsdp1,
+    patch_fsdp1,
+    qlora_model,
+    wrap_fsdp1,
+)
 from autoconf.estimators.traced.hf_config import DTYPES
 from autoconf.estimators.traced.hf_parallel import by_mesh, clip_by_mesh, parallel_model, split_by_mesh
 from autoconf.estimators.traced.model import build_optimizer, finish, meta_model
@@ -103,7 +111,7 @@ def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, hooks: StepHo
     batch, seq = shape
     ids = torch.randint(0, spec["arch"]["vocab_size"], (batch, seq))
     labels = ids.clone()
-    autocast_dtype = DTYPES[spec["dtype"]][1] or (DTYPES[spec["dtype"]][0] if spec.get("hf4_checkpointing") else None)
+    autocast_dtype = _fsdp1_amp(spec) if spec["strategy"] == "fsdp1" else DTYPES[spec["dtype"]][1]
     amp = torch.autocast("cpu", dtype=autocast_dtype) if autocast_dtype else contextlib.nullcontext()
     hooks.tracker = tracker
     # DDP: the reducer's bucket all-reduce (and its bucket rebuild after step 1) reads data; its buckets are
@@ -120,6 +128,14 @@ def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, hooks: StepHo
         del loss, ids, labels
     update(model, opt, tracker)
     hooks.tracker = None
+
+
+def _fsdp1_amp(spec: dict[str, Any]) -> torch.dtype | None:
+    """The autocast and ``MixedPrecision`` dtype of an FSDP1 rank: amp-*'s; the rows' ``bf16``/``fp16`` flag on
+    weights of that dtype for fms-hf-tuning LoRA with 4.x checkpointing (fsdp1.py) and for QLoRA (transformers'
+    ``_fsdp_qlora_plugin_updates`` sets FSDP1's mixed precision to the floating ``bnb_4bit_quant_storage``)."""
+    plain, amp = DTYPES[spec["dtype"]]
+    return amp or (plain if spec.get("hf4_checkpointing") or spec["method"] == "qlora" else None)
 
 
 def update(model: torch.nn.Module, opt: torch.optim.Optimizer, tracker: RankBytes) -> None:
@@ -202,18 +218,22 @@ def trace_rank(spec: dict[str, Any]) -> dict[str, Any]:
         model = wrap_fsdp2(model, mesh, reshard=strategy != "fsdp-shard-grad-op", amp=DTYPES[spec["dtype"]][1])
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
     clock = {"build": time.perf_counter() - start}
-    if strategy == "fsdp1":  # the whole model in host memory (rank 0) or on meta: not the GPU's (fsdp1.py)
+    if strategy == "fsdp1" and spec["method"] == "qlora":  # quantised in host memory: FSDP1 moves the units (fsdp1.py)
+        model = qlora_model(spec, fake_mode)
+    elif strategy == "fsdp1":  # the whole model in host memory (rank 0) or on meta: not the GPU's (fsdp1.py)
         with fake_mode:
             model.to_empty(device="cpu")
             base: Any = model.get_base_model() if hasattr(model, "get_base_model") else model  # type: ignore[operator]
             base.tie_weights()
-        # the Trainer enables checkpointing before accelerate wraps the model (4.x: around each unit, fsdp1.py)
+    if strategy == "fsdp1":  # the Trainer enables checkpointing before accelerate wraps the model (4.x: around each unit)
         finish(model, {**spec, "gradient_checkpointing": False} if spec.get("hf4_checkpointing") else spec)
     with fake_mode, tracker, replicated:
         tracker.enter(0, LOAD, WEIGHTS)
         if strategy == "fsdp1":  # each unit flattened, padded, sharded: FSDP1's constructor
             hf4 = bool(spec.get("hf4_checkpointing"))
-            model = wrap_fsdp1(model, spec, DTYPES[spec["dtype"]][1] or (DTYPES[spec["dtype"]][0] if hf4 else None))
+            model = wrap_fsdp1(model, spec, _fsdp1_amp(spec))
+            if spec["method"] == "qlora":
+                four_bit_states_to_device(model)
             if hf4:
                 checkpoint_units(model)
         else:

@@ -46,7 +46,7 @@ from autoconf.estimators.theory.states import model_states
 from autoconf.estimators.theory.throughput import estimate_throughput
 from autoconf.estimators.traced.cache import get_fit
 from autoconf.estimators.traced.fit import PHASE_NAMES, Fit, TraceFailed, regime_of
-from autoconf.estimators.traced.ranks import FSDP1_STACKS, PHASE_TEXT, rank_memory, rank_unsupported
+from autoconf.estimators.traced.ranks import PHASE_TEXT, fsdp1_job, rank_memory, rank_unsupported
 from autoconf.estimators.traced.refusal import decide
 from autoconf.estimators.traced.stacks.memory import stack_memory
 from autoconf.schema import Estimate, EstimatorName, Job, MemoryEstimate, Placement
@@ -259,7 +259,7 @@ class TracedEstimator(Estimator):
         peak = summary["peak"]
         phase = PHASE_TEXT.get(peak["phase"], peak["phase"])
         strategy: str = f"{placement.effective_strategy} as the HF Trainer wraps it"
-        if job.framework in FSDP1_STACKS:
+        if fsdp1_job(job, placement):
             strategy = "FSDP1 (FullyShardedDataParallel) as accelerate wraps it; no checkpoint save (sharded)"
         if placement.tp > 1:
             strategy = (f"{placement.tp}-way tensor parallel" + (f" × {placement.dp}-way {placement.effective_strategy}"

@@ -35,6 +35,11 @@ on the checkpoint's detached input, so FSDP1's reshard-only hook (``_register_po
 ``_finalize_params`` at the end of backward) holds that input and the gradient accumulated into it: each
 layer keeps 2·h + 2·h bytes per token until backward ends, instead of 2·h.
 
+peft QLoRA (ranks.FSDP1_QLORA_STACKS, fms-acceleration's ``baseline-peft-bnb``): the model is quantised in host
+memory (``qlora_model``) with its packed 4-bit weights in the model dtype (``bnb_4bit_quant_storage``), which FSDP1
+flattens with the layer's norms; no kbit upcast (TRL's ``is_sharded_qlora``); the quant states, no parameters, are
+moved to the device whole (``four_bit_states_to_device``); ``MixedPrecision`` in the storage dtype.
+
 Not run as on a GPU: ``sync_module_states`` (the broadcast of rank 0's weights at load) refuses CPU modules
 (``_check_module_states_for_sync_module_states``); it works in place apart from its 250 MB coalescing bucket,
 which is not counted. The model is materialised outside the tracker (with ``fsdp_cpu_ram_efficient_loading`` rank 0
@@ -62,7 +67,7 @@ def wrap_fsdp1(model: nn.Module, spec: dict[str, Any], amp: torch.dtype | None) 
     from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
 
     policy: Callable[..., bool]
-    if spec["method"] == "lora":
+    if spec["method"] in ("lora", "qlora"):
         from peft.utils.other import fsdp_auto_wrap_policy
 
         policy = fsdp_auto_wrap_policy(model)  # type: ignore[no-untyped-call]  # peft is unannotated
@@ -114,6 +119,32 @@ def checkpoint_units(model: nn.Module) -> None:
     if enable is not None:
         enable()
     model.train()
+
+
+def qlora_model(spec: dict[str, Any], fake_mode: Any) -> nn.Module:
+    """The peft QLoRA model quantised in host memory (qlora.py, outside the tracker), its 4-bit weights packed in
+    ``spec["quant_storage"]`` so that FSDP1 flattens them with the unit's other frozen tensors; bitsandbytes'
+    ``Linear4bit.forward`` then finds its quant state on the gathered weight (trl_fakes.gathered_four_bit)."""
+    from autoconf.estimators.traced.model import _init_real, _lora, meta_model
+    from autoconf.estimators.traced.qlora import build_qlora
+    from autoconf.estimators.traced.stacks.trl_fakes import gathered_four_bit
+
+    gathered_four_bit()
+    return build_qlora(spec, fake_mode, meta_model, _lora, _init_real)
+
+
+def four_bit_states_to_device(model: nn.Module) -> None:
+    """Each 4-bit layer's quant state on the rank's device: not a parameter or buffer, so FSDP1 does not shard it;
+    its constructor moves each unit to ``device_id`` (``_move_states_to_device``: ``tensor.to(device)``), where
+    ``Params4bit.to`` moves the quant state too (bitsandbytes nn/modules.py; ``QuantState.to``: the absmax, the code
+    table and, doubly quantised, the offset and the nested absmax and code), whole on every rank."""
+    found = (getattr(m, "quant_state", None) for m in model.modules())
+    states: dict[int, Any] = {id(s): s for s in found if hasattr(s, "absmax")}
+    for state in states.values():
+        state.absmax, state.code = state.absmax.clone(), state.code.clone()
+        if getattr(state, "nested", False):
+            state.offset = state.offset.clone()
+            state.state2.absmax, state.state2.code = state.state2.absmax.clone(), state.state2.code.clone()
 
 
 def patch_fsdp1() -> None:

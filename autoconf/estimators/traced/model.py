@@ -57,8 +57,10 @@ def meta_model(spec: dict[str, Any]) -> nn.Module:
 def finish(model: nn.Module, spec: dict[str, Any]) -> nn.Module:
     """Gradient checkpointing as the HF Trainer enables it, and training mode."""
     if spec["gradient_checkpointing"]:
-        # Non-reentrant recomputation per decoder layer (HF Trainer's gradient_checkpointing=True).
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})  # type: ignore[operator]
+        # Non-reentrant recomputation per decoder layer (HF Trainer's gradient_checkpointing=True); ``reentrant``:
+        # torch's reentrant checkpoint, transformers 4.x's default (``use_reentrant=True`` when no kwargs are given)
+        kwargs = {"use_reentrant": bool(spec.get("reentrant"))}
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)  # type: ignore[operator]
     model.train()
     return model
 

@@ -75,6 +75,7 @@ def build_qlora(spec: dict[str, Any], fake_mode: Any | None, meta: Callable[[dic
         old = module.weight
         settings[id(module)] = {key: getattr(old, key) for key in SETTINGS}
         module.weight = nn.Parameter(torch.empty(old.shape, dtype=compute, device="meta"), requires_grad=False)
+    keep_matmul_input(bool(spec.get("bnb_keeps_input")))
     if "dynamic" not in bnb.functional.name2qmap:  # double quantisation's code table, built from Python floats
         bnb.functional.name2qmap["dynamic"] = bnb.functional.create_dynamic_map()  # type: ignore[no-untyped-call]
     with fake_mode if fake_mode is not None else contextlib.nullcontext():
@@ -102,3 +103,31 @@ def _kbit_upcast(base: nn.Module, checkpointing: bool) -> None:
             param.data = param.data.to(torch.float32)
     if checkpointing:
         base.enable_input_require_grads()  # type: ignore[operator]  # HF models define it
+
+
+_KEEPS_INPUT = [False]  # this trace's bitsandbytes: ≤ 0.43.1 (keep_matmul_input)
+
+
+def keep_matmul_input(keep: bool) -> None:
+    """bitsandbytes ≤ 0.43.1's ``MatMul4Bit.forward`` (autograd/_functions.py) kept its input for backward,
+    ``ctx.tensors = (A, B)``, although the frozen 4-bit weight's backward needs only ``B``; 0.43.2 (2024-07-23)
+    keeps ``(None, B)`` ("fix QLoRA mem bug: delete useless buffered activation", bitsandbytes #1270, 2024-07-16).
+    With ``keep`` each 4-bit linear run with grad keeps its input in the compute dtype until its backward, as
+    those releases did; the installed code is wrapped once, the flag read per call."""
+    _KEEPS_INPUT[0] = keep
+    from bitsandbytes.autograd import _functions
+
+    cls = _functions.MatMul4Bit
+    if getattr(cls, "_autoconf_keeps_input", False):
+        return
+    plain = cls.forward
+
+    def forward(ctx: Any, A: torch.Tensor, B: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        out = plain(ctx, A, B, *args, **kwargs)
+        tensors = getattr(ctx, "tensors", None)
+        if _KEEPS_INPUT[0] and tensors is not None and tensors[1] is not None:
+            ctx.tensors = (A, tensors[1])
+        return out
+
+    cls.forward = staticmethod(forward)  # type: ignore[method-assign]  # bitsandbytes' own, wrapped
+    cls._autoconf_keeps_input = True  # type: ignore[attr-defined]  # a flag on bitsandbytes' class

@@ -44,6 +44,14 @@ ACCELERATE_STACKS = ("hf-trainer", "peft")
 # Stacks that run the HF Trainer under accelerate's FSDP1 (torch FullyShardedDataParallel; fsdp1.py), full shard only.
 FSDP1_STACKS = ("fms-hf-tuning", "fsdp-qlora")
 FSDP1_VERSION = 4  # bump when the FSDP1 rank trace changes meaning (its cache keys only)
+# QLoRA stacks whose FSDP is accelerate's FSDP1 with bitsandbytes' 4-bit weights in the flat parameters: the peft
+# profile's only multi-GPU rows are fms-acceleration's ``baseline-peft-bnb`` (fms-hf-tuning and TRL's SFTTrainer
+# under its benchmark's accelerate.yaml, FSDP1), loaded by its bitsandbytes plugin with ``bnb_4bit_quant_storage``
+# set to the model dtype under FSDP (framework_plugin_bnb.py ``model_loader``).
+FSDP1_QLORA_STACKS = ("peft",)
+# Job.dtype -> bnb_4bit_quant_storage under FSDP: the model's torch_dtype (the weights' dtype; fp32 under amp-*)
+QUANT_STORAGE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "amp-bf16": "float32",
+                 "amp-fp16": "float32"}
 # dist.PHASES -> schema Phase: clipping is part of the optimizer phase; a checkpoint save happens between
 # steps with the states live, theory's "static" phase.
 PHASE: dict[str, Phase] = {"forward": "forward", "loss": "loss", "backward": "backward", "optimizer": "optimizer",
@@ -66,15 +74,22 @@ def rank_unsupported(job: Job, placement: Placement) -> str | None:
         return f"strategy {strategy} (rank traces cover {', '.join(STRATEGIES)})"
     if strategy == "fsdp-hybrid" and (placement.workers < 2 or placement.number_gpus % placement.workers):
         return f"fsdp-hybrid over {placement.workers} node(s) of {placement.number_gpus} GPUs (needs >= 2 equal nodes)"
-    if job.method == "qlora" or job.effective_loss_kernel != "hf" or job.optimizer == "adamw-8bit":
+    qlora_fsdp1 = job.method == "qlora" and job.framework in FSDP1_QLORA_STACKS and fsdp1_job(job, placement)
+    if (job.method == "qlora" and not qlora_fsdp1) or job.effective_loss_kernel != "hf" or job.optimizer == "adamw-8bit":
         return "QLoRA, loss kernels and 8-bit AdamW (traced on one replica only)"
     if placement.offload != "none":
         return f"offload {placement.offload}"
-    if job.framework in FSDP1_STACKS and placement.tp == 1:
+    if fsdp1_job(job, placement):
         return None if strategy == "fsdp" else f"{job.framework} with {strategy} (its FSDP1 ranks are traced for fsdp)"
     if job.framework not in ACCELERATE_STACKS:
         return f"{job.framework} wraps its model its own way (rank traces follow {', '.join(ACCELERATE_STACKS)})"
     return None
+
+
+def fsdp1_job(job: Job, placement: Placement) -> bool:
+    """The job's ranks run FSDP1 (``FSDP1_STACKS``; QLoRA of ``FSDP1_QLORA_STACKS``), without tensor parallelism."""
+    stack = job.framework in FSDP1_STACKS or (job.method == "qlora" and job.framework in FSDP1_QLORA_STACKS)
+    return stack and placement.tp == 1
 
 
 def fsdp1_settings(job: Job) -> dict[str, Any]:
@@ -86,6 +101,17 @@ def fsdp1_settings(job: Job) -> dict[str, Any]:
         settings["use_orig_params"] = True
     if job.framework == "fms-hf-tuning" and job.method == "lora" and job.gradient_checkpointing:
         settings["hf4_checkpointing"] = True
+    if job.method == "qlora" and job.framework in FSDP1_QLORA_STACKS:
+        # fms-hf-tuning under `accelerate launch` (its 4.x campaigns, as for LoRA above); the plugin stores the 4-bit
+        # weights in the model dtype; TRL's SFTTrainer skips peft's prepare_model_for_kbit_training for sharded QLoRA
+        # (``is_sharded_qlora``: the 4-bit weights on cpu/meta before FSDP wraps them) and, with checkpointing,
+        # calls ``enable_input_require_grads`` instead. Its adapters are built in the storage dtype
+        # (``autocast_adapter_dtype=False`` for sharded QLoRA, trl 0.9.6-0.13 sft_trainer.py), but accelerate (from
+        # 0.30, #2674) upcasts every trainable FSDP1 flat parameter to fp32 under mixed precision
+        # (accelerator.py ``prepare_model``): fp32 adapters, as peft's default gives them
+        settings.update(use_orig_params=True, kbit_upcast=False, quant_storage=QUANT_STORAGE[job.dtype])
+        if job.gradient_checkpointing:
+            settings["hf4_checkpointing"] = True
     return settings
 
 
@@ -205,7 +231,7 @@ def rank_memory(job: Job, placement: Placement, arch: Architecture, spec: dict[s
         rank_spec["replicas"] = placement.workers
         shards = world // placement.workers
     ranks = [0, shards - 1] if strategy != "ddp" and uneven(spec, shards) else [0]
-    if job.framework in FSDP1_STACKS and placement.tp == 1:  # FSDP1: every rank's flat shard is padded alike
+    if fsdp1_job(job, placement):  # FSDP1: every rank's flat shard is padded alike
         rank_spec.update(fsdp1_settings(job))
         ranks = [0]
     if placement.tp > 1:  # a (dp_replicate, fsdp, tp) mesh, tp innermost: world is the tp degree (hf_parallel.py)
