@@ -30,10 +30,6 @@ Open (the groups above 5 %):
   here.
 - falcon-7b and deepseek-v2-lite: CPU SDPA takes its math path (one KV head for 71 query heads; differing q / v head
   sizes), saving fp32 scores the per-op fit cannot follow; a GPU would run flash or memory-efficient attention.
-- tp 2 ranks inside fsdp 2–4 (+4 … +10 %): theory holds transformers' gathered logits as the trace does (finding
-  26.1), but at the loss it keeps more gathered weights than the rank (llama3.1-8b on 8 GPUs: 3.34 against 2.36 GiB).
-  On tp 2 alone (−3 … −4 %) theory's saved activations are half the trace's (0.55 against 1.06 GiB): it splits
-  them over tp, where transformers' TP (no sequence parallel) keeps the residual stream whole on every rank.
 - torchtune one device at micro-batch 4: its chunked loss holds 6.5·V per token against theory's 5·V.
 """
 
