@@ -30,8 +30,6 @@ Open (the groups above 5 %):
   here.
 - falcon-7b and deepseek-v2-lite: CPU SDPA takes its math path (one KV head for 71 query heads; differing q / v head
   sizes), saving fp32 scores the per-op fit cannot follow; a GPU would run flash or memory-efficient attention.
-- tp 2 ranks: transformers' TP gathers the logits on every rank; theory splits them as the Megatron-like stacks do
-  (docs/limitations.md).
 - torchtune one device at micro-batch 4: its chunked loss holds 6.5·V per token against theory's 5·V.
 """
 

@@ -137,6 +137,8 @@ def _setup(case: dict[str, Any]) -> tuple[Job, dict[str, Any], bool]:
     """The case's Job, the search's keyword arguments (shardings) and whether it searches TP and PP (as
     fastest_layout decides by default)."""
     job = _job(case["job"])
+    if case["stack"] in MODEL_PARALLEL_STACKS:  # as fastest_layout sets it: their loss is vocabulary-parallel
+        job = job.model_copy(update={"vocab_parallel_loss": True})
     extra: dict[str, Any] = {"shardings": tuple(case["shardings"])} if case["shardings"] else {}
     return job, extra, (case["stack"] or job.framework) in MODEL_PARALLEL_STACKS
 

@@ -79,7 +79,7 @@ def compare(row: pd.Series) -> dict[str, object]:
     of the step decides (the largest of theirs − ours), and our memory gate on their layout."""
     model, n = SHAPES[row["model_name"]], int(row["number_gpus"])
     job = Job(model=model, method="full", dtype="amp-bf16", tokens_per_sample=SEQ, batch_size=int(row["batch_size"]),
-              gradient_checkpointing=False)
+              gradient_checkpointing=False, vocab_parallel_loss=True)  # nanotron's sharded_cross_entropy
     estimator = get_estimator("theory")
     start = time.perf_counter()
     choice = fastest_layout(job, GPU, n, estimator, inter_node_gbps=LINK, shardings=NANOTRON_SHARDINGS, stack=STACK)

@@ -67,6 +67,9 @@ def memory_as_at_the_sample(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(f"{act}.frozen_input_bytes", lambda job, arch: 0.0)
     monkeypatch.setattr(f"{act}.TEXT_ONLY_SKIPS_CROSS", False)
     monkeypatch.setattr("autoconf.estimators.theory.layers.moe_routing_bytes", lambda arch, experts_train: 0.0)
+    # transformers' TP keeps the whole vocabulary's logits on every rank (issue 26): before, every stack split them
+    monkeypatch.setattr("autoconf.estimators.theory.phases.GATHERED_TP_LOGITS", False)
+    monkeypatch.setattr("autoconf.estimators.theory.states.TP_FSDP_PLAN_ROOT", False)
 
 
 def _old_norm_bytes(job: Any, arch: Any) -> Any:  # noqa: ANN401

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -194,6 +196,34 @@ def test_tensor_parallel_estimate_is_a_rank_trace() -> None:
     one = get_estimator("traced").estimate(_job("full"), Placement(gpu_model=GPU)).memory
     assert memory.allocated_bytes < one.allocated_bytes
 
+
+
+@pytest.mark.slow
+def test_tensor_parallel_tied_head_shares_the_embedding_shard() -> None:
+    """A tied head (llama3.2-1b's tie_word_embeddings) under tp 2: the rank trace used to fail (KeyError
+    'lm_head.weight': the head's plan entry names a parameter listed once, under the embedding). transformers shards
+    an untied model and ties the head after loading, so the head is the embedding's vocabulary shard: the rank holds
+    one v/tp × h table, not two, and one tensor fewer of AdamW states."""
+    arch = dataclasses.replace(get_architecture(TINY), tie_word_embeddings=True)
+    h, f, v, layers = arch.hidden_size, arch.intermediate_size, arch.vocab_size, arch.num_layers
+    kv = arch.num_kv_heads * arch.head_dim
+    local = (v * h + layers * (2 * h * h + 2 * kv * h + 3 * h * f)) // 2 + (2 * layers + 1) * h
+    tensors = 1 + layers * 9 + 1  # the shared embedding, 7 linears + 2 norms per layer, final norm
+    summary = trace_ranks({**trace_spec(_job("full"), arch), "world": 2, "strategy": "tp", "shape": list(SHAPE),
+                           "expandable_segments": False})
+    rotary = 2 * (arch.head_dim // 2) * 4  # inv_freq, original_inv_freq (fp32)
+    assert _phase(summary, 2, "optimizer")["parts"][:3] == [2 * local + rotary, 2 * local, 2 * 2 * local + 4 * tensors]
+
+
+def test_tensor_parallel_inside_fsdp_with_a_tied_head_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """transformers FSDP2-shards the untied head in the root group and ties it after loading: not traced, one
+    line naming why (CLI exit 2)."""
+    from autoconf.interfaces.cli import main
+
+    code = main(["estimate", "--model", "llama3.2-1b", "--estimator", "traced", "--gpu", "h100", "--dp", "2",
+                 "--tp", "2", "--strategy", "fsdp", "--seq-len", "512"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "tied embeddings" in err[0]
 
 def _tp_lora_static(arch_name: str, tp: int, fsdp: int, r: int) -> tuple[int, int, int]:
     """Hand-derived bytes one rank of tp × fsdp holds for a LoRA job (q_proj, v_proj adapters): bf16 base weights,

@@ -170,6 +170,10 @@ def fastest_layout(job: Job, gpu_model: str, number_gpus: int | Sequence[int], e
     tp.peak_flops(get_gpu(gpu_model), job.dtype)  # a GPU without a published peak is refused up front
     if model_parallel is None:
         model_parallel = (stack or job.framework) in MODEL_PARALLEL_STACKS
+    if stack in MODEL_PARALLEL_STACKS and job.vocab_parallel_loss is None:
+        # their loss splits the vocabulary over TP ranks: Megatron-Core vocab_parallel_cross_entropy (NeMo's too),
+        # nanotron sharded_cross_entropy, InternEvo's parallel output + FlashGPTLMLoss
+        job = job.model_copy(update={"vocab_parallel_loss": True})
     space = search_space(job, number_gpus, gpus_per_node, shardings, free_batch, model_parallel)
     evaluated = len(space)
     if evaluated == 0:

@@ -140,6 +140,10 @@ class Job(_Input):
         None, description="QLoRA on one GPU: the script calls peft's prepare_model_for_kbit_training, which casts every "
         "parameter that is not 4-bit to fp32 (default: the stack's; TRL's SFTTrainer calls it, a plain Trainer does not).")
     quantize_lm_head: bool | None = Field(None, description="QLoRA: quantise the output head to 4 bits as well.")
+    vocab_parallel_loss: bool | None = Field(
+        None, description="Tensor parallel: the loss splits the vocabulary over the TP ranks (Megatron, NeMo, nanotron, "
+        "InternEvo, torchtitan's loss_parallel); false: every rank holds the whole vocabulary's logits, as transformers' "
+        "tp_plan gathers the LM head's output (default: the stack's).")
     optimizer_in_backward: bool | None = Field(
         None, description="Step each parameter in backward and free its gradient (torchtune): no full gradient set.")
     activation_offloading: bool | None = Field(

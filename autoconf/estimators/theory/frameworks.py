@@ -51,6 +51,9 @@ class Profile:
     # the stack trains its own model classes, not transformers' (the traced estimator then traces the transformers
     # model of the same architecture and says so)
     own_model_code: bool = False
+    # tensor parallel: the loss splits the vocabulary over the TP ranks (each holds V / tp of the logits); False =
+    # transformers' tp_plan, whose LM head gathers its output on every rank (the whole vocabulary's logits per rank)
+    vocab_parallel_loss: bool = False
     sources: dict[str, str] = field(default_factory=dict)
 
 
@@ -63,6 +66,10 @@ _PEFT_FP32 = "peft tuners_utils.py: autocast_adapter_dtype=True casts LoRA weigh
 _BNB_HEAD = "transformers quantizers/base.py get_keys_to_not_convert: the output embedding stays unquantised"
 _BNB_DQ = "transformers BitsAndBytesConfig: bnb_4bit_use_double_quant defaults to False"
 _BNB_SAVE = "bitsandbytes autograd/_functions.py MatMul4Bit.forward keeps A (the input) when any input needs grad"
+_TP_GATHER = ("transformers 5.24 LlamaForCausalLM _tp_plan {'lm_head': 'colwise_gather_output'} (every *ForCausalLM "
+              "the same): ColwiseParallel with Replicate output (distributed/tensor_parallel.py), so each TP rank "
+              "holds the whole vocabulary's logits and ForCausalLMLoss runs on them (traced: tp 2 ranks hold the "
+              "unsplit V-wide bytes per token)")
 _ACC_LOAD = "accelerate FullyShardedDataParallelPlugin: cpu_ram_efficient_loading defaults to False"
 _TRAINER_NO_MOVE = "transformers Trainer does not move an FSDP model to the GPU before accelerate wraps it"
 _KBIT = ("peft utils/other.py prepare_model_for_kbit_training casts every fp16/bf16 parameter that is not Params4bit "
@@ -75,8 +82,9 @@ def _hf_like(name: str, versions: str, **changes: object) -> Profile:
         double_quant=False, quantize_lm_head=False, quant_saves_input=True, optimizer_in_backward=False,
         activation_offloading=False, expandable_segments=False,
         sources={"load": f"{_ACC_LOAD}; {_TRAINER_NO_MOVE}", "adapter": _PEFT_FP32, "lm_head": _BNB_HEAD,
-                 "double_quant": _BNB_DQ, "quant_input": _BNB_SAVE, "loss": "transformers ForCausalLMLoss "
-                 "upcasts logits to fp32 (traced: 12·V bytes per token, theory_notes)", "versions": _HF},
+                 "double_quant": _BNB_DQ, "quant_input": _BNB_SAVE, "tensor_parallel": _TP_GATHER,
+                 "loss": "transformers ForCausalLMLoss upcasts logits to fp32 (traced: 12·V bytes per token, "
+                 "theory_notes)", "versions": _HF},
     )
     sources: dict[str, str] = {**base["sources"], **changes.pop("sources", {})}  # type: ignore[dict-item]
     return Profile(**{**base, **changes, "sources": sources})  # type: ignore[arg-type]
@@ -131,11 +139,15 @@ PROFILES: dict[str, Profile] = {
                  "loss": "CEWithChunkedOutputLoss: 8 chunks, each upcast to fp32 separately"}),
     "torchtitan": _hf_like(
         "torchtitan", "torchtitan 0.3 (pre-training / full fine-tuning, FSDP2 + TP)", efficient_loading=True,
+        vocab_parallel_loss=True,
         sources={"load": "trainer.py builds the model on the meta device, parallelize_llama shards it, to_empty + "
                  "init_weights materialise each rank's shards",
                  "adapter": "components/lora.py builds lora_a / lora_b as Linear under the trainer's default dtype "
                  "(training.dtype, float32 by default; FSDP2 mixed precision computes in bf16)",
                  "loss": "components/loss.py cross_entropy_loss upcasts the logits to fp32 (loss-parallel under TP)",
+                 "tensor_parallel": "models/llama3/infra/parallelize.py apply_tp: the output projection ColwiseParallel "
+                 "with Shard(-1) output when loss_parallel (parallelism.disable_loss_parallel defaults to False), the "
+                 "loss under torch.distributed.tensor.parallel.loss_parallel: V / tp logits per rank",
                  "versions": "pytorch/torchtitan 0.3.0 (PyPI)"}),
     "trl": _hf_like(
         "trl", "TRL 1.16 SFTTrainer (transformers 5.24 Trainer, accelerate 1.15, peft 0.21)",
@@ -179,6 +191,7 @@ class Resolved:
     expandable_segments: bool
     adapter_bytes: int
     kbit_upcast: bool
+    vocab_parallel_loss: bool
 
 
 def _pick(value: bool | None, default: bool) -> bool:
@@ -197,4 +210,5 @@ def resolve(job: Job) -> Resolved:
         expandable_segments=_pick(job.expandable_segments, profile.expandable_segments),
         adapter_bytes=profile.adapter_bytes,
         kbit_upcast=_pick(job.kbit_prepare, profile.kbit_upcast),
+        vocab_parallel_loss=_pick(job.vocab_parallel_loss, profile.vocab_parallel_loss),
     )

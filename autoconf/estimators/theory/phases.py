@@ -38,6 +38,9 @@ from autoconf.estimators.theory.weights import AMP, sharded_fsdp
 from autoconf.schema import Calibration, Job, Phase, Placement
 
 PHASES: tuple[Phase, ...] = ("load", "loss", "backward", "static", "optimizer")  # max() order: the first peak wins
+# transformers' TP gathers the logits on every rank unless the stack's loss is vocabulary-parallel (phase_parts);
+# False: every stack's logits split over the TP ranks (the theory before issue 26; tests/_identity.py)
+GATHERED_TP_LOGITS = True
 TEXT_PARTS = STATE_PARTS  # the text parts of a phase, in the order they are summed
 VISION_PARTS = ("vision_weights", "vision_gradients", "vision_optimizer", "vision_activations")
 PhaseTable = dict[Phase, dict[str, Num]]
@@ -177,12 +180,12 @@ def phase_parts(job: AnyJob, arch: Architecture, placement: AnyPlacement, st: St
     recompute = where(job.gradient_checkpointing, layer, 0.0)
     # a tied head's gradient waits in autograd's input buffer (one of st.tied_transient's two) while the first
     # layer is recomputed, and the sum at the very end holds both (states.tied_grad_transient)
-    # vocabulary-parallel loss under TP (Megatron, nanotron, torchtitan's loss_parallel). transformers' own TP plan
-    # gathers the head's output on every rank instead ("colwise_gather_output"; traced: hf-trainer tp 2 ranks hold the
-    # unsplit 12·V per token), but the Megatron-like stacks' jobs also carry framework hf-trainer, so the split stays
-    # (docs/limitations.md)
-    loss = ce.loss_bytes_per_token(job, arch, calib, fsdp) * tokens / placement.tp
-    head = ce.loss_fixed_bytes(job, arch) / placement.tp
+    # under TP a vocabulary-parallel loss (Megatron, nanotron, torchtitan's loss_parallel) holds V / tp of the logits
+    # per rank; transformers' own TP plan gathers the head's output on every rank ("colwise_gather_output"; traced:
+    # hf-trainer tp 2 ranks hold the unsplit V-wide bytes per token): frameworks.Profile.vocab_parallel_loss
+    split = where(settings.vocab_parallel_loss | (not GATHERED_TP_LOGITS), placement.tp, 1)
+    loss = ce.loss_bytes_per_token(job, arch, calib, fsdp) * tokens / split
+    head = ce.loss_fixed_bytes(job, arch) / placement.tp  # both plans split the head's weight by vocabulary rows
     loss = where(head != 0, loss + head, loss)
     # amp keeps bf16 copies of the weights that autocast made, alive through forward and backward
     # (FSDP mixed precision instead gathers bf16 units, already counted in st.gathered)

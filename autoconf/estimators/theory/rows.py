@@ -133,6 +133,7 @@ class ResolvedColumns:
     activation_offloading: np.ndarray
     expandable_segments: np.ndarray
     kbit_upcast: np.ndarray
+    vocab_parallel_loss: np.ndarray
 
     def __init__(self, frameworks: np.ndarray, explicit: dict[str, np.ndarray]) -> None:
         keys, inverse = np.unique(frameworks, return_inverse=True)
@@ -147,10 +148,10 @@ class ResolvedColumns:
 
 
 OVERRIDES = ("efficient_loading", "double_quant", "quantize_lm_head", "optimizer_in_backward",
-             "activation_offloading", "expandable_segments", "kbit_upcast")
+             "activation_offloading", "expandable_segments", "kbit_upcast", "vocab_parallel_loss")
 OVERRIDE_FIELDS = dict(zip(OVERRIDES, ("fsdp_cpu_ram_efficient_loading", "double_quant", "quantize_lm_head",
                                         "optimizer_in_backward", "activation_offloading", "expandable_segments",
-                                        "kbit_prepare"),
+                                        "kbit_prepare", "vocab_parallel_loss"),
                             strict=True))
 JOB_TEXT = ("method", "dtype", "framework", "optimizer", "optimizer_state_dtype", "optimizer_impl", "attention")
 JOB_INT = ("tokens_per_sample", "batch_size", "gradient_accumulation_steps", "lora_r", "images_per_sample",

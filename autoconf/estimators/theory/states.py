@@ -134,6 +134,11 @@ def model_states(job: AnyJob, arch: Architecture, placement: AnyPlacement) -> St
     # largest module (DeepSpeed's own estimator counts 4·Ψ_LL = params + grads of the largest layer).
     root_bytes = minimum(dtype_bytes(job), where(amp(job), 2, 4))
     root = (arch.embedding_params + arch.lm_head_params) * root_bytes * (1 - 1 / n)
+    # with tensor parallel, FSDP2 follows transformers' _fsdp_plan instead (distributed/fsdp.py): the embedding is
+    # resharded after its forward and only [final norm, lm_head] stay gathered (the embedding itself when tied), each
+    # a vocabulary shard (traced tp 2 × fsdp 4, llama3.1-8b: weights at the loss = shards + head / tp)
+    head = arch.lm_head_params if arch.lm_head_params > arch.vocab_size else arch.embedding_params
+    root = where((placement.tp > 1) & TP_FSDP_PLAN_ROOT, head / placement.tp * root_bytes * (1 - 1 / n), root)
     gathered = where(sharded, where(strategy_in(placement, FSDP_STRATEGIES), 2 * unit + root,
                                     2 * arch.largest_layer_params * 2), 0.0)
     grads = where(shard_g, grads / n, grads)
@@ -167,6 +172,9 @@ def model_states(job: AnyJob, arch: Architecture, placement: AnyPlacement) -> St
                   where(in_backward, 0.0, tied), resharded)
 
 
+# tensor parallel inside FSDP gathers transformers' _fsdp_plan root ([norm, lm_head]) at the loss, not accelerate's
+# root unit (embedding + head); False: as before issue 26 (tests/_identity.py)
+TP_FSDP_PLAN_ROOT = True
 # Decoder units FSDP keeps gathered in forward and backward (the current and the prefetched) but not at the loss
 LOSS_RESHARDED_UNITS = 2.0
 # A tied weight's gradient addends and their sum beyond the one gradient: the two addends (tied_grad_transient)

@@ -81,11 +81,29 @@ def parallel_model(spec: dict[str, Any], rank: int) -> nn.Module:
     model._is_distributed_loading_by_transformers = True
     model._tp_size, model._fsdp_size = tp, shard
     tp_plan, _, fsdp_plan = model._resolve_parallel_plans(config)
+    # A tied head: transformers builds the model untied (init.no_tie_weights), shards it, and ties the head to the
+    # embedding after loading (modeling_utils._finalize_model_loading); built tied here, the head's plan entry
+    # ("lm_head.weight") names a parameter that named_parameters lists once, under the embedding (KeyError).
+    tied = _untie(model)
     apply_tensor_parallelism(model, manager.get_mesh("tp"), tp_plan)
     adapted: nn.Module = _lora(model, spec) if spec["method"] == "lora" else model
     if config.dp_size > 1:
         apply_fully_sharded_data_parallelism(model, manager, fsdp_plan, {})
+    if tied:
+        model.tie_weights(recompute_mapping=False)
     return adapted
+
+
+def _untie(model: Any) -> bool:
+    """Give each tied target (the head) its own meta parameter of the source's shape, as transformers' untied
+    build has; True if there was one."""
+    tied: dict[str, str] = getattr(model, "all_tied_weights_keys", None) or {}
+    for target, source in tied.items():
+        parent, _, name = target.rpartition(".")
+        like = model.get_parameter(source)
+        setattr(model.get_submodule(parent), name, nn.Parameter(torch.empty_like(like, device="meta"),
+                                                               requires_grad=like.requires_grad))
+    return bool(tied)
 
 
 def _forget_meshes() -> None:

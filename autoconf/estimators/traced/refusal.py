@@ -106,6 +106,12 @@ def decide(job: Job, placement: Placement, arch: Architecture) -> Decision:
                   f"attention does not run on CPU; traced runs it with --attention eager only")
     if reason is None and arch.family in REMOTE_CODE:
         reason = f"{arch.family} is hub remote code (no transformers class to trace)"
+    if reason is None and arch.tie_word_embeddings and placement.tp > 1 and placement.dp > 1:
+        # transformers FSDP2-shards the untied head in the root group, then ties it to the embedding after loading
+        # (distributed/fsdp.py, modeling_utils._finalize_model_loading): a head shard the fake load never
+        # materialises beside the embedding's; tensor parallel alone is traced
+        reason = ("tensor parallel inside data parallel with tied embeddings: transformers shards the head apart "
+                  "from the embedding under FSDP2 and ties them after loading, which the rank trace does not follow")
     if reason is not None:
         return Decision(reason)
     if engine is not None:  # HF_REPLICA_STACKS: the stack's driver does not run this job
