@@ -33,11 +33,13 @@ ADO_FRAMEWORK = "fms-hf-tuning"
 # rows ran adamw_torch = foreach (theory_notes "Variants"); torchtune and LitGPT configs construct
 # torch.optim.AdamW with fused=True; bitsandbytes optimizers (Unsloth's adamw_8bit) have no foreach list;
 # llm-foundry's decoupled_adamw (Composer DecoupledAdamW.adamw) updates one parameter at a time.
+# lora_dropout: Answer.AI fsdp_qlora's train.py defaults to 0.1 (``lora_dropout: float = 0.1`` at 299f51a and
+# 4cd6923, passed to peft's LoraConfig), and neither its benchmark commands nor its blog set it.
 # Every other stack takes FRAMEWORK_JOB_DEFAULT; FRAMEWORK_JOB_DEFAULTS lists only the stacks that differ.
 FRAMEWORK_JOB_DEFAULT: dict[str, object] = {"optimizer_impl": "fused"}
 FRAMEWORK_JOB_DEFAULTS: dict[str, dict[str, object]] = {
     "fms-hf-tuning": {"optimizer_impl": "foreach"},
-    "fsdp-qlora": {"optimizer_impl": "foreach"},
+    "fsdp-qlora": {"optimizer_impl": "foreach", "lora_dropout": 0.1},
     "llm-foundry": {"optimizer_impl": "for-loop"},
 }
 # Loss kernel a framework uses when the Job asks for none (Job.effective_loss_kernel; sources in frameworks.py).

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from autoconf import defaults
 from autoconf.estimators import risk
 from autoconf.estimators.theory.rows import Table
 
@@ -67,9 +68,11 @@ def memory_as_at_the_sample(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(f"{act}.frozen_input_bytes", lambda job, arch: 0.0)
     monkeypatch.setattr(f"{act}.TEXT_ONLY_SKIPS_CROSS", False)
     monkeypatch.setattr("autoconf.estimators.theory.layers.moe_routing_bytes", lambda arch, experts_train: 0.0)
-    # transformers' TP keeps the whole vocabulary's logits on every rank (issue 26): before, every stack split them
+    # transformers' TP keeps the whole vocabulary's logits on every rank (issue 20): before, every stack split them
     monkeypatch.setattr("autoconf.estimators.theory.phases.GATHERED_TP_LOGITS", False)
     monkeypatch.setattr("autoconf.estimators.theory.states.TP_FSDP_PLAN_ROOT", False)
+    # fsdp_qlora's train.py runs LoRA dropout 0.1 (defaults.py; issue 20): the samples' jobs had peft's 0.0
+    monkeypatch.setitem(defaults.FRAMEWORK_JOB_DEFAULTS, "fsdp-qlora", {"optimizer_impl": "foreach"})
 
 
 def _old_norm_bytes(job: Any, arch: Any) -> Any:  # noqa: ANN401

@@ -159,6 +159,13 @@ def test_row_keeps_its_optimizer_impl(stated: str, expected: str) -> None:
     assert job.optimizer_impl == expected
 
 
+@pytest.mark.parametrize("framework, expected", [("fsdp-qlora", 0.1), ("autoconf-probe", 0.0)])
+def test_row_takes_its_frameworks_lora_dropout(framework: str, expected: float) -> None:
+    # data/ has no lora_dropout column: an fsdp-qlora row ran train.py's default 0.1, others peft's 0.0
+    job, _ = row_to_inputs({**_PROBE_ROW, "framework": framework, "method": "lora"})
+    assert job.lora_dropout == expected
+
+
 def test_row_with_unknown_optimizer_impl_is_refused() -> None:
     with pytest.raises(InvalidInputError, match="optimizer_impl"):
         row_to_inputs({**_PROBE_ROW, "optimizer_impl": "apex"})

@@ -82,6 +82,13 @@ def test_framework_sets_the_optimizer_default_and_an_explicit_value_wins(framewo
     assert Job(model=LLAMA, framework=framework, optimizer_impl="for-loop").optimizer_impl == "for-loop"
 
 
+@pytest.mark.parametrize("framework, dropout", [("fsdp-qlora", 0.1), ("hf-trainer", 0.0), ("fms-hf-tuning", 0.0)])
+def test_fsdp_qlora_runs_lora_dropout_0_1_unless_told(framework: str, dropout: float) -> None:
+    # fsdp_qlora train.py: ``lora_dropout: float = 0.1``; peft's LoraConfig and the Job default to 0.0
+    assert Job(model=LLAMA, framework=framework, method="lora").lora_dropout == dropout
+    assert Job(model=LLAMA, framework=framework, method="lora", lora_dropout=0.05).lora_dropout == 0.05
+
+
 def test_double_quant_is_0_127_bits_per_parameter_of_constants() -> None:
     assert pytest.approx(0.127, abs=5e-4) == (NF4_DQ_BYTES - 0.5) * 8  # QLoRA paper §2
     assert pytest.approx(0.5) == (NF4_BYTES - 0.5) * 8

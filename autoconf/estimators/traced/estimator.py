@@ -61,6 +61,10 @@ TRACED_REL_SIGMA = 0.06
 # Architecture fields that do not change the model (kept out of the cache key).
 _NON_STRUCTURAL = ("source", "verification", "answerable", "aliases")
 WEIGHTS, GRADIENTS, OPTIMIZER = range(3)
+# Stacks whose training loop holds the model output (its logits) through backward and the optimizer step:
+# Answer.AI fsdp_qlora's train.py binds ``output = model(...)`` and drops it only after ``optimizer.step()``
+# ("Delete the output so more memory frees up before the next forward pass", 4cd6923 and cd4a1b5).
+OUTPUT_HOLDING_STACKS = ("fsdp-qlora",)
 
 
 def lora_targets(job: Job, arch: Architecture) -> tuple[str, ...]:
@@ -99,6 +103,8 @@ def trace_spec(job: Job, arch: Architecture) -> dict[str, Any]:
         spec["hf_loss"] = line
     if line == "bf16-4.x" and job.framework in TRAINER_FP32_OUTPUT_STACKS:  # accelerate's fp32 copy is then the peak
         spec["fp32_outputs"] = True
+    if job.effective_loss_kernel == "hf" and job.framework in OUTPUT_HOLDING_STACKS:
+        spec["keep_output"] = True
     if _masked_sdpa(job, arch):  # the window (and its mask) is kept only where real SDPA keeps it (absent: no window)
         spec["sliding_mask"] = True
     return spec

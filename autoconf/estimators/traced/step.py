@@ -250,11 +250,15 @@ def run_step(model: torch.nn.Module, opt: torch.optim.Optimizer, hooks: StepHook
         kernel = spec.get("loss_kernel", "hf")
         hooks.manual_loss = kernel != "hf"
         with amp:
+            held = None
             if kernel == "hf":
                 out = model(input_ids=ids, labels=labels)
                 loss = out.loss
                 fp32_outputs(out, spec)
-                del out  # the Trainer keeps only the loss (pitfall 6): logits must not live through backward
+                # the Trainer keeps only the loss (pitfall 6): logits must not live through backward, unless the
+                # stack's loop holds the model output until after the optimizer step (spec ``keep_output``)
+                held = out if spec.get("keep_output") else None
+                del out
             else:
                 loss = kernel_loss(model, ids, kernel, hooks.enter_loss)
         if tracker is not None:
@@ -264,6 +268,7 @@ def run_step(model: torch.nn.Module, opt: torch.optim.Optimizer, hooks: StepHook
         if tracker is not None:
             tracker.set_phase(OPT_STEP, OPTIMIZER)
         opt.step()
+        del held
         if tracker is not None:
             tracker.sample()
         hooks.tracker = None

@@ -1,0 +1,40 @@
+"""Answer.AI fsdp_qlora's train.py as the traced step runs it (docs/traced_vs_theory.md finding 23)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("peft")
+
+from autoconf.catalog import get_architecture
+from autoconf.estimators.traced.estimator import trace_spec
+from autoconf.schema import Job
+
+pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
+
+TINY = "tiny-llama-test"  # h 64, I 176, 2 layers, 4 heads (2 kv) of 16, vocabulary 512, untied
+BATCH, SEQ, VOCAB = 2, 64, 512
+
+
+def _end_of_backward(framework: str) -> int:
+    """Live bytes at the last sample of the backward phase of one traced step."""
+    from autoconf.estimators.traced.step import BACKWARD, trace
+
+    job = Job(model=TINY, framework=framework, method="lora", lora_dropout=0.0, optimizer_impl="foreach",
+              tokens_per_sample=SEQ, batch_size=BATCH, gradient_checkpointing=False)
+    spec = {**trace_spec(job, get_architecture(TINY)), "shapes": [[BATCH, SEQ]]}
+    samples: np.ndarray = trace(spec)["results"][0]["samples"]
+    backward = samples[samples[:, -1] == BACKWARD]
+    return int(backward[-1, :-1].sum())
+
+
+def test_train_py_holds_the_model_output_through_backward() -> None:
+    """train.py binds ``output = model(...)`` and sets it to None only after ``optimizer.step()``: the output's bf16
+    logits (batch × length × vocabulary × 2 bytes) and its 0-dim fp32 loss stay live through backward, where the
+    HF Trainer keeps only the loss. Without checkpointing: with it the held graph also keeps the non-reentrant
+    checkpoints' saved layer inputs (2·h bytes per token per layer) to the end of backward, which train.py's
+    reentrant ones are not."""
+    assert _end_of_backward("fsdp-qlora") - _end_of_backward("hf-trainer") == BATCH * SEQ * VOCAB * 2 + 4
