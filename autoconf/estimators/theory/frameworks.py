@@ -54,6 +54,9 @@ class Profile:
     # tensor parallel: the loss splits the vocabulary over the TP ranks (each holds V / tp of the logits); False =
     # transformers' tp_plan, whose LM head gathers its output on every rank (the whole vocabulary's logits per rank)
     vocab_parallel_loss: bool = False
+    # the stack trains through the HF Trainer, whose accelerate ``convert_outputs_to_fp32`` copies half-precision
+    # logits to fp32 under bf16/fp16 mixed precision (loss.BF16_LOSS_FP32_OUTPUT_BYTES_PER_VOCAB)
+    fp32_outputs: bool = False
     sources: dict[str, str] = field(default_factory=dict)
 
 
@@ -72,6 +75,8 @@ _TP_GATHER = ("transformers 5.24 LlamaForCausalLM _tp_plan {'lm_head': 'colwise_
               "unsplit V-wide bytes per token)")
 _ACC_LOAD = "accelerate FullyShardedDataParallelPlugin: cpu_ram_efficient_loading defaults to False"
 _TRAINER_NO_MOVE = "transformers Trainer does not move an FSDP model to the GPU before accelerate wraps it"
+_FP32_OUT = ("accelerate utils/operations.py ConvertOutputsToFp32, wrapped around the forward by "
+             "Accelerator.prepare_model under the HF Trainer's bf16=True")
 _KBIT = ("peft utils/other.py prepare_model_for_kbit_training casts every fp16/bf16 parameter that is not Params4bit "
          "to fp32; TRL SFTTrainer calls it for a 4-bit model unless the QLoRA is sharded (FSDP, Params4bit on CPU)")
 
@@ -92,12 +97,13 @@ def _hf_like(name: str, versions: str, **changes: object) -> Profile:
 
 PROFILES: dict[str, Profile] = {
     "hf-trainer": _hf_like("hf-trainer", "transformers 4.46–5.x, TRL SFTTrainer, accelerate ≥ 1.0", kbit_upcast=True,
-                           sources={"kbit_upcast": _KBIT}),
-    "peft": _hf_like("peft", "peft 0.12–0.21 under transformers Trainer", kbit_upcast=True,
-                     sources={"kbit_upcast": f"{_KBIT} (the peft QLoRA recipe calls it itself)"}),
+                           fp32_outputs=True, sources={"kbit_upcast": _KBIT, "fp32_outputs": _FP32_OUT}),
+    "peft": _hf_like("peft", "peft 0.12–0.21 under transformers Trainer", kbit_upcast=True, fp32_outputs=True,
+                     sources={"kbit_upcast": f"{_KBIT} (the peft QLoRA recipe calls it itself)",
+                              "fp32_outputs": _FP32_OUT}),
     "fms-hf-tuning": _hf_like(
         "fms-hf-tuning", "fms-hf-tuning 2.x with fms-acceleration (the ado SFTTrainer stack)",
-        efficient_loading=True, quant_saves_input=False, device_fit=FMS_FIT,
+        efficient_loading=True, quant_saves_input=False, device_fit=FMS_FIT, fp32_outputs=True,
         sources={"load": "fms-hf-tuning's FSDP config sets fsdp_cpu_ram_efficient_loading: true",
                  "quant_input": "fms-acceleration QLoRA runs GPTQ/fused Triton kernels with their own autograd; "
                  "kept as fitted on its rows (not verified separately)",

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from autoconf.catalog.architecture import Architecture
-from autoconf.estimators.theory.rows import AnyJob, Flag, Num, is_in, not_, settings_of, where
+from autoconf.estimators.theory.rows import AnyJob, Flag, Num, not_, settings_of, where
 from autoconf.estimators.theory.weights import kbit_upcast
 from autoconf.schema import Calibration
 
@@ -52,8 +52,8 @@ BF16_LOSS_BYTES_PER_VOCAB = 6.0
 # half-precision logits to fp32 after the forward and its loss ran. With an fp32 loss that is below the loss peak
 # (5.x and 4.46–4.48: bf16 logits 2 + the copy 4 + the saved fp32 log-softmax 4 = 10; 4.39–4.45 return fp32 logits:
 # no copy); with gpt_bigcode's bf16 loss it is the peak: 2 + 4 + the saved bf16 log-softmax 2 = 8 (the santacoder rows
-# of the 4.45.2 and 4.48.1 campaigns: finding 24). Stacks that train through the HF Trainer:
-TRAINER_FP32_OUTPUT_STACKS = ("fms-hf-tuning", "hf-trainer", "peft")
+# of the 4.45.2 and 4.48.1 campaigns: finding 24). Stacks that train through the HF Trainer say so
+# (frameworks.Profile.fp32_outputs).
 BF16_LOSS_FP32_OUTPUT_BYTES_PER_VOCAB = 8.0
 CHUNKED_BYTES_PER_VOCAB = 4  # saved log-softmax of every chunk; upcasts one chunk at a time (module docstring)
 # torchtune's CEWithChunkedOutputLoss splits the output into num_output_chunks = 8 (torchtune/modules/loss/
@@ -113,7 +113,7 @@ def hf_bytes_per_vocab(job: AnyJob, arch: Architecture, fsdp: Flag = False) -> N
         half = np.array([hf_release_bytes_per_vocab(str(k), arch.model_type) for k in keys.tolist()])[inverse]
     else:
         half = hf_release_bytes_per_vocab(versions or "", arch.model_type)
-    fp32_output = is_in(job.framework, TRAINER_FP32_OUTPUT_STACKS) & (half == BF16_LOSS_BYTES_PER_VOCAB)
+    fp32_output = settings_of(job).profile.fp32_outputs & (half == BF16_LOSS_BYTES_PER_VOCAB)
     half = where(fp32_output, BF16_LOSS_FP32_OUTPUT_BYTES_PER_VOCAB, half)
     fp32_logits = (job.dtype == "fp32") | kbit_upcast(job, fsdp)
     return where(fp32_logits, float(LOSS_BYTES_PER_VOCAB), half)

@@ -114,6 +114,7 @@ class ProfileColumns:
         self.full_copy_on_gpu = np.array([p.full_copy_on_gpu for p in profiles], dtype=bool)
         self.quant_saves_input = np.array([p.quant_saves_input for p in profiles], dtype=bool)
         self.kbit_upcast = np.array([p.kbit_upcast for p in profiles], dtype=bool)
+        self.fp32_outputs = np.array([p.fp32_outputs for p in profiles], dtype=bool)
         self.fused_ce_bytes_per_vocab = np.array([p.fused_ce_bytes_per_vocab or 0 for p in profiles], dtype=float)
         self.loss_segment_bytes_per_vocab = np.array([p.loss_segment_bytes_per_vocab for p in profiles], dtype=float)
         self.has_fit = np.array([p.device_fit is not None for p in profiles], dtype=bool)
@@ -138,7 +139,7 @@ class ResolvedColumns:
     def __init__(self, frameworks: np.ndarray, explicit: dict[str, np.ndarray]) -> None:
         keys, inverse = np.unique(frameworks, return_inverse=True)
         self.profile = ProfileColumns(keys)
-        for name in ("full_copy_on_gpu", "quant_saves_input", "kbit_upcast", "fused_ce_bytes_per_vocab",
+        for name in ("full_copy_on_gpu", "quant_saves_input", "kbit_upcast", "fp32_outputs", "fused_ce_bytes_per_vocab",
                      "loss_segment_bytes_per_vocab", "has_fit", "fit_context", "fit_nccl", "fit_fragmentation"):
             setattr(self.profile, name, getattr(self.profile, name)[inverse])
         for name, given in explicit.items():  # NaN = not set: the profile's value

@@ -38,7 +38,6 @@ from autoconf.estimators.theory.frameworks import resolve
 from autoconf.estimators.theory.loss import (
     BF16_LOSS_BYTES_PER_VOCAB,
     LOSS_BYTES_PER_VOCAB,
-    TRAINER_FP32_OUTPUT_STACKS,
     hf_release_bytes_per_vocab,
 )
 from autoconf.estimators.theory.memory import estimate_memory, loss_segment_cache, micro_batch
@@ -101,7 +100,7 @@ def trace_spec(job: Job, arch: Architecture) -> dict[str, Any]:
     line = release_loss_line(job, arch)
     if line:  # absent for the installed release's loss: earlier cache keys stay valid
         spec["hf_loss"] = line
-    if line == "bf16-4.x" and job.framework in TRAINER_FP32_OUTPUT_STACKS:  # accelerate's fp32 copy is then the peak
+    if line == "bf16-4.x" and resolve(job).profile.fp32_outputs:  # accelerate's fp32 copy is then the peak
         spec["fp32_outputs"] = True
     if job.effective_loss_kernel == "hf" and job.framework in OUTPUT_HOLDING_STACKS:
         spec["keep_output"] = True
