@@ -63,6 +63,12 @@ def memory_as_at_the_sample(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(f"{act}.frozen_input_bytes", lambda job, arch: 0.0)
     monkeypatch.setattr(f"{act}.TEXT_ONLY_SKIPS_CROSS", False)
     monkeypatch.setattr("autoconf.estimators.theory.layers.moe_routing_bytes", lambda arch, experts_train: 0.0)
+    # QLoRA's traced layer (qlorangc): peft's kbit upcast's fp32 stream, LoRA's adapter inputs, bitsandbytes'
+    # MatMul4Bit keeping no input (before: the bf16 layer doubled, no adapter inputs, the input kept)
+    monkeypatch.setattr(f"{lora}.KBIT_FP32_STREAM", 0)
+    monkeypatch.setattr(f"{act}.KBIT_FP32_STREAM", 0)
+    monkeypatch.setattr(f"{lora}.QLORA_INPUTS", 0)
+    monkeypatch.setattr(f"{coef}.BNB_KEEPS_4BIT_INPUT", True)
 
 
 def _old_norm_bytes(job: Any, arch: Any) -> Any:  # noqa: ANN401

@@ -37,8 +37,10 @@ from autoconf.catalog.shapes import ATTENTION, CROSS, MAMBA, SLIDING, LayerShape
 from autoconf.estimators.theory import images
 from autoconf.estimators.theory.coefficients import attention_coef, mlp_coef, quant_saves_input, rotary_dim
 from autoconf.estimators.theory.lora_activations import (
+    KBIT_FP32_STREAM,
     adapted_inputs,
     frozen_input_bytes,
+    kbit_stream_delta,
     lora_inputs_delta,
     targets_or_zero,
 )
@@ -123,16 +125,21 @@ def layer_bytes_per_token(
         adapter = adapter + lora_inputs_delta(job, arch, adapted_inputs(job, arch, lora))
         adapter = where(job.lora_dropout > 0, adapter + adapted * LORA_DROPOUT_BYTES_PER_HIDDEN * arch.hidden_size,
                         adapter)
+        adapter = adapter + kbit_stream_delta(job, arch, adapted_inputs(job, arch, lora), fsdp,
+                                              None if layer is None else layer.moe)
         per_token = where(lora, adapter, per_token)
+    # the kbit upcast's fp32 stream is counted by kbit_stream_delta: the layer's bytes stay at the bf16 factor
+    stream = kbit_upcast(job, fsdp) & (settings_of(job).adapter_bytes == 4) & bool(KBIT_FP32_STREAM)
+    layer_factor = where(stream, lookup(job.dtype, PRECISION_FACTOR), precision_factor(job, fsdp))
     factor = (calib.attn_act_factor_eager if calib and calib.attn_act_factor_eager is not None
               else EAGER_BYTES_PER_SCORE)
-    per_token = where(job.attention == "eager", per_token + factor * arch.num_heads * _keys(job, arch, layer),
-                      per_token)
+    scores = where(job.attention == "eager", factor * arch.num_heads * _keys(job, arch, layer), 0.0)
     if kind == SLIDING and layer is not None and layer.window:
         tokens = images.text_tokens_per_sample(job, arch)
         masked = (job.attention == "sdpa") & (tokens >= layer.window)
-        per_token = where(masked, per_token + MASKED_SDPA_BYTES_PER_KEY * tokens, per_token)
-    return per_token * where(fsdp, 1.0, precision_factor(job))
+        scores = where(masked, scores + MASKED_SDPA_BYTES_PER_KEY * tokens, scores)
+    # the scores and masks follow the activation dtype (fp32 under the kbit upcast: not traced)
+    return where(fsdp, per_token + scores, per_token * layer_factor + scores * precision_factor(job))
 
 
 def _keys(job: AnyJob, arch: Architecture, layer: LayerShape | None) -> Num:

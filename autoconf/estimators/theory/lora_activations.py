@@ -13,15 +13,22 @@ from autoconf.estimators.theory.coefficients import (
     PER_LAYER_ROTARY_BYTES,
     ROTARY_CAT_FAMILIES,
     adapts_down,
+    attention_layout_bytes,
     mlp_coef,
+    mlp_compute_bytes,
     rotary_dim,
 )
 from autoconf.estimators.theory.norms import NORM_STAT_BYTES, PARALLEL_FAMILIES, final_norm_bytes, lora_norm_bytes, norm_bytes
 from autoconf.estimators.theory.rows import AnyJob, Flag, Num, per_value, settings_of, where
+from autoconf.estimators.theory.weights import kbit_upcast
 
 POST_NORM_FAMILIES = frozenset({"olmo2"})  # no norm before attention: the projections read the residual stream
 FROZEN_FIRST_LAYER = 1  # 0: LoRA's first layer counted like the others (frozen_input_bytes)
 LORA_INPUT_BYTES = 4  # an adapted linear's input cast to fp32 adapters, per unit (lora_inputs_delta)
+QLORA_INPUTS = 1  # peft's QLoRA layers keep LoRA's (traced bitsandbytes 0.50.2); 0: QLoRA without lora_inputs_delta
+# QLoRA under peft's kbit upcast keeps an fp32 residual stream but fp32 only where bf16 LoRA keeps bf16
+# (kbit_stream_delta); 0: every saved byte of the bf16 LoRA layer doubled (the fp32 precision factor)
+KBIT_FP32_STREAM = 1
 
 
 def frozen_input_bytes(job: AnyJob, arch: Architecture) -> Num:
@@ -99,7 +106,44 @@ def lora_inputs_delta(job: AnyJob, arch: Architecture, inputs: Num) -> Num:
     down = 0.0 if arch.is_moe else where(per_value(job.lora_target_modules, adapts_down) > 0,
                                          2.0 * arch.intermediate_size, 0.0)
     delta = LORA_INPUT_BYTES * inputs - kept - copy - down
-    return where((job.method == "lora") & (settings_of(job).adapter_bytes == 4), delta, 0.0)
+    peft = (job.method == "lora") | ((job.method == "qlora") & bool(QLORA_INPUTS))
+    return where(peft & (settings_of(job).adapter_bytes == 4), delta, 0.0)
+
+
+def kbit_stream_delta(job: AnyJob, arch: Architecture, inputs: Num, fsdp: Flag = False,
+                      moe: bool | None = None) -> Num:
+    """What one layer of a QLoRA under peft's kbit upcast keeps beyond the bf16 LoRA layer (bytes per token).
+
+    prepare_model_for_kbit_training makes the embeddings and norm weights fp32 (peft utils/other.py), so the
+    residual stream and every norm output are fp32 (LlamaRMSNorm.forward: ``self.weight * hidden.to(input_dtype)``,
+    input_dtype fp32). bitsandbytes casts a 4-bit linear's input to the compute dtype and its output back to the
+    input's (nn/modules.py Linear4bit.forward: ``x.to(self.compute_dtype)`` ... ``.to(inp_dtype)``), so q, k, v,
+    attention's output and the MLP's activations are fp32: the compute-dtype tensors (4·q + 4·kv, the layout copies,
+    mlp_compute_bytes) double. The fp32 tensors do not: the norms' inputs (already fp32, no copy), statistics,
+    logsumexp, lora_A outputs, QK-norm inputs. Without dropout, peft's ``_cast_input_dtype`` to the fp32 adapters is
+    a no-op, so the adapted linears that read one tensor share it: the attention input (h) for q, k, v, the MLP
+    input (h) for gate and up, the product (I) for down; o_proj's input is attention's saved output (0), instead of
+    one cast per adapted linear (4 · inputs). With dropout each keeps its own dropout output, as in bf16. Traced
+    llama3.2-1b, one layer: 143,560 B per token (q, v), 184,680 (all-linear) against bf16 LoRA's 92,360 and 158,056.
+    """
+    kbit = kbit_upcast(job, fsdp) & (settings_of(job).adapter_bytes == 4) & bool(KBIT_FP32_STREAM)
+    fam = FAMILIES[arch.family]
+    shared = per_value(job.lora_target_modules, lambda t: _shared_inputs(arch, t, fam.qkv, fam.mlp, moe))
+    inputs_kept = where(job.lora_dropout > 0, 0.0, LORA_INPUT_BYTES * (shared - inputs))
+    compute = 4.0 * arch.q_width + 4.0 * arch.kv_width + attention_layout_bytes(job, arch) + mlp_compute_bytes(arch, moe)
+    return where(kbit, compute + inputs_kept, 0.0)
+
+
+def _shared_inputs(arch: Architecture, targets: tuple[str, ...], qkv: tuple[str, ...], mlp: tuple[str, ...],
+                   moe: bool | None) -> float:
+    """Distinct input units of the adapted linears of one layer (kbit_stream_delta); 0 for a full fine-tuning row."""
+    try:
+        names = {lin.name for lin in arch.lora_targets(targets) if lin.per_layer == 1}
+    except ValueError:
+        return 0.0
+    down = 0 if (arch.is_moe if moe is None else moe) else arch.intermediate_size
+    return float(arch.hidden_size * (bool(names & set(qkv)) + bool(names & set(mlp[:-1])))
+                 + down * (mlp[-1] in names))
 
 
 def targets_or_zero(arch: Architecture, targets: tuple[str, ...]) -> int:
