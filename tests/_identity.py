@@ -69,6 +69,7 @@ def memory_as_at_the_sample(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(f"{act}.KBIT_FP32_STREAM", 0)
     monkeypatch.setattr(f"{lora}.QLORA_INPUTS", 0)
     monkeypatch.setattr(f"{coef}.BNB_KEEPS_4BIT_INPUT", True)
+    monkeypatch.setattr(f"{act}.DROPOUT_BY_INPUT", 0)
 
 
 def _old_norm_bytes(job: Any, arch: Any) -> Any:  # noqa: ANN401

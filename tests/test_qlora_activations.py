@@ -40,3 +40,22 @@ def test_dropout_keeps_one_input_per_adapted_module() -> None:
     job = Job(model="llama3.2-1b", method="qlora", gradient_checkpointing=False, lora_dropout=0.1)
     assert layer_bytes_per_token(job, get_architecture("llama3.2-1b")) == (
         NORMS + 2 * (4 * H + 4 * H) + 2 * 4 * R + KBIT_ATTENTION + 12 * INTER)
+
+
+def test_dropout_output_is_as_wide_as_each_input() -> None:
+    """bf16 QLoRA on all linears with dropout: one fp32 dropout output per module, 4 B per input unit (q, k, v, gate,
+    up read h; o_proj q; down I) on top of the traced 158,056 without dropout (traced 239,976)."""
+    job = Job(model="llama3.2-1b", method="qlora", gradient_checkpointing=False, lora_target_modules=["all-linear"],
+              lora_dropout=0.1, kbit_prepare=False)
+    no_dropout = NORMS + 4 * (5 * H + H + INTER) + 7 * 4 * R + BF16_ATTENTION + 6 * INTER
+    assert layer_bytes_per_token(job, get_architecture("llama3.2-1b")) == no_dropout + 4 * (5 * H + H + INTER)
+
+
+def test_layernorm_family_doubles_its_norms() -> None:
+    """starcoder2-3b (h = q = 3,072, kv = 256, I = 12,288, 24 heads), q and v under the kbit upcast: its bf16
+    LayerNorms run in fp32 (input 4·h, mean and rstd 4 + 4 each), the plain MLP keeps fp32 c_fc output (4·I), the
+    frozen 4-bit c_proj nothing (traced 112,816)."""
+    h, kv, inter, heads = 3072, 256, 12288, 24
+    job = Job(model="starcoder2-3b", method="qlora", gradient_checkpointing=False, lora_target_modules=["q_proj", "v_proj"])
+    expected = 2 * (4 * h + 8) + 4 * h + 2 * 4 * R + (4 * h + 8 * kv + 4 * h + 4 * heads) + 4 * inter
+    assert layer_bytes_per_token(job, get_architecture("starcoder2-3b")) == expected

@@ -59,7 +59,10 @@ PRECISION_FACTOR = {"bf16": 1.0, "fp16": 1.0, "fp32": 2.0, "amp-bf16": 1.2, "amp
 ROTARY_TABLE_BYTES = {"olmo2": 8, "gemma3_text": 8, "gptj": 0}
 TEXT_ONLY_SKIPS_CROSS = True  # a text-only step skips mllama's cross-attention layers (_runs)
 LEARNED_POSITION_BYTES = 8  # gpt2's int64 position ids, kept for wpe's backward (traced gpt2: 4·h + 28 outside)
-LORA_DROPOUT_BYTES_PER_HIDDEN = 4  # fp32 dropout output kept per adapted module (traced)
+LORA_DROPOUT_BYTES_PER_HIDDEN = 4  # fp32 dropout output kept per adapted module and input unit (traced)
+# the dropout output is as wide as the module's input: o_proj q, down_proj I (traced llama3.2-1b all-linear: +24,576
+# B per token per layer over 4·h per module); 0: h wide for every module
+DROPOUT_BY_INPUT = 1
 LORA_A_BYTES_PER_RANK = 4  # fp32 lora_A output kept per adapted module (traced)
 EAGER_BYTES_PER_SCORE = 6  # fp32 softmax output + bf16 copy for the PV matmul
 # SDPA on a sliding-window layer from the window on: transformers keeps the causal mask once kv_length >= the window
@@ -123,8 +126,9 @@ def layer_bytes_per_token(
         # MLP input and o_proj input, bf16
         adapter = where(quant_saves_input(job), adapter + (2 * arch.hidden_size + 2 * arch.q_width), adapter)
         adapter = adapter + lora_inputs_delta(job, arch, adapted_inputs(job, arch, lora))
-        adapter = where(job.lora_dropout > 0, adapter + adapted * LORA_DROPOUT_BYTES_PER_HIDDEN * arch.hidden_size,
-                        adapter)
+        # one fp32 dropout output per adapted module, as wide as its input (DROPOUT_BY_INPUT; 0: h wide)
+        dropped = adapted_inputs(job, arch, lora) if DROPOUT_BY_INPUT else adapted * arch.hidden_size
+        adapter = where(job.lora_dropout > 0, adapter + LORA_DROPOUT_BYTES_PER_HIDDEN * dropped, adapter)
         adapter = adapter + kbit_stream_delta(job, arch, adapted_inputs(job, arch, lora), fsdp,
                                               None if layer is None else layer.moe)
         per_token = where(lora, adapter, per_token)

@@ -18,7 +18,15 @@ from autoconf.estimators.theory.coefficients import (
     mlp_compute_bytes,
     rotary_dim,
 )
-from autoconf.estimators.theory.norms import NORM_STAT_BYTES, PARALLEL_FAMILIES, final_norm_bytes, lora_norm_bytes, norm_bytes
+from autoconf.estimators.theory.norms import (
+    NORM_STAT_BYTES,
+    PARALLEL_FAMILIES,
+    bf16_norms,
+    final_norm_bytes,
+    lora_norm_bytes,
+    norm_bytes,
+    norm_stat_bytes,
+)
 from autoconf.estimators.theory.rows import AnyJob, Flag, Num, per_value, settings_of, where
 from autoconf.estimators.theory.weights import kbit_upcast
 
@@ -118,32 +126,43 @@ def kbit_stream_delta(job: AnyJob, arch: Architecture, inputs: Num, fsdp: Flag =
     residual stream and every norm output are fp32 (LlamaRMSNorm.forward: ``self.weight * hidden.to(input_dtype)``,
     input_dtype fp32). bitsandbytes casts a 4-bit linear's input to the compute dtype and its output back to the
     input's (nn/modules.py Linear4bit.forward: ``x.to(self.compute_dtype)`` ... ``.to(inp_dtype)``), so q, k, v,
-    attention's output and the MLP's activations are fp32: the compute-dtype tensors (4·q + 4·kv, the layout copies,
-    mlp_compute_bytes) double. The fp32 tensors do not: the norms' inputs (already fp32, no copy), statistics,
-    logsumexp, lora_A outputs, QK-norm inputs. Without dropout, peft's ``_cast_input_dtype`` to the fp32 adapters is
-    a no-op, so the adapted linears that read one tensor share it: the attention input (h) for q, k, v, the MLP
-    input (h) for gate and up, the product (I) for down; o_proj's input is attention's saved output (0), instead of
-    one cast per adapted linear (4 · inputs). With dropout each keeps its own dropout output, as in bf16. Traced
-    llama3.2-1b, one layer: 143,560 B per token (q, v), 184,680 (all-linear) against bf16 LoRA's 92,360 and 158,056.
+    attention's output and the MLP's activations are fp32: the compute-dtype tensors (4·q + 4·kv, the layout
+    copies, mlp_compute_bytes; a LayerNorm's input and statistics) double. The fp32 tensors do not: an RMSNorm's
+    input (already fp32, no copy) and rsqrt, logsumexp, lora_A outputs, QK-norm inputs. Without dropout, peft's
+    ``_cast_input_dtype`` to the fp32 adapters is a no-op, so the adapted linears that read one tensor share it: the
+    attention input (h) for q, k, v, the MLP input (h) for gate and up (one h in a parallel block), the product (I)
+    for down; o_proj's input is attention's saved output (0) unless copied (q: eager, ROTARY_CAT_FAMILIES), instead
+    of one cast per adapted linear (4 · inputs). With dropout each keeps its own dropout output, as in bf16. Traced
+    llama3.2-1b, one layer: 143,560 B per token (q, v), 184,680 (all-linear) against bf16 LoRA's 92,360 and 158,056;
+    exact also for mistral, granite, qwen2.5,
+    qwen3, gemma, starcoder2, phi-2, stablelm-2, both target sets, with and without the upcast.
     """
     kbit = kbit_upcast(job, fsdp) & (settings_of(job).adapter_bytes == 4) & bool(KBIT_FP32_STREAM)
-    fam = FAMILIES[arch.family]
-    shared = per_value(job.lora_target_modules, lambda t: _shared_inputs(arch, t, fam.qkv, fam.mlp, moe))
+    # the out projection's input is a copy of attention's output (lora_inputs_delta's copy): its own fp32 tensor
+    copied = where(job.attention == "eager", 1.0, 1.0 if arch.family in ROTARY_CAT_FAMILIES else 0.0)
+    out = per_value(job.lora_target_modules, lambda t: _adapts(arch, t, {FAMILIES[arch.family].out}))
+    shared = per_value(job.lora_target_modules, lambda t: _shared_inputs(arch, t, moe)) + copied * out * arch.q_width
     inputs_kept = where(job.lora_dropout > 0, 0.0, LORA_INPUT_BYTES * (shared - inputs))
-    compute = 4.0 * arch.q_width + 4.0 * arch.kv_width + attention_layout_bytes(job, arch) + mlp_compute_bytes(arch, moe)
+    layout = attention_layout_bytes(job, arch) - where(job.attention == "eager", 0.0, 2.0 * arch.q_width) * (
+        arch.family in ROTARY_CAT_FAMILIES)  # the copy is kept only as an adapted out projection's input
+    compute = 4.0 * arch.q_width + 4.0 * arch.kv_width + layout + mlp_compute_bytes(arch, moe)
+    # a LayerNorm family's norms run in the stream's dtype: their input, mean and rstd double (starcoder2)
+    compute = compute + bf16_norms(job, arch) * (lora_norm_bytes(job, arch) + norm_stat_bytes(arch))
     return where(kbit, compute + inputs_kept, 0.0)
 
 
-def _shared_inputs(arch: Architecture, targets: tuple[str, ...], qkv: tuple[str, ...], mlp: tuple[str, ...],
-                   moe: bool | None) -> float:
-    """Distinct input units of the adapted linears of one layer (kbit_stream_delta); 0 for a full fine-tuning row."""
+def _shared_inputs(arch: Architecture, targets: tuple[str, ...], moe: bool | None) -> float:
+    """Distinct input units of the adapted q / k / v, MLP-in and down linears of one layer (kbit_stream_delta): a
+    parallel block's attention and MLP read one tensor; 0 for a full fine-tuning row."""
     try:
         names = {lin.name for lin in arch.lora_targets(targets) if lin.per_layer == 1}
     except ValueError:
         return 0.0
+    fam = FAMILIES[arch.family]
     down = 0 if (arch.is_moe if moe is None else moe) else arch.intermediate_size
-    return float(arch.hidden_size * (bool(names & set(qkv)) + bool(names & set(mlp[:-1])))
-                 + down * (mlp[-1] in names))
+    attention, mlp_in = bool(names & set(fam.qkv)), bool(names & set(fam.mlp[:-1]))
+    reads = (attention or mlp_in) if arch.family in PARALLEL_FAMILIES else attention + mlp_in
+    return float(arch.hidden_size * reads + down * (fam.mlp[-1] in names))
 
 
 def targets_or_zero(arch: Architecture, targets: tuple[str, ...]) -> int:
