@@ -66,7 +66,6 @@ def memory_as_at_the_sample(monkeypatch: pytest.MonkeyPatch) -> None:
     # QLoRA's traced layer (qlorangc): peft's kbit upcast's fp32 stream, LoRA's adapter inputs, bitsandbytes'
     # MatMul4Bit keeping no input (before: the bf16 layer doubled, no adapter inputs, the input kept)
     monkeypatch.setattr(f"{lora}.KBIT_FP32_STREAM", 0)
-    monkeypatch.setattr(f"{act}.KBIT_FP32_STREAM", 0)
     monkeypatch.setattr(f"{lora}.QLORA_INPUTS", 0)
     monkeypatch.setattr(f"{coef}.BNB_KEEPS_4BIT_INPUT", True)
     monkeypatch.setattr(f"{act}.DROPOUT_BY_INPUT", 0)

@@ -37,9 +37,9 @@ from autoconf.catalog.shapes import ATTENTION, CROSS, MAMBA, SLIDING, LayerShape
 from autoconf.estimators.theory import images
 from autoconf.estimators.theory.coefficients import attention_coef, mlp_coef, quant_saves_input, rotary_dim
 from autoconf.estimators.theory.lora_activations import (
-    KBIT_FP32_STREAM,
     adapted_inputs,
     frozen_input_bytes,
+    kbit_stream,
     kbit_stream_delta,
     lora_inputs_delta,
     targets_or_zero,
@@ -133,7 +133,7 @@ def layer_bytes_per_token(
                                               None if layer is None else layer.moe)
         per_token = where(lora, adapter, per_token)
     # the kbit upcast's fp32 stream is counted by kbit_stream_delta: the layer's bytes stay at the bf16 factor
-    stream = kbit_upcast(job, fsdp) & (settings_of(job).adapter_bytes == 4) & bool(KBIT_FP32_STREAM)
+    stream = kbit_stream(job, arch, fsdp, None if layer is None else layer.moe)
     layer_factor = where(stream, lookup(job.dtype, PRECISION_FACTOR), precision_factor(job, fsdp))
     factor = (calib.attn_act_factor_eager if calib and calib.attn_act_factor_eager is not None
               else EAGER_BYTES_PER_SCORE)

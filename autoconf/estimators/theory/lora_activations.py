@@ -137,7 +137,7 @@ def kbit_stream_delta(job: AnyJob, arch: Architecture, inputs: Num, fsdp: Flag =
     exact also for mistral, granite, qwen2.5,
     qwen3, gemma, starcoder2, phi-2, stablelm-2, both target sets, with and without the upcast.
     """
-    kbit = kbit_upcast(job, fsdp) & (settings_of(job).adapter_bytes == 4) & bool(KBIT_FP32_STREAM)
+    kbit = kbit_stream(job, arch, fsdp, moe)
     # the out projection's input is a copy of attention's output (lora_inputs_delta's copy): its own fp32 tensor
     copied = where(job.attention == "eager", 1.0, 1.0 if arch.family in ROTARY_CAT_FAMILIES else 0.0)
     out = per_value(job.lora_target_modules, lambda t: _adapts(arch, t, {FAMILIES[arch.family].out}))
@@ -149,6 +149,14 @@ def kbit_stream_delta(job: AnyJob, arch: Architecture, inputs: Num, fsdp: Flag =
     # a LayerNorm family's norms run in the stream's dtype: their input, mean and rstd double (starcoder2)
     compute = compute + bf16_norms(job, arch) * (lora_norm_bytes(job, arch) + norm_stat_bytes(arch))
     return where(kbit, compute + inputs_kept, 0.0)
+
+
+def kbit_stream(job: AnyJob, arch: Architecture, fsdp: Flag, moe: bool | None = None) -> Flag:
+    """Whether kbit_stream_delta counts this layer: a dense layer of a peft QLoRA under the kbit upcast. A MoE layer
+    keeps the fp32 factor on all its bytes: its QLoRA under the upcast was not traced (grouped_mm refuses fp32), and
+    the fms-acceleration Mixtral rows (peft, checkpointed) sit 5 points lower with the dense form."""
+    dense = not (arch.is_moe if moe is None else moe)
+    return kbit_upcast(job, fsdp) & (settings_of(job).adapter_bytes == 4) & bool(KBIT_FP32_STREAM) & dense
 
 
 def _shared_inputs(arch: Architecture, targets: tuple[str, ...], moe: bool | None) -> float:
