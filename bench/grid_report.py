@@ -19,9 +19,9 @@ QK-norm bytes (qwen3, gemma3, olmo2); attention layout copies, gptj's sin / cos,
 fp32 adapter inputs and frozen first layer; MoE routing bytes; mllama's skipped cross-attention layers; FSDP full
 shard's decoder units resharded at the loss; TRL's QLoRA without peft's kbit upcast; QLoRA's layer under peft's kbit
 upcast (fp32 only where bf16 LoRA keeps bf16, shared fp32 adapter inputs, no 4-bit matmul input since bitsandbytes
-0.43.2; without checkpointing median 41 % → 0.5 %, mistral-7b at 4 × 16,384 853 → 516 GiB of activations against 512
-traced). Traced fixes: LoRA's default targets by family, sliding windows without their SDPA mask, Mamba hybrids at
-their own shape, gemma2 and mpt refused under SDPA.
+0.43.2, LoRA's bytes outside the layers; without checkpointing median 41 % → 0.14 %, mistral-7b at 4 × 16,384 853 →
+513 GiB of activations against 512 traced). Traced fixes: LoRA's default targets by family, sliding windows without
+their SDPA mask, Mamba hybrids at their own shape, gemma2 and mpt refused under SDPA.
 
 Open (the groups above 5 %):
 - Hybrid Mamba (granite-4.0-h): the trace runs transformers' torch SSD scan (no mamba-ssm kernels on CPU), which

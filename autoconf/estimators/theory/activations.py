@@ -42,6 +42,7 @@ from autoconf.estimators.theory.lora_activations import (
     kbit_stream,
     kbit_stream_delta,
     lora_inputs_delta,
+    peft_adapters,
     targets_or_zero,
 )
 from autoconf.estimators.theory.norms import final_norm_bytes
@@ -101,8 +102,7 @@ def outside_layers_bytes_per_token(job: AnyJob, arch: Architecture, fsdp: Flag =
     else:
         extra = where(job.gradient_checkpointing, 8, 0) + (LEARNED_POSITION_BYTES if arch.position_params else 0)
         fixed = final_norm_bytes(job, arch) + ROTARY_TABLE_BYTES.get(arch.family, 4) * rotary_dim(arch) + 20 + extra
-    peft = (job.method == "lora") & (settings_of(job).adapter_bytes == 4)  # the traced HF / peft path
-    return where(peft, fixed - frozen_input_bytes(job, arch), fixed) * precision_factor(job, fsdp)
+    return where(peft_adapters(job), fixed - frozen_input_bytes(job, arch), fixed) * precision_factor(job, fsdp)
 
 
 def layer_bytes_per_token(

@@ -114,8 +114,13 @@ def lora_inputs_delta(job: AnyJob, arch: Architecture, inputs: Num) -> Num:
     down = 0.0 if arch.is_moe else where(per_value(job.lora_target_modules, adapts_down) > 0,
                                          2.0 * arch.intermediate_size, 0.0)
     delta = LORA_INPUT_BYTES * inputs - kept - copy - down
-    peft = (job.method == "lora") | ((job.method == "qlora") & bool(QLORA_INPUTS))
-    return where(peft & (settings_of(job).adapter_bytes == 4), delta, 0.0)
+    return where(peft_adapters(job), delta, 0.0)
+
+
+def peft_adapters(job: AnyJob) -> Flag:
+    """The traced HF / peft path: LoRA or QLoRA (QLORA_INPUTS) with fp32 adapters; a QLoRA layer keeps what the LoRA
+    layer keeps (traced llama3.2-1b, bf16 QLoRA and LoRA: the same saved tensors, inside and outside the layers)."""
+    return ((job.method == "lora") | ((job.method == "qlora") & bool(QLORA_INPUTS))) & (settings_of(job).adapter_bytes == 4)
 
 
 def kbit_stream_delta(job: AnyJob, arch: Architecture, inputs: Num, fsdp: Flag = False,
