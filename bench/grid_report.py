@@ -17,14 +17,13 @@ Corrected in the theory, each exact against the traces (closed forms and sources
 (+2·V·h); per-family norms (bf16 LayerNorms, Gemma's and OLMo-2's fp32 (1 + w) multiply, norm counts and statistics);
 QK-norm bytes (qwen3, gemma3, olmo2); attention layout copies, gptj's sin / cos, gelu_new's saved tensors; LoRA's
 fp32 adapter inputs and frozen first layer; MoE routing bytes; mllama's skipped cross-attention layers; FSDP full
-shard's decoder units resharded at the loss; TRL's QLoRA without peft's kbit upcast. Traced fixes: LoRA's default
-targets by family, sliding windows without their SDPA mask, Mamba hybrids at their own shape, gemma2 and mpt refused
-under SDPA.
+shard's decoder units resharded at the loss; TRL's QLoRA without peft's kbit upcast; QLoRA's layer under peft's kbit
+upcast (fp32 only where bf16 LoRA keeps bf16, shared fp32 adapter inputs, no 4-bit matmul input since bitsandbytes
+0.43.2, LoRA's bytes outside the layers; without checkpointing median 41 % → 0.14 %, mistral-7b at 4 × 16,384 853 →
+513 GiB of activations against 512 traced). Traced fixes: LoRA's default targets by family, sliding windows without
+their SDPA mask, Mamba hybrids at their own shape, gemma2 and mpt refused under SDPA.
 
 Open (the groups above 5 %):
-- QLoRA without checkpointing: theory keeps the fp32 residual stream of peft's kbit upcast for every saved tensor
-  (mistral-7b at 4 × 16,384: 853 GiB of activations against 512 traced; median 41 % off without checkpointing,
-  1.2 % with it, at most 6.4 %).
 - Hybrid Mamba (granite-4.0-h): the trace runs transformers' torch SSD scan (no mamba-ssm kernels on CPU), which
   keeps each chunk's intermediates; a GPU with the fused kernels keeps far less, so the trace is not the reference
   here.

@@ -73,6 +73,12 @@ def memory_as_at_the_sample(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("autoconf.estimators.theory.states.TP_FSDP_PLAN_ROOT", False)
     # fsdp_qlora's train.py runs LoRA dropout 0.1 (defaults.py; issue 20): the samples' jobs had peft's 0.0
     monkeypatch.setitem(defaults.FRAMEWORK_JOB_DEFAULTS, "fsdp-qlora", {"optimizer_impl": "foreach"})
+    # QLoRA's traced layer (qlorangc): peft's kbit upcast's fp32 stream, LoRA's adapter inputs, bitsandbytes'
+    # MatMul4Bit keeping no input (before: the bf16 layer doubled, no adapter inputs, the input kept)
+    monkeypatch.setattr(f"{lora}.KBIT_FP32_STREAM", 0)
+    monkeypatch.setattr(f"{lora}.QLORA_INPUTS", 0)
+    monkeypatch.setattr(f"{coef}.BNB_KEEPS_4BIT_INPUT", True)
+    monkeypatch.setattr(f"{act}.DROPOUT_BY_INPUT", 0)
 
 
 def _old_norm_bytes(job: Any, arch: Any) -> Any:  # noqa: ANN401

@@ -39,7 +39,10 @@ from autoconf.estimators.theory.coefficients import attention_coef, mlp_coef, qu
 from autoconf.estimators.theory.lora_activations import (
     adapted_inputs,
     frozen_input_bytes,
+    kbit_stream,
+    kbit_stream_delta,
     lora_inputs_delta,
+    peft_adapters,
     targets_or_zero,
 )
 from autoconf.estimators.theory.norms import final_norm_bytes
@@ -57,7 +60,10 @@ PRECISION_FACTOR = {"bf16": 1.0, "fp16": 1.0, "fp32": 2.0, "amp-bf16": 1.2, "amp
 ROTARY_TABLE_BYTES = {"olmo2": 8, "gemma3_text": 8, "gptj": 0}
 TEXT_ONLY_SKIPS_CROSS = True  # a text-only step skips mllama's cross-attention layers (_runs)
 LEARNED_POSITION_BYTES = 8  # gpt2's int64 position ids, kept for wpe's backward (traced gpt2: 4·h + 28 outside)
-LORA_DROPOUT_BYTES_PER_HIDDEN = 4  # fp32 dropout output kept per adapted module (traced)
+LORA_DROPOUT_BYTES_PER_HIDDEN = 4  # fp32 dropout output kept per adapted module and input unit (traced)
+# the dropout output is as wide as the module's input: o_proj q, down_proj I (traced llama3.2-1b all-linear: +24,576
+# B per token per layer over 4·h per module); 0: h wide for every module
+DROPOUT_BY_INPUT = 1
 LORA_A_BYTES_PER_RANK = 4  # fp32 lora_A output kept per adapted module (traced)
 EAGER_BYTES_PER_SCORE = 6  # fp32 softmax output + bf16 copy for the PV matmul
 # SDPA on a sliding-window layer from the window on: transformers keeps the causal mask once kv_length >= the window
@@ -96,8 +102,7 @@ def outside_layers_bytes_per_token(job: AnyJob, arch: Architecture, fsdp: Flag =
     else:
         extra = where(job.gradient_checkpointing, 8, 0) + (LEARNED_POSITION_BYTES if arch.position_params else 0)
         fixed = final_norm_bytes(job, arch) + ROTARY_TABLE_BYTES.get(arch.family, 4) * rotary_dim(arch) + 20 + extra
-    peft = (job.method == "lora") & (settings_of(job).adapter_bytes == 4)  # the traced HF / peft path
-    return where(peft, fixed - frozen_input_bytes(job, arch), fixed) * precision_factor(job, fsdp)
+    return where(peft_adapters(job), fixed - frozen_input_bytes(job, arch), fixed) * precision_factor(job, fsdp)
 
 
 def layer_bytes_per_token(
@@ -121,18 +126,24 @@ def layer_bytes_per_token(
         # MLP input and o_proj input, bf16
         adapter = where(quant_saves_input(job), adapter + (2 * arch.hidden_size + 2 * arch.q_width), adapter)
         adapter = adapter + lora_inputs_delta(job, arch, adapted_inputs(job, arch, lora))
-        adapter = where(job.lora_dropout > 0, adapter + adapted * LORA_DROPOUT_BYTES_PER_HIDDEN * arch.hidden_size,
-                        adapter)
+        # one fp32 dropout output per adapted module, as wide as its input (DROPOUT_BY_INPUT; 0: h wide)
+        dropped = adapted_inputs(job, arch, lora) if DROPOUT_BY_INPUT else adapted * arch.hidden_size
+        adapter = where(job.lora_dropout > 0, adapter + LORA_DROPOUT_BYTES_PER_HIDDEN * dropped, adapter)
+        adapter = adapter + kbit_stream_delta(job, arch, adapted_inputs(job, arch, lora), fsdp,
+                                              None if layer is None else layer.moe)
         per_token = where(lora, adapter, per_token)
+    # the kbit upcast's fp32 stream is counted by kbit_stream_delta: the layer's bytes stay at the bf16 factor
+    stream = kbit_stream(job, arch, fsdp, None if layer is None else layer.moe)
+    layer_factor = where(stream, lookup(job.dtype, PRECISION_FACTOR), precision_factor(job, fsdp))
     factor = (calib.attn_act_factor_eager if calib and calib.attn_act_factor_eager is not None
               else EAGER_BYTES_PER_SCORE)
-    per_token = where(job.attention == "eager", per_token + factor * arch.num_heads * _keys(job, arch, layer),
-                      per_token)
+    scores = where(job.attention == "eager", factor * arch.num_heads * _keys(job, arch, layer), 0.0)
     if kind == SLIDING and layer is not None and layer.window:
         tokens = images.text_tokens_per_sample(job, arch)
         masked = (job.attention == "sdpa") & (tokens >= layer.window)
-        per_token = where(masked, per_token + MASKED_SDPA_BYTES_PER_KEY * tokens, per_token)
-    return per_token * where(fsdp, 1.0, precision_factor(job))
+        scores = where(masked, scores + MASKED_SDPA_BYTES_PER_KEY * tokens, scores)
+    # the scores and masks follow the activation dtype (fp32 under the kbit upcast: not traced)
+    return where(fsdp, per_token + scores, per_token * layer_factor + scores * precision_factor(job))
 
 
 def _keys(job: AnyJob, arch: Architecture, layer: LayerShape | None) -> Num:

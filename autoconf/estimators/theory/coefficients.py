@@ -29,6 +29,7 @@ NO_ROTARY = frozenset({"gpt2", "gpt_bigcode", "mpt"})  # learned positions or AL
 # 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))) keeps x, tanh(·), 1 + tanh(·) and 0.5·x: with fc1's output and the
 # activation's output, 10 B per unit of the MLP width (F.gelu / gelu_pytorch_tanh keep their input only: 4)
 PLAIN_MLP_BYTES = {"gelu_new": 10}
+BNB_KEEPS_4BIT_INPUT = False  # bitsandbytes < 0.43.2 (quant_saves_input)
 DOWN_TARGETS = frozenset({"down_proj", "w2", "c_proj", "mlp.c_proj", "all-linear"})
 
 
@@ -99,9 +100,20 @@ def mlp_coef(job: AnyJob, arch: Architecture, calib: Calibration | None = None, 
     return where(frozen_down, coef - 2 * ratio, coef)  # frozen down projection: its input is not saved
 
 
+def mlp_compute_bytes(arch: Architecture, moe: bool | None = None) -> float:
+    """Per-token bytes of the MLP's saved activations in the compute dtype, the down projection's input left out
+    (a frozen or 4-bit down keeps none; an adapted one keeps an fp32 cast: lora_inputs_delta): SwiGLU's gate,
+    silu(gate) and up (6 per unit of width), a plain MLP's fc1 output (2), gelu_new's four more (8)."""
+    per_unit = 8 if arch.gated_mlp else PLAIN_MLP_BYTES.get(arch.hidden_act, 4)
+    return float((per_unit - 2) * _mlp_width(arch, moe))
+
+
 def adapts_down(targets: tuple[str, ...]) -> float:
     return 1.0 if DOWN_TARGETS & set(targets) else 0.0
 
 
 def quant_saves_input(job: AnyJob) -> Flag:
-    return (job.method == "qlora") & settings_of(job).profile.quant_saves_input
+    """bitsandbytes' MatMul4Bit kept its input for backward before 0.43.2; since #1270 (July 2024) it keeps
+    ``ctx.tensors = (None, B)`` (autograd/_functions.py), as the traced QLoRA (bitsandbytes 0.50.2) shows: the
+    profiles' quant_saves_input holds only where BNB_KEEPS_4BIT_INPUT."""
+    return (job.method == "qlora") & settings_of(job).profile.quant_saves_input & BNB_KEEPS_4BIT_INPUT

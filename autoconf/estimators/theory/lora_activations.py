@@ -13,15 +13,30 @@ from autoconf.estimators.theory.coefficients import (
     PER_LAYER_ROTARY_BYTES,
     ROTARY_CAT_FAMILIES,
     adapts_down,
+    attention_layout_bytes,
     mlp_coef,
+    mlp_compute_bytes,
     rotary_dim,
 )
-from autoconf.estimators.theory.norms import NORM_STAT_BYTES, PARALLEL_FAMILIES, final_norm_bytes, lora_norm_bytes, norm_bytes
+from autoconf.estimators.theory.norms import (
+    NORM_STAT_BYTES,
+    PARALLEL_FAMILIES,
+    bf16_norms,
+    final_norm_bytes,
+    lora_norm_bytes,
+    norm_bytes,
+    norm_stat_bytes,
+)
 from autoconf.estimators.theory.rows import AnyJob, Flag, Num, per_value, settings_of, where
+from autoconf.estimators.theory.weights import kbit_upcast
 
 POST_NORM_FAMILIES = frozenset({"olmo2"})  # no norm before attention: the projections read the residual stream
 FROZEN_FIRST_LAYER = 1  # 0: LoRA's first layer counted like the others (frozen_input_bytes)
 LORA_INPUT_BYTES = 4  # an adapted linear's input cast to fp32 adapters, per unit (lora_inputs_delta)
+QLORA_INPUTS = 1  # peft's QLoRA layers keep LoRA's (traced bitsandbytes 0.50.2); 0: QLoRA without lora_inputs_delta
+# QLoRA under peft's kbit upcast keeps an fp32 residual stream but fp32 only where bf16 LoRA keeps bf16
+# (kbit_stream_delta); 0: every saved byte of the bf16 LoRA layer doubled (the fp32 precision factor)
+KBIT_FP32_STREAM = 1
 
 
 def frozen_input_bytes(job: AnyJob, arch: Architecture) -> Num:
@@ -99,7 +114,68 @@ def lora_inputs_delta(job: AnyJob, arch: Architecture, inputs: Num) -> Num:
     down = 0.0 if arch.is_moe else where(per_value(job.lora_target_modules, adapts_down) > 0,
                                          2.0 * arch.intermediate_size, 0.0)
     delta = LORA_INPUT_BYTES * inputs - kept - copy - down
-    return where((job.method == "lora") & (settings_of(job).adapter_bytes == 4), delta, 0.0)
+    return where(peft_adapters(job), delta, 0.0)
+
+
+def peft_adapters(job: AnyJob) -> Flag:
+    """The traced HF / peft path: LoRA or QLoRA (QLORA_INPUTS) with fp32 adapters; a QLoRA layer keeps what the LoRA
+    layer keeps (traced llama3.2-1b, bf16 QLoRA and LoRA: the same saved tensors, inside and outside the layers)."""
+    return ((job.method == "lora") | ((job.method == "qlora") & bool(QLORA_INPUTS))) & (settings_of(job).adapter_bytes == 4)
+
+
+def kbit_stream_delta(job: AnyJob, arch: Architecture, inputs: Num, fsdp: Flag = False,
+                      moe: bool | None = None) -> Num:
+    """What one layer of a QLoRA under peft's kbit upcast keeps beyond the bf16 LoRA layer (bytes per token).
+
+    prepare_model_for_kbit_training makes the embeddings and norm weights fp32 (peft utils/other.py), so the
+    residual stream and every norm output are fp32 (LlamaRMSNorm.forward: ``self.weight * hidden.to(input_dtype)``,
+    input_dtype fp32). bitsandbytes casts a 4-bit linear's input to the compute dtype and its output back to the
+    input's (nn/modules.py Linear4bit.forward: ``x.to(self.compute_dtype)`` ... ``.to(inp_dtype)``), so q, k, v,
+    attention's output and the MLP's activations are fp32: the compute-dtype tensors (4·q + 4·kv, the layout
+    copies, mlp_compute_bytes; a LayerNorm's input and statistics) double. The fp32 tensors do not: an RMSNorm's
+    input (already fp32, no copy) and rsqrt, logsumexp, lora_A outputs, QK-norm inputs. Without dropout, peft's
+    ``_cast_input_dtype`` to the fp32 adapters is a no-op, so the adapted linears that read one tensor share it: the
+    attention input (h) for q, k, v, the MLP input (h) for gate and up (one h in a parallel block), the product (I)
+    for down; o_proj's input is attention's saved output (0) unless copied (q: eager, ROTARY_CAT_FAMILIES), instead
+    of one cast per adapted linear (4 · inputs). With dropout each keeps its own dropout output, as in bf16. Traced
+    llama3.2-1b, one layer: 143,560 B per token (q, v), 184,680 (all-linear) against bf16 LoRA's 92,360 and 158,056;
+    exact also for mistral, granite, qwen2.5,
+    qwen3, gemma, starcoder2, phi-2, stablelm-2, both target sets, with and without the upcast.
+    """
+    kbit = kbit_stream(job, arch, fsdp, moe)
+    # the out projection's input is a copy of attention's output (lora_inputs_delta's copy): its own fp32 tensor
+    copied = where(job.attention == "eager", 1.0, 1.0 if arch.family in ROTARY_CAT_FAMILIES else 0.0)
+    out = per_value(job.lora_target_modules, lambda t: _adapts(arch, t, {FAMILIES[arch.family].out}))
+    shared = per_value(job.lora_target_modules, lambda t: _shared_inputs(arch, t, moe)) + copied * out * arch.q_width
+    inputs_kept = where(job.lora_dropout > 0, 0.0, LORA_INPUT_BYTES * (shared - inputs))
+    layout = attention_layout_bytes(job, arch) - where(job.attention == "eager", 0.0, 2.0 * arch.q_width) * (
+        arch.family in ROTARY_CAT_FAMILIES)  # the copy is kept only as an adapted out projection's input
+    compute = 4.0 * arch.q_width + 4.0 * arch.kv_width + layout + mlp_compute_bytes(arch, moe)
+    # a LayerNorm family's norms run in the stream's dtype: their input, mean and rstd double (starcoder2)
+    compute = compute + bf16_norms(job, arch) * (lora_norm_bytes(job, arch) + norm_stat_bytes(arch))
+    return where(kbit, compute + inputs_kept, 0.0)
+
+
+def kbit_stream(job: AnyJob, arch: Architecture, fsdp: Flag, moe: bool | None = None) -> Flag:
+    """Whether kbit_stream_delta counts this layer: a dense layer of a peft QLoRA under the kbit upcast. A MoE layer
+    keeps the fp32 factor on all its bytes: its QLoRA under the upcast was not traced (grouped_mm refuses fp32), and
+    the fms-acceleration Mixtral rows (peft, checkpointed) sit 5 points lower with the dense form."""
+    dense = not (arch.is_moe if moe is None else moe)
+    return kbit_upcast(job, fsdp) & (settings_of(job).adapter_bytes == 4) & bool(KBIT_FP32_STREAM) & dense
+
+
+def _shared_inputs(arch: Architecture, targets: tuple[str, ...], moe: bool | None) -> float:
+    """Distinct input units of the adapted q / k / v, MLP-in and down linears of one layer (kbit_stream_delta): a
+    parallel block's attention and MLP read one tensor; 0 for a full fine-tuning row."""
+    try:
+        names = {lin.name for lin in arch.lora_targets(targets) if lin.per_layer == 1}
+    except ValueError:
+        return 0.0
+    fam = FAMILIES[arch.family]
+    down = 0 if (arch.is_moe if moe is None else moe) else arch.intermediate_size
+    attention, mlp_in = bool(names & set(fam.qkv)), bool(names & set(fam.mlp[:-1]))
+    reads = (attention or mlp_in) if arch.family in PARALLEL_FAMILIES else attention + mlp_in
+    return float(arch.hidden_size * reads + down * (fam.mlp[-1] in names))
 
 
 def targets_or_zero(arch: Architecture, targets: tuple[str, ...]) -> int:

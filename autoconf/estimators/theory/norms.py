@@ -60,6 +60,11 @@ def lora_norm_bytes(job: AnyJob, arch: Architecture) -> Num:
     return where(bf16, 2.0, copy) * h * where(once, 1, count)
 
 
+def bf16_norms(job: AnyJob, arch: Architecture) -> Num:
+    """1 where the decoder norms run in the activation dtype (their input and statistics double in fp32), else 0."""
+    return where(_norm_bytes(job, arch) == BF16_NORM_BYTES_PER_HIDDEN, 1.0, 0.0)
+
+
 def norm_stat_bytes(arch: Architecture) -> float:
     """Per token, the statistics a layer's decoder norms keep (NORM_STAT_BYTES each: the llama pair's traced 8)."""
     return float(NORM_STAT_BYTES * arch.norms_per_layer)
