@@ -221,6 +221,7 @@ class JobColumns:
         for name, value in (("full_copy_on_gpu", bool(profile.full_copy_on_gpu)),
                             ("quant_saves_input", bool(profile.quant_saves_input)),
                             ("kbit_upcast", bool(profile.kbit_upcast)),
+                            ("fp32_outputs", bool(profile.fp32_outputs)),
                             ("fused_ce_bytes_per_vocab", float(profile.fused_ce_bytes_per_vocab or 0)),
                             ("loss_segment_bytes_per_vocab", float(profile.loss_segment_bytes_per_vocab)),
                             ("has_fit", fit is not None), ("fit_context", fit.context_bytes if fit else 0.0),
