@@ -233,6 +233,8 @@ def rank_memory(job: Job, placement: Placement, arch: Architecture, spec: dict[s
     ranks = [0, shards - 1] if strategy != "ddp" and uneven(spec, shards) else [0]
     if fsdp1_job(job, placement):  # FSDP1: every rank's flat shard is padded alike
         rank_spec.update(fsdp1_settings(job))
+        if rank_spec.get("hf4_checkpointing"):  # 4.x's checkpoint around each unit replaces the step's own
+            rank_spec.pop("reentrant", None)
         ranks = [0]
     if placement.tp > 1:  # a (dp_replicate, fsdp, tp) mesh, tp innermost: world is the tp degree (hf_parallel.py)
         rank_spec.update(world=placement.tp, strategy="tp")

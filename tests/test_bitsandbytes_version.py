@@ -1,0 +1,67 @@
+"""Job.bitsandbytes_version: bitsandbytes up to 0.43.1 keeps every 4-bit matmul's input for backward.
+
+Expected values come from the sources, not the code: ``MatMul4Bit.forward`` sets ``ctx.tensors = (A, B)`` at the
+bitsandbytes tags 0.39.1 … 0.43.1 and ``(None, B)`` from 0.43.2 (released 2024-07-23; #1270); transformers 4.x
+checkpoints with ``use_reentrant=True`` unless told (modeling_utils.py 4.44.2, 4.53.0, 4.57.6), 5.x with False;
+fms-acceleration's requirement files pin bitsandbytes 0.43.1 at b92c99d, 0.43.2 at b6c1455, 0.43.3 from 4e81c64 on
+(``git show <commit>:scripts/benchmarks/refs/requirements.txt``), and the campaigns before b92c99d pin nothing and
+were committed before 2024-07-23.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from autoconf.catalog import get_architecture
+from autoconf.estimators.traced.estimator import trace_spec
+from autoconf.evaluation.data import load_measurements, row_to_inputs
+from autoconf.schema import Job
+
+MISTRAL = "mistral-7b-v0.1"
+
+
+@pytest.mark.parametrize("word", ["0.38.1", "0.4", "latest", "", "1"])
+def test_releases_without_4bit_matmuls_or_malformed_are_refused_naming_the_field(word: str) -> None:
+    with pytest.raises(ValueError, match="bitsandbytes_version"):
+        Job(model=MISTRAL, method="qlora", bitsandbytes_version=word)
+
+
+@pytest.mark.parametrize("word", ["0.39", "0.43.1", "0.41.3.post2", "0.45.0.dev0", "1.0.0"])
+def test_releases_are_kept_as_spelled(word: str) -> None:
+    assert Job(model=MISTRAL, method="qlora", bitsandbytes_version=word).bitsandbytes_version == word
+
+
+@pytest.mark.parametrize(("fields", "keeps", "reentrant"), [
+    ({"bitsandbytes_version": "0.43.1"}, True, True),  # transformers unstated: 5.x refuses bitsandbytes < 0.46.1
+    ({"bitsandbytes_version": "0.39"}, True, True),
+    ({"bitsandbytes_version": "0.43.1", "transformers_version": "4.39.3"}, True, True),
+    ({"bitsandbytes_version": "0.43.1", "transformers_version": "5.0.0"}, True, False),
+    ({"bitsandbytes_version": "0.43.1", "gradient_checkpointing": False}, True, False),
+    ({"bitsandbytes_version": "0.43.2"}, False, False),
+    ({"bitsandbytes_version": "0.43.3", "transformers_version": "4.44.2"}, False, False),
+    ({}, False, False),  # the installed release (0.50) keeps (None, B)
+    ({"bitsandbytes_version": "0.43.1", "method": "lora"}, False, False),  # no 4-bit matmul
+])
+def test_trace_routes_old_bitsandbytes_to_the_kept_input(fields: dict[str, object], keeps: bool,
+                                                         reentrant: bool) -> None:
+    job = Job(**{"model": MISTRAL, "method": "qlora", "gradient_checkpointing": True, **fields})
+    spec = trace_spec(job, get_architecture(MISTRAL))
+    assert spec.get("bnb_keeps_input", False) is keeps
+    assert spec.get("reentrant", False) is reentrant
+
+
+def test_fms_rows_carry_their_campaigns_bitsandbytes() -> None:
+    rows = load_measurements()
+    fms = rows[(rows.source == "fms-acceleration") & (rows.scored == 1)]
+    version = {c: row_to_inputs(r)[0].bitsandbytes_version for c, r in
+               fms.groupby("campaign").first().assign(campaign=lambda d: d.index).iterrows()}
+    assert version["refs/a100_80gb@2024-07-15:b92c99d"] == "0.43.1"
+    assert version["refs/a100_80gb@2024-07-29:b6c1455"] == "0.43.2"
+    assert version["refs/a100_80gb@2024-09-16:4e81c64"] == "0.43.3"
+    assert version["refs/a100_80gb@2025-02-07:24bdadb"] == "0.43.3"
+    assert version["refs/a100_80gb@2024-05-24:f39d03c"] == "0.43.1"  # unpinned: the bound by date, <= 0.43.1
+    dated = pd.to_datetime(fms.campaign.str.extract(r"@([\d-]+):")[0])
+    bound = fms.framework_version.str.contains("bitsandbytes <=0.43.1", regex=False)
+    assert (bound == (dated < "2024-07-12")).all()  # exactly the campaigns without a requirements file
+    assert fms.framework_version.str.contains("bitsandbytes").all()
