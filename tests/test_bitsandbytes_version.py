@@ -65,3 +65,18 @@ def test_fms_rows_carry_their_campaigns_bitsandbytes() -> None:
     bound = fms.framework_version.str.contains("bitsandbytes <=0.43.1", regex=False)
     assert (bound == (dated < "2024-07-12")).all()  # exactly the campaigns without a requirements file
     assert fms.framework_version.str.contains("bitsandbytes").all()
+
+
+@pytest.mark.parametrize(("version", "keeps"), [("0.43.1", True), ("0.43.3", False)])
+def test_fsdp1_ranks_keep_the_input_under_their_own_4x_checkpoint(version: str, keeps: bool) -> None:
+    """peft QLoRA on 2 GPUs (fms-acceleration's baseline-peft-bnb): the FSDP1 rank runs transformers 4.x's
+    checkpoint around each unit (``hf4_checkpointing``), so the step's ``reentrant`` is dropped there."""
+    from autoconf.estimators.traced.ranks import rank_plan
+    from autoconf.schema import Placement
+
+    job = Job(model=MISTRAL, method="qlora", framework="peft", gradient_checkpointing=True,
+              bitsandbytes_version=version)
+    placement = Placement(gpu_model="NVIDIA-A100-SXM4-80GB", number_gpus=2, strategy="fsdp")
+    spec, ranks = rank_plan(job, placement, trace_spec(job, get_architecture(MISTRAL)), 2)
+    assert spec.get("bnb_keeps_input", False) is keeps and spec["hf4_checkpointing"] is True
+    assert "reentrant" not in spec and ranks == [0]
