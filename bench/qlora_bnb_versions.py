@@ -12,9 +12,9 @@ such kwarg), whose forward runs without grad, so the kept inputs live only in a 
 One GPU (the step rows, peft's kbit upcast) is traced three ways: as the estimator does (transformers 5.x's
 non-reentrant checkpoint), with 4.x's reentrant one, and with it and bitsandbytes ≤ 0.43.1's kept input
 (qlora.keep_matmul_input); FSDP ranks (2 GPUs) as the estimator does (4.x checkpointing already) and with the kept
-input. Allocated peaks in GiB, and each campaign's measured figure with the error of the matching trace. The Job
-states no bitsandbytes version, so the estimator answers every campaign as 0.43.2 or later
-(docs/traced_vs_theory.md, finding 22).
+input. Allocated peaks in GiB, and each campaign's measured figure with the error of the matching trace. The
+estimator now routes the rows of the campaigns before 2024-07-23 to the last column itself (Job.bitsandbytes_version
+from the rows' ``framework_version``; docs/traced_vs_theory.md, findings 22.2 and 22.4).
 """
 
 from __future__ import annotations

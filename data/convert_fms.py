@@ -62,66 +62,92 @@ GA_TOLERANCE = 0.15  # samples/steps ratio scatter (multipack batches vary)
 # that commit (``requirements_<suffix>.txt`` for ``a100_80gb_<suffix>.csv``, else the folder's ``requirements.txt``
 # where the table's own file did not exist yet: the liger table of b898968, the MoE tables before 6fbf774, the orca
 # pf table of 4224c66) and its pins, read with ``git show <commit>:scripts/benchmarks/<file>`` in the repository
-# (HEAD 876e2ed). Campaigns before b92c99d (2024-07-12) have no requirements file: no version is written.
+# (HEAD 876e2ed). Campaigns before b92c99d (2024-07-12) have no requirements file: no version is written, except
+# bitsandbytes' upper bound (UNPINNED_BITSANDBYTES).
 REQUIREMENTS = {
     ("refs/a100_80gb", "b92c99d"):
-        ("refs/requirements.txt", "transformers 4.39.3, torch 2.2.2, peft 0.11.1, accelerate 0.32.1, trl 0.9.6"),
+        ("refs/requirements.txt", "transformers 4.39.3, torch 2.2.2, peft 0.11.1, accelerate 0.32.1, trl 0.9.6, bitsandbytes 0.43.1"),
     ("refs/a100_80gb", "b6c1455"):
-        ("refs/requirements.txt", "transformers 4.43.3, torch 2.4.0, peft 0.12.0, accelerate 0.33.0, trl 0.9.6"),
+        ("refs/requirements.txt", "transformers 4.43.3, torch 2.4.0, peft 0.12.0, accelerate 0.33.0, trl 0.9.6, bitsandbytes 0.43.2"),
     ("refs/a100_80gb", "4e81c64"):
-        ("refs/requirements.txt", "transformers 4.44.2, torch 2.4.1, peft 0.12.0, accelerate 0.33.0, trl 0.10.1"),
+        ("refs/requirements.txt", "transformers 4.44.2, torch 2.4.1, peft 0.12.0, accelerate 0.33.0, trl 0.10.1, bitsandbytes 0.43.3"),
     ("refs/a100_80gb", "6e7b7b8"):
-        ("refs/requirements.txt", "transformers 4.45.2, torch 2.4.1, peft 0.13.2, accelerate 0.34.2, trl 0.11.3"),
+        ("refs/requirements.txt", "transformers 4.45.2, torch 2.4.1, peft 0.13.2, accelerate 0.34.2, trl 0.11.3, bitsandbytes 0.43.3"),
     ("refs/a100_80gb", "61078ab"):
-        ("refs/requirements.txt", "transformers 4.45.2, torch 2.4.1, peft 0.13.2, accelerate 1.0.1, trl 0.11.4"),
+        ("refs/requirements.txt", "transformers 4.45.2, torch 2.4.1, peft 0.13.2, accelerate 1.0.1, trl 0.11.4, bitsandbytes 0.43.3"),
     ("refs/a100_80gb", "24bdadb"):
-        ("refs/requirements.txt", "transformers 4.48.1, torch 2.4.1, peft 0.13.2, accelerate 1.0.1, trl 0.13.0"),
+        ("refs/requirements.txt", "transformers 4.48.1, torch 2.4.1, peft 0.13.2, accelerate 1.0.1, trl 0.13.0, bitsandbytes 0.43.3"),
     ("refs/a100_80gb_granite", "426a4a5"):
-        ("refs/requirements_granite.txt", "transformers 4.45.0, torch 2.4.1, peft 0.12.0, accelerate git 4305033, trl git 9af4734"),
+        ("refs/requirements_granite.txt",
+         "transformers 4.45.0, torch 2.4.1, peft 0.12.0, accelerate git 4305033, trl git 9af4734, bitsandbytes 0.43.3"),
     ("refs/a100_80gb_granite", "5a24f02"):
-        ("refs/requirements_granite.txt", "transformers 4.45.2, torch 2.4.1, peft 0.12.0, accelerate 0.34.2, trl git 9b80f3d"),
+        ("refs/requirements_granite.txt",
+         "transformers 4.45.2, torch 2.4.1, peft 0.12.0, accelerate 0.34.2, trl git 9b80f3d, bitsandbytes 0.43.3"),
     ("refs/a100_80gb_liger", "b898968"):
-        ("refs/requirements.txt", "transformers 4.44.2, torch 2.4.1, peft 0.12.0, accelerate 0.33.0, trl 0.10.1"),
+        ("refs/requirements.txt", "transformers 4.44.2, torch 2.4.1, peft 0.12.0, accelerate 0.33.0, trl 0.10.1, bitsandbytes 0.43.3"),
     ("refs/a100_80gb_liger", "12ebdb9"):
-        ("refs/requirements_liger.txt", "transformers 4.45.2, torch 2.4.1, peft 0.13.2, accelerate 1.0.1, trl 0.11.4"),
+        ("refs/requirements_liger.txt",
+         "transformers 4.45.2, torch 2.4.1, peft 0.13.2, accelerate 1.0.1, trl 0.11.4, bitsandbytes 0.43.3"),
     ("refs/a100_80gb_liger", "a02a0a0"):
-        ("refs/requirements_liger.txt", "transformers 4.45.2, torch 2.4.1, peft 0.13.2, accelerate 1.0.1, trl 0.11.4"),
+        ("refs/requirements_liger.txt",
+         "transformers 4.45.2, torch 2.4.1, peft 0.13.2, accelerate 1.0.1, trl 0.11.4, bitsandbytes 0.43.3"),
     ("refs/a100_80gb_mb", "0c6631a"):
-        ("refs/requirements_mb.txt", "transformers 4.44.2, torch 2.3.1, peft 0.12.0, accelerate 0.33.0, trl 0.9.6"),
+        ("refs/requirements_mb.txt",
+         "transformers 4.44.2, torch 2.3.1, peft 0.12.0, accelerate 0.33.0, trl 0.9.6, bitsandbytes 0.43.3"),
     ("refs/a100_80gb_moe", "4e9bfa0"):
-        ("refs/requirements.txt", "transformers 4.45.2, torch 2.4.1, peft 0.13.2, accelerate 0.34.2, trl 0.11.3"),
+        ("refs/requirements.txt", "transformers 4.45.2, torch 2.4.1, peft 0.13.2, accelerate 0.34.2, trl 0.11.3, bitsandbytes 0.43.3"),
     ("refs/a100_80gb_moe", "6d1e646"):
-        ("refs/requirements.txt", "transformers 4.45.2, torch 2.4.1, peft 0.13.2, accelerate 0.34.2, trl 0.11.3"),
+        ("refs/requirements.txt", "transformers 4.45.2, torch 2.4.1, peft 0.13.2, accelerate 0.34.2, trl 0.11.3, bitsandbytes 0.43.3"),
     ("refs/a100_80gb_moe", "ef9a58f"):
-        ("refs/requirements.txt", "transformers 4.45.2, torch 2.4.1, peft 0.13.2, accelerate 0.34.2, trl 0.11.3"),
+        ("refs/requirements.txt", "transformers 4.45.2, torch 2.4.1, peft 0.13.2, accelerate 0.34.2, trl 0.11.3, bitsandbytes 0.43.3"),
     ("refs/a100_80gb_moe", "6fbf774"):
-        ("refs/requirements_moe.txt", "transformers 4.45.2, torch 2.4.1, peft 0.13.2, accelerate 1.0.1, trl 0.11.4"),
+        ("refs/requirements_moe.txt",
+         "transformers 4.45.2, torch 2.4.1, peft 0.13.2, accelerate 1.0.1, trl 0.11.4, bitsandbytes 0.43.3"),
     ("refs/a100_80gb_moe", "225b6a0"):
-        ("refs/requirements_moe.txt", "transformers 4.45.2, torch 2.4.1, peft 0.13.2, accelerate 1.0.1, trl 0.11.4"),
+        ("refs/requirements_moe.txt",
+         "transformers 4.45.2, torch 2.4.1, peft 0.13.2, accelerate 1.0.1, trl 0.11.4, bitsandbytes 0.43.3"),
     ("refs/a100_80gb_moe", "b890141"):
-        ("refs/requirements_moe.txt", "transformers 4.45.2, torch 2.4.1, peft 0.13.2, accelerate 1.0.1, trl 0.11.4"),
+        ("refs/requirements_moe.txt",
+         "transformers 4.45.2, torch 2.4.1, peft 0.13.2, accelerate 1.0.1, trl 0.11.4, bitsandbytes 0.43.3"),
     ("refs/a100_80gb_moe", "bb3c88e"):
-        ("refs/requirements_moe.txt", "transformers 4.49.0, torch 2.4.1, peft 0.13.2, accelerate 1.0.1, trl 0.14.0"),
+        ("refs/requirements_moe.txt",
+         "transformers 4.49.0, torch 2.4.1, peft 0.13.2, accelerate 1.0.1, trl 0.14.0, bitsandbytes 0.43.3"),
     ("refs/a100_80gb_update_cross_entropy_and_deps", "bfdef09"):
         ("refs/requirements_update_cross_entropy_and_deps.txt",
-         "transformers 4.48.1, torch 2.4.1, peft 0.13.2, accelerate 1.0.1, trl 0.13.0"),
+         "transformers 4.48.1, torch 2.4.1, peft 0.13.2, accelerate 1.0.1, trl 0.13.0, bitsandbytes 0.43.3"),
     ("refs_orca/a100_80gb_mp", "4224c66"):
-        ("refs_orca/requirements.txt", "transformers 4.44.0, torch 2.4.0, peft 0.12.0, accelerate 0.33.0, trl 0.9.6"),
+        ("refs_orca/requirements.txt",
+         "transformers 4.44.0, torch 2.4.0, peft 0.12.0, accelerate 0.33.0, trl 0.9.6, bitsandbytes 0.43.3"),
     ("refs_orca/a100_80gb_pf", "4224c66"):
-        ("refs_orca/requirements.txt", "transformers 4.44.0, torch 2.4.0, peft 0.12.0, accelerate 0.33.0, trl 0.9.6"),
+        ("refs_orca/requirements.txt",
+         "transformers 4.44.0, torch 2.4.0, peft 0.12.0, accelerate 0.33.0, trl 0.9.6, bitsandbytes 0.43.3"),
     ("refs_orca/a100_80gb_pf", "6028250"):
-        ("refs_orca/requirements_pf.txt", "transformers 4.44.2, torch 2.4.0, peft 0.12.0, accelerate 0.33.0, trl 0.10.1"),
+        ("refs_orca/requirements_pf.txt",
+         "transformers 4.44.2, torch 2.4.0, peft 0.12.0, accelerate 0.33.0, trl 0.10.1, bitsandbytes 0.43.3"),
     ("refs_orca/a100_80gb_pf", "2efe092"):
-        ("refs_orca/requirements_pf.txt", "transformers 4.44.2, torch 2.4.0, peft 0.12.0, accelerate 0.33.0, trl 0.10.1"),
+        ("refs_orca/requirements_pf.txt",
+         "transformers 4.44.2, torch 2.4.0, peft 0.12.0, accelerate 0.33.0, trl 0.10.1, bitsandbytes 0.43.3"),
 }
 
 
-def software(campaign: pd.Series, short: pd.Series) -> pd.Series:
-    """``framework_version``: the campaign's pinned versions and the file that pins them ('' where none)."""
-    def one(name: str, commit: str) -> str:
+# bitsandbytes of a campaign that pins nothing, from its commit date alone: 0.43.2 was released on 2024-07-23 (tag
+# 0.43.2 in bitsandbytes-foundation/bitsandbytes; its fix #1270 merged 2024-07-16), so a table committed before
+# then ran 0.43.1 or earlier. Every unpinned campaign (2024-05-10 … 2024-06-07) qualifies; the exact release is
+# not stated, only the bound.
+BITSANDBYTES_0432 = "2024-07-23"
+UNPINNED_BITSANDBYTES = "bitsandbytes <=0.43.1 (committed {date}, before bitsandbytes 0.43.2 was released on 2024-07-23)"
+
+
+def software(campaign: pd.Series, short: pd.Series, date: pd.Series) -> pd.Series:
+    """``framework_version``: the campaign's pinned versions and the file that pins them; where nothing is pinned,
+    bitsandbytes' bound by the commit date ('' after 0.43.2's release)."""
+    def one(name: str, commit: str, day: str) -> str:
         found = REQUIREMENTS.get((name, commit))
-        return f"{found[1]} (scripts/benchmarks/{found[0]}@{commit})" if found else ""
-    return pd.Series([one(n, c) for n, c in zip(campaign, short, strict=True)], index=campaign.index, dtype=object)
+        if found:
+            return f"{found[1]} (scripts/benchmarks/{found[0]}@{commit})"
+        return UNPINNED_BITSANDBYTES.format(date=day) if day < BITSANDBYTES_0432 else ""
+    return pd.Series([one(n, c, d) for n, c, d in zip(campaign, short, date, strict=True)], index=campaign.index,
+                     dtype=object)
 
 
 def read_commits(source_md: Path) -> dict[str, str]:
@@ -314,7 +340,7 @@ def convert(source_dir: Path = DEFAULT_SOURCE) -> pd.DataFrame:
     out["train_samples_per_second"] = df.train_samples_per_second
     out["train_runtime_s"] = df.train_runtime
     out["duplicate_of"] = duplicates(out)
-    out["framework_version"] = software(df.campaign, parts.str[2])
+    out["framework_version"] = software(df.campaign, parts.str[2], parts.str[1])
     out["notes"] = notes.str.rstrip(";")
     return _typed(out)
 

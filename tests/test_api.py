@@ -189,6 +189,7 @@ def test_default_estimator_is_hybrid_or_says_why_not(client: httpx.Client) -> No
         ({**FLAT, "framework": "megatron"}, ["framework"]),
         ({**FLAT, "gpu_model": "H900"}, ["gpu_model"]),
         ({**FLAT, "transformers_version": "4.38.2"}, ["transformers_version"]),
+        ({**FLAT, "bitsandbytes_version": "0.38.1"}, ["bitsandbytes_version"]),
         ({**FLAT, "number_gpus": 3, "tp": 2}, ["number_gpus"]),
         ([1, 2], ["body"]),
         ({"configs": []}, ["configs"]),

@@ -45,6 +45,7 @@ def test_estimate_json_and_flags() -> None:
         (["--model", "powerlm-3b"], "model"),
         (["--model", "llama3.1-8b", "--dtype", "int3"], "dtype"),
         (["--model", "llama3.1-8b", "--transformers-version", "4.38.2"], "transformers_version"),
+        (["--model", "llama3.1-8b", "--bitsandbytes-version", "latest"], "bitsandbytes_version"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(args: list[str], field: str) -> None:

@@ -39,6 +39,7 @@ def test_every_job_field_has_a_flag(verb: str) -> None:
     (["--packing"], "packing", True),
     (["--loss-kernel", "chunked"], "loss_kernel", "chunked"),
     (["--transformers-version", "4.48.1"], "transformers_version", "4.48.1"),
+    (["--bitsandbytes-version", "0.43.1"], "bitsandbytes_version", "0.43.1"),
 ])
 def test_a_generated_flag_reaches_the_job(flags: list[str], field: str, expected: object) -> None:
     args = build_parser("estimate").parse_args(["estimate", "--model", "llama3.1-8b", *flags])

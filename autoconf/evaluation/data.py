@@ -84,6 +84,10 @@ VARYING_LENGTH_CAMPAIGNS = {
 # The transformers release in a row's ``framework_version`` (the converters write "transformers 4.44.2, torch ...";
 # fms-acceleration's from the campaign's pinned requirements file, data/README.md) -> Job.transformers_version.
 TRANSFORMERS_IN_VERSION = re.compile(r"\btransformers[ =]+(\d+\.\d+[^\s,;()]*)")
+# The bitsandbytes release in ``framework_version`` -> Job.bitsandbytes_version: a pinned release, or the upper bound
+# "<=0.43.1" that the fms campaigns predating 0.43.2 carry (data/README.md), as that release: every release from 0.39
+# to 0.43.1 keeps the 4-bit matmul's input alike, the one behaviour the field selects.
+BITSANDBYTES_IN_VERSION = re.compile(r"\bbitsandbytes[ =]+(?:<=)?(\d+\.\d+[^\s,;()]*)")
 # Data column optimizer (sources' spellings) -> (Job.optimizer, Job.optimizer_impl or None = framework default).
 OPTIMIZERS = {"adamw": ("adamw", None), "adamw_torch": ("adamw", "foreach"), "adamw_torch_fused": ("adamw", "fused"),
               "adamw-8bit": ("adamw-8bit", None), "adamw_8bit": ("adamw-8bit", None),
@@ -230,6 +234,9 @@ def _stack_fields(row: Mapping[str, object]) -> dict[str, object]:
     found = TRANSFORMERS_IN_VERSION.search(str(row.get("framework_version") or ""))
     if found:
         out["transformers_version"] = found[1]
+    found = BITSANDBYTES_IN_VERSION.search(str(row.get("framework_version") or ""))
+    if found:
+        out["bitsandbytes_version"] = found[1]
     for name in ("double_quant", "dora"):
         if _present(row.get(name)):
             out[name] = bool(float(str(row[name])))

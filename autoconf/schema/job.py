@@ -43,6 +43,9 @@ from autoconf.schema.words import _Input
 # (theory/loss.py HF_LOSS_LINES)
 TRANSFORMERS_RELEASE = re.compile(r"(?P<major>\d+)\.(?P<minor>\d+)(?:\.\d+)?(?:[.+-]?[0-9A-Za-z.]+)?")
 FIRST_MODELLED_RELEASE = (4, 39)
+# a bitsandbytes release (0.43.1, 0.45.0.dev0); 4-bit matmuls (MatMul4Bit, QLoRA) exist from 0.39 on
+BITSANDBYTES_RELEASE = re.compile(r"(?P<major>\d+)\.(?P<minor>\d+)(?:\.(?P<patch>\d+))?(?:[.+-]?[0-9A-Za-z.]+)?")
+FIRST_4BIT_RELEASE = (0, 39)
 VISION = "vision-language models"  # the group of the fields only a vision-language model reads
 
 
@@ -157,6 +160,10 @@ class Job(_Input):
         "12·V bytes per token at its peak in 4.39–4.45, 14·V in 4.46–4.48 (bf16 logits kept beside the fp32 copy), "
         "12·V from 4.49 on, and gpt_bigcode's loss runs on the bf16 logits before 4.49 (6·V); default: the installed "
         "(latest) release's loss. See docs/frameworks.md.")
+    bitsandbytes_version: str | None = Field(
+        None, description="bitsandbytes release the stack ran (QLoRA; e.g. 0.43.3, 0.39 or later): up to 0.43.1 "
+        "every 4-bit matmul keeps its input for backward (fixed in 0.43.2); default: the installed release's "
+        "behaviour (input not kept). See docs/frameworks.md.")
     expandable_segments: bool | None = Field(
         None, description="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (less allocator fragmentation).")
     dora: bool = Field(False, description="DoRA (weight-decomposed LoRA): a magnitude vector per adapted module.")
@@ -206,6 +213,18 @@ class Job(_Input):
         if found is None or (int(found["major"]), int(found["minor"])) < FIRST_MODELLED_RELEASE:
             raise ValueError(f"transformers_version must be a transformers release such as 4.44.2, 4.39 or later "
                              f"(the loss is modelled for 4.39–4.45, 4.46–4.48 and 4.49 on); got {value!r}")
+        return str(value).strip()
+
+    @field_validator("bitsandbytes_version", mode="before")
+    @classmethod
+    def _bnb_release(cls, value: object) -> object:
+        """A bitsandbytes release, MAJOR.MINOR[.PATCH…], with 4-bit matmuls (0.39 or later)."""
+        if value is None:
+            return None
+        found = BITSANDBYTES_RELEASE.fullmatch(str(value).strip()) if isinstance(value, str) else None
+        if found is None or (int(found["major"]), int(found["minor"])) < FIRST_4BIT_RELEASE:
+            raise ValueError(f"bitsandbytes_version must be a bitsandbytes release such as 0.43.3, 0.39 or later "
+                             f"(4-bit matmuls arrived in 0.39); got {value!r}")
         return str(value).strip()
 
     @field_validator("model")

@@ -64,6 +64,7 @@ WEIGHTS, GRADIENTS, OPTIMIZER = range(3)
 # Answer.AI fsdp_qlora's train.py binds ``output = model(...)`` and drops it only after ``optimizer.step()``
 # ("Delete the output so more memory frees up before the next forward pass", 4cd6923 and cd4a1b5).
 OUTPUT_HOLDING_STACKS = ("fsdp-qlora",)
+BNB_INPUT_DROPPED = (0, 43, 2)  # the first bitsandbytes release whose 4-bit matmul does not keep its input
 
 
 def lora_targets(job: Job, arch: Architecture) -> tuple[str, ...]:
@@ -104,9 +105,33 @@ def trace_spec(job: Job, arch: Architecture) -> dict[str, Any]:
         spec["fp32_outputs"] = True
     if job.effective_loss_kernel == "hf" and job.framework in OUTPUT_HOLDING_STACKS:
         spec["keep_output"] = True
+    if bnb_keeps_input(job):  # absent for bitsandbytes >= 0.43.2 (the installed behaviour): earlier keys stay valid
+        spec["bnb_keeps_input"] = True
+        if job.gradient_checkpointing and not transformers_5(job):
+            spec["reentrant"] = True
     if _masked_sdpa(job, arch):  # the window (and its mask) is kept only where real SDPA keeps it (absent: no window)
         spec["sliding_mask"] = True
     return spec
+
+
+def bnb_keeps_input(job: Job) -> bool:
+    """QLoRA on a bitsandbytes release that keeps each 4-bit matmul's input for backward: up to 0.43.1
+    (``MatMul4Bit.forward``: ``ctx.tensors = (A, B)``, read at tags 0.39.1 … 0.43.1; 0.43.2 keeps ``(None, B)``,
+    bitsandbytes #1270; qlora.keep_matmul_input)."""
+    version = job.bitsandbytes_version
+    if job.method != "qlora" or not version:
+        return False
+    parts = [int("".join(c for c in p if c.isdigit()) or 0) for p in version.split(".")[:3]]
+    return tuple(parts + [0] * (3 - len(parts))) < BNB_INPUT_DROPPED
+
+
+def transformers_5(job: Job) -> bool:
+    """The job's transformers is 5.x, whose checkpointing is non-reentrant (``activation_checkpointing_kwargs``
+    default ``{"use_reentrant": False}``); 4.x passes ``{"use_reentrant": True}`` when the Trainer gives no kwargs
+    (modeling_utils.py ``gradient_checkpointing_enable``, read at 4.44.2, 4.53.0, 4.57.6). Unstated with a
+    bitsandbytes before 0.43.2 it is 4.x: transformers 5.x refuses bitsandbytes below 0.46.1
+    (``BITSANDBYTES_MIN_VERSION``, read at 5.18.0 and 5.24.0)."""
+    return bool(job.transformers_version) and int(str(job.transformers_version).split(".")[0]) >= 5
 
 
 def release_loss_line(job: Job, arch: Architecture) -> str | None:

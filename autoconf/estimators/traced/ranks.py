@@ -222,10 +222,16 @@ def rank_memory(job: Job, placement: Placement, arch: Architecture, spec: dict[s
                 batch: int) -> tuple[MemoryEstimate, dict[str, Any]]:
     """Per-GPU memory of ``job`` from its rank traces (``spec``: the replica's trace spec): rank 0 and, when
     the shards are uneven, the last rank; the largest of them."""
-    expandable = resolve(job).expandable_segments
+    rank_spec, ranks = rank_plan(job, placement, spec, batch)
+    summaries = [trace_ranks({**rank_spec, "rank": r} if r else rank_spec) for r in ranks]
+    return largest_rank(job, placement, ranks, summaries, resolve(job).expandable_segments)
+
+
+def rank_plan(job: Job, placement: Placement, spec: dict[str, Any], batch: int) -> tuple[dict[str, Any], list[int]]:
+    """The rank trace's spec for ``job`` (``spec``: the replica's) and the ranks to trace."""
     world, strategy = placement.dp, str(placement.effective_strategy)
     rank_spec = {**spec, "world": world, "strategy": strategy, "shape": [batch, job.tokens_per_sample],
-                 "expandable_segments": expandable}
+                 "expandable_segments": resolve(job).expandable_segments}
     shards = world
     if strategy == "fsdp-hybrid":
         rank_spec["replicas"] = placement.workers
@@ -233,6 +239,8 @@ def rank_memory(job: Job, placement: Placement, arch: Architecture, spec: dict[s
     ranks = [0, shards - 1] if strategy != "ddp" and uneven(spec, shards) else [0]
     if fsdp1_job(job, placement):  # FSDP1: every rank's flat shard is padded alike
         rank_spec.update(fsdp1_settings(job))
+        if rank_spec.get("hf4_checkpointing"):  # 4.x's checkpoint around each unit replaces the step's own
+            rank_spec.pop("reentrant", None)
         ranks = [0]
     if placement.tp > 1:  # a (dp_replicate, fsdp, tp) mesh, tp innermost: world is the tp degree (hf_parallel.py)
         rank_spec.update(world=placement.tp, strategy="tp")
@@ -242,8 +250,7 @@ def rank_memory(job: Job, placement: Placement, arch: Architecture, spec: dict[s
             sharded = shards if strategy != "ddp" else 1
             # FSDP2 pads uneven shards: the last rank's states are shorter, its load copies the padding
             ranks = [0, placement.tp * placement.dp - 1] if sharded > 1 and uneven(spec, sharded * placement.tp) else [0]
-    summaries = [trace_ranks({**rank_spec, "rank": r} if r else rank_spec) for r in ranks]
-    return largest_rank(job, placement, ranks, summaries, expandable)
+    return rank_spec, ranks
 
 
 def largest_rank(job: Job, placement: Placement, ranks: list[int], summaries: list[dict[str, Any]],
