@@ -100,3 +100,19 @@ def test_routed_trace_keeps_each_4bit_linears_input_of_the_recomputed_layer() ->
     activations = 3  # the samples' columns: weights, gradients, optimizer, activations, logits, phase
     assert kept[activations] - plain[activations] == (12 * 64 + 2 * 176) * 2 * 64
     assert list(kept[:3]) == list(plain[:3])
+
+
+@pytest.mark.parametrize(("version", "keeps"), [
+    ("0.39.1", True), ("0.41.3.post2", True), ("0.43.1", True),  # tags 0.39.1 … 0.43.1: ctx.tensors = (A, B)
+    ("0.43.2", False), ("0.43.3", False), ("0.45", False), ("", False),  # #1270: (None, B); "" = installed
+])
+def test_theory_keeps_the_4bit_input_by_release(version: str, keeps: bool) -> None:
+    """Theory's gate (coefficients.quant_saves_input) follows the Job's bitsandbytes release, for a profile whose
+    stack keeps the input (peft) and never for one that does not (fms-hf-tuning's quant_saves_input False)."""
+    from autoconf.estimators.theory.coefficients import bnb_release_keeps_input, quant_saves_input
+
+    assert bnb_release_keeps_input(version) is keeps
+    peft = Job(model=MISTRAL, method="qlora", framework="peft", bitsandbytes_version=version or None)
+    fms = Job(model=MISTRAL, method="qlora", framework="fms-hf-tuning", bitsandbytes_version=version or None)
+    assert bool(quant_saves_input(peft)) is keeps
+    assert bool(quant_saves_input(fms)) is False

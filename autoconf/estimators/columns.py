@@ -242,6 +242,7 @@ def _job_columns(cols: dict[str, Column]) -> JobColumns:
     out["image_resolution"] = cols["image_resolution"].typed(np.int64, lambda v: v or 0)
     out["loss_kernel"] = cols["loss_kernel"].typed(str, lambda v: v or "")
     out["transformers_version"] = cols["transformers_version"].typed(str, lambda v: v or "")
+    out["bitsandbytes_version"] = cols["bitsandbytes_version"].typed(str, lambda v: v or "")
     out["lora_target_modules"] = cols["lora_target_modules"].codes(lambda v: v or ())
     for f in _OPTIONAL[2:]:
         out[f] = cols[f].typed(float, lambda v: np.nan if v is None else float(v))

@@ -29,7 +29,8 @@ NO_ROTARY = frozenset({"gpt2", "gpt_bigcode", "mpt"})  # learned positions or AL
 # 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))) keeps x, tanh(·), 1 + tanh(·) and 0.5·x: with fc1's output and the
 # activation's output, 10 B per unit of the MLP width (F.gelu / gelu_pytorch_tanh keep their input only: 4)
 PLAIN_MLP_BYTES = {"gelu_new": 10}
-BNB_KEEPS_4BIT_INPUT = False  # bitsandbytes < 0.43.2 (quant_saves_input)
+BNB_KEEPS_4BIT_INPUT = False  # every release keeps it (the behaviour before 0.43.2; the identity pins' switch)
+BNB_INPUT_DROPPED = (0, 43, 2)  # the first bitsandbytes release whose 4-bit matmul does not keep its input
 DOWN_TARGETS = frozenset({"down_proj", "w2", "c_proj", "mlp.c_proj", "all-linear"})
 
 
@@ -112,8 +113,18 @@ def adapts_down(targets: tuple[str, ...]) -> float:
     return 1.0 if DOWN_TARGETS & set(targets) else 0.0
 
 
+def bnb_release_keeps_input(version: str) -> bool:
+    """A bitsandbytes release ("" = the installed one, which does not) whose ``MatMul4Bit.forward`` keeps its
+    input: ``ctx.tensors = (A, B)`` at tags 0.39.1 … 0.43.1, ``(None, B)`` from 0.43.2 (bitsandbytes #1270)."""
+    if not version:
+        return False
+    parts = [int("".join(c for c in p if c.isdigit()) or 0) for p in version.split(".")[:3]]
+    return tuple(parts + [0] * (3 - len(parts))) < BNB_INPUT_DROPPED
+
+
 def quant_saves_input(job: AnyJob) -> Flag:
     """bitsandbytes' MatMul4Bit kept its input for backward before 0.43.2; since #1270 (July 2024) it keeps
     ``ctx.tensors = (None, B)`` (autograd/_functions.py), as the traced QLoRA (bitsandbytes 0.50.2) shows: the
-    profiles' quant_saves_input holds only where BNB_KEEPS_4BIT_INPUT."""
-    return (job.method == "qlora") & settings_of(job).profile.quant_saves_input & BNB_KEEPS_4BIT_INPUT
+    profiles' quant_saves_input holds where the Job's ``bitsandbytes_version`` is older (or BNB_KEEPS_4BIT_INPUT)."""
+    old = per_value(job.bitsandbytes_version, lambda v: float(bnb_release_keeps_input(str(v or "")))) > 0
+    return (job.method == "qlora") & settings_of(job).profile.quant_saves_input & (old | BNB_KEEPS_4BIT_INPUT)

@@ -163,13 +163,13 @@ JOB_BOOL = ("gradient_checkpointing", "fused_loss", "packing", "samples_vary_in_
 
 class JobColumns:
     """The Job fields the theory reads, one numpy entry per row (``image_resolution`` 0 = the model's default;
-    the framework overrides NaN = the profile's; ``loss_kernel`` "" = the framework's; ``transformers_version`` "" =
-    the installed release's loss)."""
+    the framework overrides NaN = the profile's; ``loss_kernel`` "" = the framework's; ``transformers_version`` and
+    ``bitsandbytes_version`` "" = the installed release's behaviour)."""
 
     def __init__(self, columns: dict[str, Any]) -> None:
         self.size = len(columns["method"])
         for name in (*JOB_TEXT, *JOB_INT, *JOB_BOOL, "lora_dropout", "image_resolution", "lora_target_modules",
-                     "transformers_version"):
+                     "transformers_version", "bitsandbytes_version"):
             setattr(self, name, columns[name])
         fused = np.where(self.fused_loss, "fused-linear-ce", lookup_text(self.framework, FRAMEWORK_LOSS_KERNEL, "hf"))
         self.effective_loss_kernel = np.where(columns["loss_kernel"] != "", columns["loss_kernel"], fused)
@@ -185,6 +185,7 @@ class JobColumns:
         cols["image_resolution"] = np.array([j.image_resolution or 0 for j in jobs], dtype=np.int64)
         cols["loss_kernel"] = np.array([j.loss_kernel or "" for j in jobs], dtype=str)
         cols["transformers_version"] = np.array([j.transformers_version or "" for j in jobs], dtype=str)
+        cols["bitsandbytes_version"] = np.array([j.bitsandbytes_version or "" for j in jobs], dtype=str)
         cols["lora_target_modules"] = Codes.of([j.lora_target_modules for j in jobs])
         for field in OVERRIDE_FIELDS.values():
             cols[field] = np.array([np.nan if (v := getattr(j, field)) is None else float(v) for j in jobs])
@@ -213,6 +214,7 @@ class JobColumns:
                             ("image_resolution", int(job.image_resolution or 0)),
                             ("lora_target_modules", Codes.of([job.lora_target_modules])),
                             ("transformers_version", str(job.transformers_version or "")),
+                            ("bitsandbytes_version", str(job.bitsandbytes_version or "")),
                             ("effective_loss_kernel", str(loss_kernel if loss_kernel != "" else fused))):
             setattr(out, name, value)
         profile = PROFILES[job.framework]

@@ -34,6 +34,7 @@ from autoconf.errors import AutoconfError, InvalidInputError
 from autoconf.estimators.contract import Estimator
 from autoconf.estimators.risk import oom_probability
 from autoconf.estimators.theory import cuda
+from autoconf.estimators.theory.coefficients import bnb_release_keeps_input
 from autoconf.estimators.theory.frameworks import resolve
 from autoconf.estimators.theory.loss import (
     BF16_LOSS_BYTES_PER_VOCAB,
@@ -64,7 +65,6 @@ WEIGHTS, GRADIENTS, OPTIMIZER = range(3)
 # Answer.AI fsdp_qlora's train.py binds ``output = model(...)`` and drops it only after ``optimizer.step()``
 # ("Delete the output so more memory frees up before the next forward pass", 4cd6923 and cd4a1b5).
 OUTPUT_HOLDING_STACKS = ("fsdp-qlora",)
-BNB_INPUT_DROPPED = (0, 43, 2)  # the first bitsandbytes release whose 4-bit matmul does not keep its input
 
 
 def lora_targets(job: Job, arch: Architecture) -> tuple[str, ...]:
@@ -115,14 +115,9 @@ def trace_spec(job: Job, arch: Architecture) -> dict[str, Any]:
 
 
 def bnb_keeps_input(job: Job) -> bool:
-    """QLoRA on a bitsandbytes release that keeps each 4-bit matmul's input for backward: up to 0.43.1
-    (``MatMul4Bit.forward``: ``ctx.tensors = (A, B)``, read at tags 0.39.1 … 0.43.1; 0.43.2 keeps ``(None, B)``,
-    bitsandbytes #1270; qlora.keep_matmul_input)."""
-    version = job.bitsandbytes_version
-    if job.method != "qlora" or not version:
-        return False
-    parts = [int("".join(c for c in p if c.isdigit()) or 0) for p in version.split(".")[:3]]
-    return tuple(parts + [0] * (3 - len(parts))) < BNB_INPUT_DROPPED
+    """QLoRA on a bitsandbytes release that keeps each 4-bit matmul's input for backward (up to 0.43.1;
+    theory's coefficients.bnb_release_keeps_input, traced by qlora.keep_matmul_input)."""
+    return job.method == "qlora" and bnb_release_keeps_input(job.bitsandbytes_version or "")
 
 
 def transformers_5(job: Job) -> bool:
