@@ -27,7 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from autoconf.catalog import get_architecture  # noqa: E402
 from autoconf.estimators.theory.memory import micro_batch  # noqa: E402
 from autoconf.estimators.traced.cache import get_fit  # noqa: E402
-from autoconf.estimators.traced.estimator import _regime, trace_spec  # noqa: E402
+from autoconf.estimators.traced.estimator import _regime  # noqa: E402
+from autoconf.estimators.traced.job_spec import trace_spec  # noqa: E402
 from autoconf.estimators.traced.ranks import fsdp1_settings, trace_ranks  # noqa: E402
 from autoconf.evaluation.data import load_measurements, row_to_inputs  # noqa: E402
 from autoconf.schema import Job  # noqa: E402

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from autoconf.catalog import get_architecture  # noqa: E402
-from autoconf.estimators.traced.estimator import trace_spec  # noqa: E402
+from autoconf.estimators.traced.job_spec import trace_spec  # noqa: E402
 from autoconf.schema import GIB, Job  # noqa: E402
 from bench._report import update_section  # noqa: E402
 

@@ -106,7 +106,8 @@ def pending(rows: pd.DataFrame) -> tuple[pd.Series, dict[str, tuple[dict[str, An
     from autoconf.catalog import get_architecture
     from autoconf.estimators.theory.memory import micro_batch
     from autoconf.estimators.traced.cache import cache_dir, cache_key
-    from autoconf.estimators.traced.estimator import _regime, trace_spec
+    from autoconf.estimators.traced.estimator import _regime
+    from autoconf.estimators.traced.job_spec import trace_spec
     from autoconf.estimators.traced.ranks import rank_unsupported
     from autoconf.estimators.traced.refusal import decide
     from autoconf.evaluation.data import row_to_inputs

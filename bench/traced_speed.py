@@ -22,8 +22,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autoconf.catalog import get_architecture
-from autoconf.estimators.traced.estimator import trace_spec
 from autoconf.estimators.traced.fit import fit_trace, run_worker
+from autoconf.estimators.traced.job_spec import trace_spec
 from autoconf.schema import GIB, Job
 from bench._report import update_section
 

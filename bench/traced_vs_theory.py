@@ -32,8 +32,8 @@ from autoconf.estimators.theory import loss as ce
 from autoconf.estimators.theory.memory import estimate_memory
 from autoconf.estimators.theory.states import model_states
 from autoconf.estimators.traced.cache import get_fits
-from autoconf.estimators.traced.estimator import trace_spec
 from autoconf.estimators.traced.fit import Fit
+from autoconf.estimators.traced.job_spec import trace_spec
 from autoconf.schema import GIB, Job, Placement
 from bench._report import ROOT
 

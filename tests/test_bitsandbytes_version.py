@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from autoconf.catalog import get_architecture
-from autoconf.estimators.traced.estimator import trace_spec
+from autoconf.estimators.traced.job_spec import trace_spec
 from autoconf.evaluation.data import load_measurements, row_to_inputs
 from autoconf.schema import Job
 

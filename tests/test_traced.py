@@ -16,8 +16,9 @@ pytest.importorskip("peft")
 from autoconf.catalog import get_architecture
 from autoconf.estimators.contract import get_estimator
 from autoconf.estimators.traced.cache import get_fit
-from autoconf.estimators.traced.estimator import TracedEstimator, trace_spec
+from autoconf.estimators.traced.estimator import TracedEstimator
 from autoconf.estimators.traced.fit import PHASE_NAMES
+from autoconf.estimators.traced.job_spec import trace_spec
 from autoconf.schema import Estimate, Job, Placement
 from tests._cache import fresh_cache  # noqa: F401 (an autouse fixture: a fresh cache per module)
 

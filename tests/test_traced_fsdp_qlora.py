@@ -10,7 +10,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
 from autoconf.catalog import get_architecture
-from autoconf.estimators.traced.estimator import trace_spec
+from autoconf.estimators.traced.job_spec import trace_spec
 from autoconf.schema import Job
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")

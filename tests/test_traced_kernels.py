@@ -20,7 +20,8 @@ pytest.importorskip("peft")
 import torch
 
 from autoconf.catalog import get_architecture
-from autoconf.estimators.traced.estimator import TracedEstimator, trace_spec
+from autoconf.estimators.traced.estimator import TracedEstimator
+from autoconf.estimators.traced.job_spec import trace_spec
 from autoconf.schema import Job, Placement
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
@@ -165,7 +166,7 @@ def test_release_loss_stand_in_keeps_the_release_bytes(version: str | None, mode
     the bf16 logits beside them and the bf16 log-softmax: 4 + 2 + 2), less the shifted copy's missing last position
     (1/64 here); fake equals real. gpt_bigcode's line runs on the tiny llama's logits (the loss
     does not depend on the decoder)."""
-    from autoconf.estimators.traced.estimator import release_loss_line
+    from autoconf.estimators.traced.job_spec import release_loss_line
     from autoconf.estimators.traced.step import trace
 
     arch = get_architecture(TINY)

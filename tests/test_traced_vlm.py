@@ -8,7 +8,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from autoconf.catalog import get_architecture  # noqa: E402
-from autoconf.estimators.traced.estimator import trace_spec  # noqa: E402
+from autoconf.estimators.traced.job_spec import trace_spec  # noqa: E402
 from autoconf.estimators.traced.model import meta_model  # noqa: E402
 from autoconf.schema import Job  # noqa: E402
 
