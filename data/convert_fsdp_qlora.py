@@ -142,6 +142,10 @@ def probes(folder: Path) -> list[dict[str, Any]]:
         extra = []
         if status == "failed":
             extra.append("host RAM failure, not GPU memory")
+        if status == "oom" and "extra memory in gpu" in src.preceding_comments.lower():
+            # the author puts the OOM on memory that is not the job's ("There is some extra memory in gpu:0");
+            # the same command as custom_qlora (small_gpu_benchmarking.sh line 76) is "Fine"
+            extra.append("OOM its author attributes to memory outside the job (extra memory on a GPU)")
         if status == "" and strength == "stated":
             extra.append("run outcome not stated")
         judge(row, extra)
