@@ -1,7 +1,7 @@
 """torchtitan's own model and parallelisation on fake tensors (autoconf/estimators/traced/stacks/torchtitan_step.py).
 
-torchtitan is not in CI's extras (its datasets<4.8 pin moves huggingface_hub below what transformers 5 needs here,
-and it imports triton): these tests run where it is installed (docs/traced.md). Per-rank static bytes of a tiny
+torchtitan is not in the extras (its datasets<4.8 pin moves huggingface_hub below what transformers 5 needs here,
+and it imports triton): CI installs it into a stacks directory of its own (.ci/run, docs/traced.md). Per-rank static bytes of a tiny
 llama derived by hand: torchtitan keeps fp32 master weights (training.dtype float32), reduces gradients in fp32 and
 keeps two fp32 AdamW moments plus a 4-byte step per parameter tensor; FSDP2 divides every parameter by the data
 parallel degree, TP divides the projection and embedding matrices (not the norms) by its degree; each layer's RoPE
