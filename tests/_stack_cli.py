@@ -1,4 +1,5 @@
-"""What the stack-driver test modules share for their interface tests: one tiny LoRA job and the real CLI."""
+"""What the stack-driver test modules share for their interface tests: one tiny job (LoRA unless the stack trains
+full only) and the real CLI."""
 
 from __future__ import annotations
 
@@ -26,36 +27,37 @@ def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
                           env=env, timeout=600, check=False)
 
 
-def estimate_args(framework: str) -> tuple[str, ...]:
-    """``estimate`` of the tiny job (LoRA, 64 tokens, micro-batch 1) traced by ``framework``'s own code."""
-    return ("estimate", "--model", TINY, "--seq-len", "64", "--per-device-batch", "1", "--lora", "--estimator",
+def estimate_args(framework: str, method: str = "lora") -> tuple[str, ...]:
+    """``estimate`` of the tiny job (``method``, 64 tokens, micro-batch 1) traced by ``framework``'s own code."""
+    flags = ("--lora",) if method == "lora" else ()
+    return ("estimate", "--model", TINY, "--seq-len", "64", "--per-device-batch", "1", *flags, "--estimator",
             "traced", "--framework", framework)
 
 
 def check_sweep_row_is_the_estimate(env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                    framework: str, own_code: str) -> None:
+                                    framework: str, own_code: str, method: str = "lora") -> None:
     """The sweep's row for the tiny job is the traced estimator's answer for it, from ``framework``'s own code."""
     from autoconf.estimators.contract import get_estimator
     from autoconf.schema import Job, Placement
 
     src, out = tmp_path / "in.csv", tmp_path / "out.csv"
     src.write_text("model_name,method,gpu_model,tokens_per_sample,batch_size,number_gpus,framework\n"
-                   f"{TINY},lora,{GPU},64,1,1,{framework}\n", encoding="utf-8")
+                   f"{TINY},{method},{GPU},64,1,1,{framework}\n", encoding="utf-8")
     done = cli(env, "sweep", "--input", str(src), "--output", str(out), "--estimator", "traced")
     assert done.returncode == 0, done.stderr
     answer = next(csv.DictReader(out.read_text(encoding="utf-8").splitlines()))
     monkeypatch.setenv("AUTOCONF_CACHE", env["AUTOCONF_CACHE"])
-    memory = get_estimator("traced").estimate(Job(model=TINY, method="lora", tokens_per_sample=64, batch_size=1,
+    memory = get_estimator("traced").estimate(Job(model=TINY, method=method, tokens_per_sample=64, batch_size=1,
                                                   framework=framework), Placement(gpu_model=GPU)).memory
     assert own_code in memory.notes[0]
     assert float(answer["peak_allocated_gib"]) == pytest.approx(memory.peak_allocated_bytes / 2**30, abs=1e-4)
 
 
-def check_rest_answers_from_the_stack(env: dict[str, str], framework: str, own_code: str) -> None:
+def check_rest_answers_from_the_stack(env: dict[str, str], framework: str, own_code: str, method: str = "lora") -> None:
     """POST /api/memory over a real socket answers the tiny job from ``framework``'s own code."""
     from tests._server import serve
 
-    body = {"model": TINY, "method": "lora", "gpu_model": GPU, "number_gpus": 1, "tokens_per_sample": 64,
+    body = {"model": TINY, "method": method, "gpu_model": GPU, "number_gpus": 1, "tokens_per_sample": 64,
             "batch_size": 1, "estimator": "traced", "framework": framework}
     with serve(env={"AUTOCONF_CACHE": env["AUTOCONF_CACHE"]}) as http:
         res = http.post("/api/memory", json=body)
