@@ -94,6 +94,16 @@ def _config_fields(text: str) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted(fields.items()))
 
 
+@lru_cache(maxsize=64)
+def config_placement(text: str) -> tuple[tuple[str, Any], ...]:
+    """The sharding and offload a training config states (a DeepSpeed config's ZeRO stage and offload, an
+    accelerate config's FSDP): resource_estimate's placement takes them; the point names the GPUs."""
+    from autoconf.interfaces.configs.detect import read_text
+
+    found = read_text(text, "from_config")
+    return tuple(sorted((k, v) for k, v in found.values.items() if k in ("strategy", "offload") and v is not None))
+
+
 def config_knobs(text: str, knobs: dict[str, Any]) -> dict[str, Any]:
     """The point's knobs with the config's fields where the point has a knob at its default (or none)."""
     kept = {k: v for k, v in knobs.items() if v != KNOB_DEFAULTS.get(k)}
@@ -232,8 +242,9 @@ def resource_estimate_answers(points: Sequence[Point]) -> list[Outputs]:
             job = job_of(point)
             chosen, note = estimator_of(str(point["estimator"]), str(point["model_version"]))
             gpus = plain(point["number_gpus"])
+            stated = dict(config_placement(str(point["from_config"]))) if point.get("from_config") else {}
             place = Placement(gpu_model=point["gpu_model"], number_gpus=gpus,
-                              gpus_per_worker=min(gpus, plain(point["gpus_per_node"])))
+                              gpus_per_worker=min(gpus, plain(point["gpus_per_node"])), **stated)
             estimate = chosen.estimate(job, place)
         except ANSWERABLE as exc:
             out.append({"fits": 0, "reason": describe(exc)})
