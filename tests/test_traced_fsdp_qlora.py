@@ -12,6 +12,7 @@ pytest.importorskip("peft")
 from autoconf.catalog import get_architecture
 from autoconf.estimators.traced.estimator import trace_spec
 from autoconf.schema import Job
+from tests._cache import fresh_cache  # noqa: F401 (an autouse fixture: a fresh cache per module)
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 
@@ -38,3 +39,23 @@ def test_train_py_holds_the_model_output_through_backward() -> None:
     checkpoints' saved layer inputs (2·h bytes per token per layer) to the end of backward, which train.py's
     reentrant ones are not."""
     assert _end_of_backward("fsdp-qlora") - _end_of_backward("hf-trainer") == BATCH * SEQ * VOCAB * 2 + 4
+
+
+def _rank_optimizer_peak(keep_output: bool) -> int:
+    """Rank 0 of 2's peak over step 2's optimizer step (FSDP1, LoRA), with or without the held output."""
+    from autoconf.estimators.traced.ranks import fsdp1_settings, trace_ranks
+
+    job = Job(model=TINY, framework="fsdp-qlora", method="lora", lora_dropout=0.0, optimizer_impl="foreach",
+              tokens_per_sample=SEQ, batch_size=BATCH, gradient_checkpointing=False)
+    spec = {**trace_spec(job, get_architecture(TINY)), "world": 2, "shape": [BATCH, SEQ], **fsdp1_settings(job)}
+    assert spec.pop("keep_output") is True  # the stack's own spec holds it
+    summary = trace_ranks({**spec, "keep_output": True} if keep_output else spec)
+    return int(next(p for p in summary["phases"] if p["step"] == 2 and p["phase"] == "optimizer")["peak"])
+
+
+@pytest.mark.slow
+def test_train_py_rank_holds_the_model_output_through_the_optimizer_step() -> None:
+    """An FSDP1 rank of train.py keeps the output until after ``optimizer.step()`` as one GPU does: each sample of
+    the optimizer step holds the bf16 logits (FSDP1's bf16 compute under autocast: b × s × V × 2 bytes) and the
+    0-dim fp32 loss more."""
+    assert _rank_optimizer_peak(True) - _rank_optimizer_peak(False) == BATCH * SEQ * VOCAB * 2 + 4
