@@ -12,6 +12,7 @@ pytest.importorskip("peft")
 from autoconf.catalog import get_architecture
 from autoconf.estimators.traced.job_spec import trace_spec
 from autoconf.schema import Job
+from tests._cache import fresh_cache  # noqa: F401 (an autouse fixture: a fresh cache per module)
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 
@@ -38,3 +39,43 @@ def test_train_py_holds_the_model_output_through_backward() -> None:
     checkpoints' saved layer inputs (2·h bytes per token per layer) to the end of backward, which train.py's
     reentrant ones are not."""
     assert _end_of_backward("fsdp-qlora") - _end_of_backward("hf-trainer") == BATCH * SEQ * VOCAB * 2 + 4
+
+
+def _rank_optimizer_peak(keep_output: bool) -> int:
+    """Rank 0 of 2's peak over step 2's optimizer step (FSDP1, LoRA), with or without the held output."""
+    from autoconf.estimators.traced.ranks import fsdp1_settings, trace_ranks
+
+    job = Job(model=TINY, framework="fsdp-qlora", method="lora", lora_dropout=0.0, optimizer_impl="foreach",
+              tokens_per_sample=SEQ, batch_size=BATCH, gradient_checkpointing=False)
+    spec = {**trace_spec(job, get_architecture(TINY)), "world": 2, "shape": [BATCH, SEQ], **fsdp1_settings(job)}
+    assert spec.pop("keep_output") is True  # the stack's own spec holds it
+    summary = trace_ranks({**spec, "keep_output": True} if keep_output else spec)
+    return int(next(p for p in summary["phases"] if p["step"] == 2 and p["phase"] == "optimizer")["peak"])
+
+
+@pytest.mark.slow
+def test_train_py_rank_holds_the_model_output_through_the_optimizer_step() -> None:
+    """An FSDP1 rank of train.py keeps the output until after ``optimizer.step()`` as one GPU does: each sample of
+    the optimizer step holds the bf16 logits (FSDP1's bf16 compute under autocast: b × s × V × 2 bytes) and the
+    0-dim fp32 loss more."""
+    assert _rank_optimizer_peak(True) - _rank_optimizer_peak(False) == BATCH * SEQ * VOCAB * 2 + 4
+
+
+@pytest.mark.parametrize("gpus", [1, 2])
+def test_train_py_quant_states_stay_whole_on_every_gpu(gpus: int) -> None:
+    """The replica's sharding keeps the 4-bit quant states whole on each GPU (no parameters: FSDP neither shards nor
+    offloads them), doubly quantised as train.py's ``Linear4bit`` default: per quantised weight a uint8 absmax per 64
+    and an fp32 absmax per 256 blocks. Tiny llama: 2 layers of q, o (64 × 64), k, v (64 × 32), gate, up, down
+    (64 × 176): 92,160 weights, 1,440 + 22.5 bytes. What the optimizer step's weight scale takes from them is added
+    back; one GPU scales nothing."""
+    from autoconf.estimators.traced.estimator import WEIGHTS, sharding
+    from autoconf.estimators.traced.fit import PHASE_NAMES
+    from autoconf.schema import Placement
+
+    job = Job(model=TINY, framework="fsdp-qlora", method="qlora", tokens_per_sample=SEQ, batch_size=BATCH)
+    placement = Placement(gpu_model="A100-80GB", number_gpus=gpus, strategy="fsdp" if gpus > 1 else None)
+    scale, add = sharding(job, get_architecture(TINY), placement)
+    stepping = PHASE_NAMES.index("optimizer")  # where no gathered unit is added
+    expected = (92_160 / 64 + 4 * 92_160 / 64 / 256) * (1 - scale[stepping, WEIGHTS])
+    assert add[stepping, WEIGHTS] == pytest.approx(expected)
+    assert (add[stepping, WEIGHTS] > 0) == (gpus > 1)

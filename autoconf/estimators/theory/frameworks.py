@@ -163,8 +163,11 @@ PROFILES: dict[str, Profile] = {
                  "[4096, 32768] tiles over the valid tokens only (trl/kernels/chunked_logprob.py), no full logits",
                  "versions": "trl 1.16.0 (PyPI)"}),
     "fsdp-qlora": _hf_like(
-        "fsdp-qlora", "Answer.AI fsdp_qlora train.py (2024)", efficient_loading=True,
-        sources={"load": "low_memory=True (default): rank 0 loads, other ranks build on meta"}),
+        "fsdp-qlora", "Answer.AI fsdp_qlora train.py (2024)", efficient_loading=True, double_quant=True,
+        sources={"load": "low_memory=True (default): rank 0 loads, other ranks build on meta",
+                 "double_quant": "train.py replace_linear(model.model, Linear4bit, compute_dtype=..., "
+                 "quant_type='nf4', quant_storage=...) leaves bitsandbytes Linear4bit(compress_statistics=True) "
+                 "(299f51a, cd4a1b5, 4cd6923)"}),
     "llm-foundry": _hf_like(
         "llm-foundry", "llm-foundry 0.4–0.10 (Composer + PyTorch FSDP1), MPT and HF models",
         own_model_code=True, efficient_loading=True,

@@ -109,6 +109,13 @@ def _quantised_params(job: AnyJob, arch: Architecture) -> Num:
                                                                   arch.lm_head_params, 0)
 
 
+def quant_state_bytes(job: Job, arch: Architecture) -> float:
+    """Bytes of a QLoRA's 4-bit quant states (the absmax beyond the 0.5 B/param codes; 0 for other methods)."""
+    if job.method != "qlora":
+        return 0.0
+    return float(_quantised_params(job, arch) * (nf4_bytes(job) - 0.5))
+
+
 def sharded_fsdp(placement: AnyPlacement) -> Flag:
     """FSDP (any sharding) over more than one data-parallel rank."""
     return (placement.dp > 1) & strategy_in(placement, FSDP_STRATEGIES)

@@ -107,7 +107,8 @@ class HostCopies(TorchFunctionMode):
 
 def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, hooks: StepHooks, shape: tuple[int, int],
                spec: dict[str, Any], tracker: RankBytes) -> None:
-    """The HF Trainer's step: forward with the model's loss, backward, clip, optimizer step, zero_grad."""
+    """The HF Trainer's step: forward with the model's loss, backward, clip, optimizer step, zero_grad (the output
+    held to its end under ``keep_output``)."""
     batch, seq = shape
     ids = torch.randint(0, spec["arch"]["vocab_size"], (batch, seq))
     labels = ids.clone()
@@ -122,11 +123,15 @@ def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, hooks: StepHo
             out = model(input_ids=ids, labels=labels)
         loss = out.loss
         fp32_outputs(out, spec)
+        # the Trainer keeps only the loss; a stack whose loop holds the output to after its optimizer step
+        # (spec ``keep_output``, step.py) keeps its logits through backward and the update
+        held = out if spec.get("keep_output") else None
         del out
         tracker.set_phase(BACKWARD, LOGITS)
         loss.backward()
         del loss, ids, labels
     update(model, opt, tracker)
+    del held
     hooks.tracker = None
 
 

@@ -36,6 +36,7 @@ from autoconf.estimators.theory.frameworks import resolve
 from autoconf.estimators.theory.memory import estimate_memory, loss_segment_cache, micro_batch
 from autoconf.estimators.theory.states import model_states
 from autoconf.estimators.theory.throughput import estimate_throughput
+from autoconf.estimators.theory.weights import quant_state_bytes
 from autoconf.estimators.traced.cache import get_fit
 from autoconf.estimators.traced.fit import PHASE_NAMES, Fit, TraceFailed, regime_of
 from autoconf.estimators.traced.job_spec import lora_targets, masked_sdpa, trace_spec
@@ -52,6 +53,10 @@ logger = logging.getLogger(__name__)
 # fitted (theory/risk_table.py), as an assumption; read as the σ of log(actual / predicted) peak.
 TRACED_REL_SIGMA = 0.06
 WEIGHTS, GRADIENTS, OPTIMIZER = range(3)
+# Stacks whose sharded QLoRA keeps every 4-bit weight's quant state whole on each GPU: train.py's
+# ``load_and_quantize`` quantises on the GPU and moves only the packed data to cpu/meta (``param.__dict__`` kept);
+# the state is no parameter, so FSDP neither shards nor offloads it (docs/traced_vs_theory.md finding 23.6).
+WHOLE_QUANT_STATE_STACKS = ("fsdp-qlora",)
 
 
 def sharding(job: Job, arch: Architecture, placement: Placement) -> tuple[np.ndarray, np.ndarray]:
@@ -60,7 +65,8 @@ def sharding(job: Job, arch: Architecture, placement: Placement) -> tuple[np.nda
     The static categories are scaled as the theory shards them (its per-GPU states over its
     single-GPU states: FSDP/ZeRO degrees, offload, DeepSpeed's fp32 master copies); the gathered
     FSDP/ZeRO-3 units and ZeRO buckets are added to the weights outside the optimizer step; DDP and
-    DeepSpeed keep gradients allocated through forward and backward.
+    DeepSpeed keep gradients allocated through forward and backward; the quant states of a
+    ``WHOLE_QUANT_STATE_STACKS`` QLoRA sharded over several GPUs stay whole, unscaled.
     """
     one = model_states(job, arch, Placement(gpu_model=placement.gpu_model, number_gpus=1))
     many = model_states(job, arch, placement)
@@ -77,6 +83,10 @@ def sharding(job: Job, arch: Architecture, placement: Placement) -> tuple[np.nda
             if many.grads_persist:
                 scale[phase, GRADIENTS] = 0.0
                 add[phase, GRADIENTS] = many.gradients
+    if job.framework in WHOLE_QUANT_STATE_STACKS and placement.dp > 1:
+        # the trace's weights hold the quant states whole; scaled with them, put back what the scale took
+        states = quant_state_bytes(job, arch)
+        add[:, WEIGHTS] += states * (1.0 - scale[:, WEIGHTS])
     return scale, add
 
 

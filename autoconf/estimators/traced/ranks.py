@@ -36,6 +36,9 @@ from autoconf.estimators.traced.fit import TRACE_TIMEOUT_S, TraceFailed
 from autoconf.schema import Job, MemoryEstimate, Phase, Placement
 
 RANK_VERSION = 3  # part of the cache key: bump when the rank trace changes meaning
+# per spec key, the version of its meaning, part of the cache key of the specs that carry it (a bump re-traces
+# those only): ``keep_output`` 2, the output held through the update (1 dropped it, before dist.py honoured it)
+FEATURE_VERSIONS = {"keep_output": 2}
 STRATEGIES = ("ddp", "fsdp", "fsdp-shard-grad-op", "fsdp-hybrid")  # data-parallel dist.STRATEGIES (+ "tp")
 # Data parallelism around tensor parallelism (hf_parallel.DP_STRATEGIES: transformers' DistributedConfig sizes)
 TP_DP_STRATEGIES = ("fsdp", "ddp", "fsdp-hybrid")
@@ -118,7 +121,10 @@ def fsdp1_settings(job: Job) -> dict[str, Any]:
 def _key(spec: dict[str, Any]) -> str:
     structure = {**spec, "arch": {k: v for k, v in spec["arch"].items() if k != "name"}}
     versions = {pkg: metadata.version(pkg) for pkg in ("torch", "transformers", "peft")}
-    payload = {"spec": structure, "version": RANK_VERSION, "versions": versions}
+    payload: dict[str, Any] = {"spec": structure, "version": RANK_VERSION, "versions": versions}
+    features = {k: v for k, v in FEATURE_VERSIONS.items() if k in spec}
+    if features:  # absent where no versioned key is used: earlier cache keys stay valid
+        payload["features"] = features
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
 
 
