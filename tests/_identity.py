@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -9,6 +10,7 @@ import pytest
 
 from autoconf import defaults
 from autoconf.estimators import risk
+from autoconf.estimators.theory.frameworks import PROFILES
 from autoconf.estimators.theory.rows import Table
 
 # autoconf/estimators/theory/risk_table.py SIGMA when the samples were made (bench/theory_risk.py at b08920b)
@@ -73,6 +75,8 @@ def memory_as_at_the_sample(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("autoconf.estimators.theory.states.TP_FSDP_PLAN_ROOT", False)
     # fsdp_qlora's train.py runs LoRA dropout 0.1 (defaults.py; issue 20): the samples' jobs had peft's 0.0
     monkeypatch.setitem(defaults.FRAMEWORK_JOB_DEFAULTS, "fsdp-qlora", {"optimizer_impl": "foreach"})
+    # fsdp_qlora's train.py keeps bitsandbytes' double quantisation (finding 23.6): the samples' profile had none
+    monkeypatch.setitem(PROFILES, "fsdp-qlora", dataclasses.replace(PROFILES["fsdp-qlora"], double_quant=False))
     # QLoRA's traced layer (qlorangc): peft's kbit upcast's fp32 stream, LoRA's adapter inputs, bitsandbytes'
     # MatMul4Bit keeping no input (before: the bf16 layer doubled, no adapter inputs, the input kept)
     monkeypatch.setattr(f"{lora}.KBIT_FP32_STREAM", 0)
