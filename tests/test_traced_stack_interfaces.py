@@ -1,8 +1,10 @@
-"""DeepSpeed's and torchtune's own code answer through every interface (issue 20: CLI, sweep, REST and ado).
+"""DeepSpeed's, torchtune's and torchtitan's own code answer through every interface (issue 20: CLI, sweep, REST
+and ado; TRL's and LitGPT's are in their own modules).
 
 One tiny job per stack on a shared cache (the first call traces): DeepSpeed ZeRO-2 on a fake world of 2 (its
-engine runs on several GPUs only), torchtune LoRA on one device. What the traces hold is checked by hand in
-tests/test_traced_stacks.py; here each interface must return the stack's own trace, not the HF step.
+engine runs on several GPUs only), torchtune LoRA and torchtitan full (it trains full models only) on one device.
+What the traces hold is checked by hand in tests/test_traced_stacks.py and test_traced_titan.py; here each
+interface must return the stack's own trace, not the HF step.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ STACKS = [
                                           reason="deepspeed or a C++ compiler not installed")),
     pytest.param("torchtune", "lora", 1, None, "torchtune 0.6.1", id="torchtune",
                  marks=pytest.mark.skipif(stack_version("torchtune") is None, reason="torchtune not installed")),
+    pytest.param("torchtitan", "full", 1, None, "torchtitan 0.3.0", id="torchtitan",
+                 marks=pytest.mark.skipif(stack_version("torchtitan") is None, reason="torchtitan not installed")),
 ]
 
 

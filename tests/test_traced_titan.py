@@ -16,8 +16,6 @@ from typing import Any
 import pytest
 
 from autoconf.estimators.traced.stacks.memory import STACK_PATH, stack_version
-from tests._stack_cli import TINY, cache_fixture, check_rest_answers_from_the_stack, check_sweep_row_is_the_estimate, estimate_args  # noqa: F401 (the cache fixture)
-from tests._stack_cli import cli as _cli
 from tests._stack_driver import drive
 
 pytestmark = pytest.mark.skipif(stack_version("torchtitan") is None, reason=f"torchtitan not installed here or in ${STACK_PATH}")
@@ -47,38 +45,3 @@ def test_static_bytes_per_rank_are_the_hand_derived_ones(tmp_path: Path, world: 
     step2 = next(p for p in summary["phases"] if p["step"] == 2 and p["phase"] == "optimizer")
     assert step2["parts"][:3] == [4 * per_rank + rope, 4 * per_rank, 8 * per_rank + 4 * tensors]
 
-
-# --- the interfaces: one small job (tiny-llama-test, full, 64 tokens) on a shared cache: the first call traces -------
-# (torchtitan trains full models only: LoRA is refused, tests/test_traced_refusals.py)
-OWN_CODE = "torchtitan 0.3.0's own code"
-ESTIMATE = estimate_args("torchtitan", "full")
-
-
-@pytest.mark.slow
-def test_ado_answers_from_torchtitans_code(cache: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
-    from autoconf.interfaces.ado import experiments
-
-    monkeypatch.setenv("AUTOCONF_CACHE", cache["AUTOCONF_CACHE"])
-    out = experiments.resource_estimate(model_name=TINY, method="full", gpu_model="NVIDIA-A100-80GB-PCIe",
-                                        tokens_per_sample=64, batch_size=1, number_gpus=1, estimator="traced",
-                                        framework="torchtitan")
-    assert out["answered_by"].startswith("traced") and out["peak_memory_gib"] > 0, out
-
-
-@pytest.mark.slow
-def test_cli_answers_from_torchtitans_code(cache: dict[str, str]) -> None:
-    done = _cli(cache, *ESTIMATE)
-    assert done.returncode == 0, done.stderr
-    assert OWN_CODE in done.stdout and "single device" in done.stdout
-
-
-@pytest.mark.slow
-def test_sweep_answers_from_torchtitans_code(cache: dict[str, str], tmp_path: Path,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    """The sweep's row is the estimator's answer for the same job: torchtitan's trace."""
-    check_sweep_row_is_the_estimate(cache, tmp_path, monkeypatch, "torchtitan", OWN_CODE, "full")
-
-
-@pytest.mark.slow
-def test_rest_answers_from_torchtitans_code(cache: dict[str, str]) -> None:
-    check_rest_answers_from_the_stack(cache, "torchtitan", OWN_CODE, "full")

@@ -39,13 +39,22 @@ from autoconf.schema.kinds import (
 from autoconf.schema.placement import Placement
 from autoconf.schema.words import _Input
 
-# a transformers release as pip spells it (4.44.2, 4.45.0.dev0, 5.0.0rc1); the loss is modelled from 4.39 on
-# (theory/loss.py HF_LOSS_LINES)
-TRANSFORMERS_RELEASE = re.compile(r"(?P<major>\d+)\.(?P<minor>\d+)(?:\.\d+)?(?:[.+-]?[0-9A-Za-z.]+)?")
-FIRST_MODELLED_RELEASE = (4, 39)
-# a bitsandbytes release (0.43.1, 0.45.0.dev0); 4-bit matmuls (MatMul4Bit, QLoRA) exist from 0.39 on
-BITSANDBYTES_RELEASE = re.compile(r"(?P<major>\d+)\.(?P<minor>\d+)(?:\.(?P<patch>\d+))?(?:[.+-]?[0-9A-Za-z.]+)?")
-FIRST_4BIT_RELEASE = (0, 39)
+# a package release as pip spells it (4.44.2, 4.45.0.dev0, 5.0.0rc1, 0.43.1)
+RELEASE = re.compile(r"(?P<major>\d+)\.(?P<minor>\d+)(?:\.\d+)?(?:[.+-]?[0-9A-Za-z.]+)?")
+FIRST_MODELLED_RELEASE = (4, 39)  # transformers: the loss is modelled from 4.39 on (theory/loss.py HF_LOSS_LINES)
+FIRST_4BIT_RELEASE = (0, 39)  # bitsandbytes: 4-bit matmuls (MatMul4Bit, QLoRA) exist from 0.39 on
+
+
+def _release_of(value: object, first: tuple[int, int], what: str) -> str | None:
+    """``value`` as a package release (MAJOR.MINOR[.PATCH…]) no older than ``first``; None stays None."""
+    if value is None:
+        return None
+    found = RELEASE.fullmatch(str(value).strip()) if isinstance(value, str) else None
+    if found is None or (int(found["major"]), int(found["minor"])) < first:
+        raise ValueError(f"{what}; got {value!r}")
+    return str(value).strip()
+
+
 VISION = "vision-language models"  # the group of the fields only a vision-language model reads
 
 
@@ -207,25 +216,15 @@ class Job(_Input):
     @classmethod
     def _release(cls, value: object) -> object:
         """A transformers release, MAJOR.MINOR[.PATCH…] with a modelled loss (4.39 or later)."""
-        if value is None:
-            return None
-        found = TRANSFORMERS_RELEASE.fullmatch(str(value).strip()) if isinstance(value, str) else None
-        if found is None or (int(found["major"]), int(found["minor"])) < FIRST_MODELLED_RELEASE:
-            raise ValueError(f"transformers_version must be a transformers release such as 4.44.2, 4.39 or later "
-                             f"(the loss is modelled for 4.39–4.45, 4.46–4.48 and 4.49 on); got {value!r}")
-        return str(value).strip()
+        return _release_of(value, FIRST_MODELLED_RELEASE, "transformers_version must be a transformers release such "
+                           "as 4.44.2, 4.39 or later (the loss is modelled for 4.39–4.45, 4.46–4.48 and 4.49 on)")
 
     @field_validator("bitsandbytes_version", mode="before")
     @classmethod
     def _bnb_release(cls, value: object) -> object:
         """A bitsandbytes release, MAJOR.MINOR[.PATCH…], with 4-bit matmuls (0.39 or later)."""
-        if value is None:
-            return None
-        found = BITSANDBYTES_RELEASE.fullmatch(str(value).strip()) if isinstance(value, str) else None
-        if found is None or (int(found["major"]), int(found["minor"])) < FIRST_4BIT_RELEASE:
-            raise ValueError(f"bitsandbytes_version must be a bitsandbytes release such as 0.43.3, 0.39 or later "
-                             f"(4-bit matmuls arrived in 0.39); got {value!r}")
-        return str(value).strip()
+        return _release_of(value, FIRST_4BIT_RELEASE, "bitsandbytes_version must be a bitsandbytes release such as "
+                           "0.43.3, 0.39 or later (4-bit matmuls arrived in 0.39)")
 
     @field_validator("model")
     @classmethod
