@@ -10,13 +10,12 @@ were committed before 2024-07-23.
 
 from __future__ import annotations
 
-import pandas as pd
 import pytest
 
 from autoconf.catalog import get_architecture
 from autoconf.estimators.traced.job_spec import trace_spec
-from autoconf.evaluation.data import load_measurements, row_to_inputs
 from autoconf.schema import Job
+from tests._fms_campaigns import fms_campaigns
 
 MISTRAL = "mistral-7b-v0.1"
 
@@ -52,16 +51,13 @@ def test_trace_routes_old_bitsandbytes_to_the_kept_input(fields: dict[str, objec
 
 
 def test_fms_rows_carry_their_campaigns_bitsandbytes() -> None:
-    rows = load_measurements()
-    fms = rows[(rows.source == "fms-acceleration") & (rows.scored == 1)]
-    version = {c: row_to_inputs(r)[0].bitsandbytes_version for c, r in
-               fms.groupby("campaign").first().assign(campaign=lambda d: d.index).iterrows()}
+    fms, first, dated = fms_campaigns()
+    version = {c: job.bitsandbytes_version for c, job in first.items()}
     assert version["refs/a100_80gb@2024-07-15:b92c99d"] == "0.43.1"
     assert version["refs/a100_80gb@2024-07-29:b6c1455"] == "0.43.2"
     assert version["refs/a100_80gb@2024-09-16:4e81c64"] == "0.43.3"
     assert version["refs/a100_80gb@2025-02-07:24bdadb"] == "0.43.3"
     assert version["refs/a100_80gb@2024-05-24:f39d03c"] == "0.43.1"  # unpinned: the bound by date, <= 0.43.1
-    dated = pd.to_datetime(fms.campaign.str.extract(r"@([\d-]+):")[0])
     bound = fms.framework_version.str.contains("bitsandbytes <=0.43.1", regex=False)
     assert (bound == (dated < "2024-07-12")).all()  # exactly the campaigns without a requirements file
     assert fms.framework_version.str.contains("bitsandbytes").all()

@@ -8,15 +8,14 @@ temporary); the data rows' releases are fms-acceleration's pins (scripts/benchma
 
 from __future__ import annotations
 
-import pandas as pd
 import pytest
 
 from autoconf.catalog import get_architecture
 from autoconf.estimators.theory import loss as ce
 from autoconf.estimators.theory.memory import estimate_memory
 from autoconf.estimators.theory.vector import theory_batch
-from autoconf.evaluation.data import load_measurements, row_to_inputs
 from autoconf.schema import Job, job_and_placement
+from tests._fms_campaigns import fms_campaigns
 
 MISTRAL, SANTACODER = "mistral-7b-v0.1", "santacoder"
 
@@ -69,13 +68,10 @@ def test_one_estimate_equals_the_batch() -> None:
 
 
 def test_fms_rows_carry_their_campaigns_release() -> None:
-    rows = load_measurements()
-    fms = rows[(rows.source == "fms-acceleration") & (rows.scored == 1)]
-    version = {c: row_to_inputs(r)[0].transformers_version for c, r in
-               fms.groupby("campaign").first().assign(campaign=lambda d: d.index).iterrows()}
+    fms, first, dated = fms_campaigns()
+    version = {c: job.transformers_version for c, job in first.items()}
     assert version["refs/a100_80gb@2024-09-16:4e81c64"] == "4.44.2"
     assert version["refs/a100_80gb@2025-02-07:24bdadb"] == "4.48.1"
     assert version["refs/a100_80gb@2024-05-24:f39d03c"] is None  # no requirements file before 2024-07-12
-    dated = pd.to_datetime(fms.campaign.str.extract(r"@([\d-]+):")[0])
     pinned = fms.framework_version.str.contains("transformers")
     assert (pinned == (dated >= "2024-07-12")).all()
