@@ -15,13 +15,12 @@ The whole single-device trace on fake tensors equals the same code on real CPU t
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from autoconf.estimators.traced.stacks.memory import STACK_PATH, stack_version
-from tests._stack_cli import TINY, cache_fixture, check_rest_answers_from_the_stack, check_sweep_row_is_the_estimate, estimate_args  # noqa: F401 (the cache fixture)
+from tests._stack_cli import cache_fixture, estimate_args  # noqa: F401 (the cache fixture)
 from tests._stack_cli import cli as _cli
 from tests._stack_driver import check_fake_equals_real, drive, phase
 
@@ -118,40 +117,8 @@ def test_fake_trace_equals_the_real_cpu_step(traces: dict[str, Any]) -> None:
     check_fake_equals_real(traces["lora"], traces["lora-real"])
 
 
-# --- the interfaces: one small job (tiny-llama-test, LoRA, 64 tokens) on a shared cache: the first call traces -------
-OWN_CODE = "litgpt 0.5.13's own code"
-
-
+# --- refusals on the CLI, with a shared cache (CLI, sweep, REST and ado: tests/test_traced_stack_interfaces.py) ------
 ESTIMATE = estimate_args("litgpt")
-
-
-@pytest.mark.slow
-def test_ado_answers_from_litgpts_code(cache: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
-    from autoconf.interfaces.ado import experiments
-
-    monkeypatch.setenv("AUTOCONF_CACHE", cache["AUTOCONF_CACHE"])
-    out = experiments.resource_estimate(model_name=TINY, method="lora", gpu_model="NVIDIA-A100-80GB-PCIe",
-                                        tokens_per_sample=64, batch_size=1, number_gpus=1, estimator="traced",
-                                        framework="litgpt")
-    assert out["answered_by"].startswith("traced") and out["peak_memory_gib"] > 0, out
-
-
-@pytest.mark.slow
-def test_cli_answers_from_litgpts_code(cache: dict[str, str]) -> None:
-    done = _cli(cache, *ESTIMATE)
-    assert done.returncode == 0, done.stderr
-    assert OWN_CODE in done.stdout and "single device" in done.stdout
-
-
-@pytest.mark.slow
-def test_sweep_answers_from_litgpts_code(cache: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The sweep's row is the estimator's answer for the same job: LitGPT's trace."""
-    check_sweep_row_is_the_estimate(cache, tmp_path, monkeypatch, "litgpt", OWN_CODE)
-
-
-@pytest.mark.slow
-def test_rest_answers_from_litgpts_code(cache: dict[str, str]) -> None:
-    check_rest_answers_from_the_stack(cache, "litgpt", OWN_CODE)
 
 
 @pytest.mark.parametrize(("flags", "why"), [(("--qlora",), "bitsandbytes"),

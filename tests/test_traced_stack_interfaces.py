@@ -1,10 +1,10 @@
-"""DeepSpeed's, torchtune's and torchtitan's own code answer through every interface (issue 20: CLI, sweep, REST
-and ado; TRL's and LitGPT's are in their own modules).
+"""Every traced stack's own code answers through every interface (issue 20: CLI, sweep, REST and ado).
 
 One tiny job per stack on a shared cache (the first call traces): DeepSpeed ZeRO-2 on a fake world of 2 (its
-engine runs on several GPUs only), torchtune LoRA and torchtitan full (it trains full models only) on one device.
-What the traces hold is checked by hand in tests/test_traced_stacks.py and test_traced_titan.py; here each
-interface must return the stack's own trace, not the HF step.
+engine runs on several GPUs only), torchtitan full (it trains full models only), torchtune, TRL and LitGPT LoRA on
+one device. What the traces hold is checked by hand in each stack's own test module (test_traced_stacks.py,
+test_traced_titan.py, test_traced_trl.py, test_traced_litgpt.py); here each interface must return the stack's own
+trace, not the HF step.
 """
 
 from __future__ import annotations
@@ -35,6 +35,11 @@ STACKS = [
                  marks=pytest.mark.skipif(stack_version("torchtune") is None, reason="torchtune not installed")),
     pytest.param("torchtitan", "full", 1, None, "torchtitan 0.3.0", id="torchtitan",
                  marks=pytest.mark.skipif(stack_version("torchtitan") is None, reason="torchtitan not installed")),
+    pytest.param("trl", "lora", 1, None, "trl 1.16.0's own code", id="trl",
+                 marks=pytest.mark.skipif(stack_version("trl") is None, reason="trl not installed")),
+    pytest.param("litgpt", "lora", 1, None, "litgpt 0.5.13's own code", id="litgpt",
+                 marks=pytest.mark.skipif(stack_version("litgpt") is None or stack_version("lightning") is None,
+                                          reason="litgpt or lightning not installed")),
 ]
 
 
@@ -45,7 +50,8 @@ def test_cli_answers_from_the_stacks_code(cache: dict[str, str], framework: str,
     world = ("--dp", str(gpus), "--strategy", strategy) if strategy else ()
     done = _cli(cache, *estimate_args(framework, method), *world)
     assert done.returncode == 0, done.stderr
-    assert own_code in done.stdout and "own code" in done.stdout
+    where = "single device" if gpus == 1 else f"a fake process group of {gpus}"
+    assert own_code in done.stdout and "own code" in done.stdout and where in done.stdout
 
 
 @pytest.mark.slow

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from autoconf.estimators.traced.stacks.memory import stack_version
-from tests._stack_cli import TINY, cache_fixture, check_rest_answers_from_the_stack, check_sweep_row_is_the_estimate, estimate_args  # noqa: F401 (the cache fixture)
+from tests._stack_cli import TINY, cache_fixture, estimate_args  # noqa: F401 (the cache fixture)
 from tests._stack_cli import cli as _cli
 from tests._stack_driver import check_fake_equals_real, drive, phase, run_worker
 
@@ -151,42 +151,10 @@ def test_fake_trace_equals_the_real_cpu_step(traces: dict[str, Any]) -> None:
     check_fake_equals_real(traces["single"], traces["real"])
 
 
-# --- the interfaces: one small job (tiny-llama-test, LoRA, 64 tokens) on a shared cache: the first call traces -------
+# --- QLoRA under FSDP on the CLI and REST, with a shared cache (the tiny LoRA job's CLI, sweep, REST and ado:
+# tests/test_traced_stack_interfaces.py) --------------------------------------------------------------------------
 OWN_CODE = "trl 1.16.0's own code"
-
-
 ESTIMATE = estimate_args("trl")
-
-
-@pytest.mark.slow
-def test_cli_answers_from_the_sftrainers_code(cache: dict[str, str]) -> None:
-    done = _cli(cache, *ESTIMATE)
-    assert done.returncode == 0, done.stderr
-    assert OWN_CODE in done.stdout and "single device" in done.stdout
-
-
-@pytest.mark.slow
-def test_sweep_answers_from_the_sftrainers_code(cache: dict[str, str], tmp_path: Path,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    """The sweep's row is the estimator's answer for the same job, which is the SFTTrainer's trace (the sweep's CSV
-    keeps one note only)."""
-    check_sweep_row_is_the_estimate(cache, tmp_path, monkeypatch, "trl", OWN_CODE)
-
-
-@pytest.mark.slow
-def test_rest_answers_from_the_sftrainers_code(cache: dict[str, str]) -> None:
-    check_rest_answers_from_the_stack(cache, "trl", OWN_CODE)
-
-
-@pytest.mark.slow
-def test_ado_answers_from_the_sftrainers_code(cache: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
-    from autoconf.interfaces.ado import experiments
-
-    monkeypatch.setenv("AUTOCONF_CACHE", cache["AUTOCONF_CACHE"])
-    out = experiments.resource_estimate(model_name=TINY, method="lora", gpu_model="NVIDIA-A100-80GB-PCIe",
-                                        tokens_per_sample=64, batch_size=1, number_gpus=1, estimator="traced",
-                                        framework="trl")
-    assert out["answered_by"].startswith("traced") and out["peak_memory_gib"] > 0, out
 
 
 @pytest.mark.slow
