@@ -80,34 +80,35 @@ def job_of(point: Point) -> Job:
 
 
 @lru_cache(maxsize=64)
-def _config_fields(text: str) -> tuple[tuple[str, Any], ...]:
-    """The Job fields a training config's text sets (read once per distinct text)."""
+def _config_values(text: str) -> dict[str, Any]:
+    """The knobs a training config's text states (read once per distinct text; callers only read the mapping)."""
+    from autoconf.interfaces.configs.detect import read_text
+
+    return dict(read_text(text, "from_config").values)
+
+
+def _config_fields(text: str) -> dict[str, Any]:
+    """The Job fields a training config's text sets."""
     from autoconf.interfaces.configs.common import JOB_KNOBS as CONFIG_JOB_KNOBS
     from autoconf.interfaces.configs.common import KNOB_OF
-    from autoconf.interfaces.configs.detect import read_text
 
-    found = read_text(text, "from_config")
-    fields = {k: v for k, v in found.values.items() if k in CONFIG_JOB_KNOBS and k != "method"}
+    values = _config_values(text)
+    fields = {k: v for k, v in values.items() if k in CONFIG_JOB_KNOBS and k != "method"}
     # knobs of another name that set an offered field (grad_accum); the point's length and batch stay its own
     renamed = {knob: name for name, knob in KNOB_OF.items() if knob != name and name in OFFERED}
-    fields |= {renamed[k]: v for k, v in found.values.items() if k in renamed}
-    return tuple(sorted(fields.items()))
+    return fields | {renamed[k]: v for k, v in values.items() if k in renamed}
 
 
-@lru_cache(maxsize=64)
-def config_placement(text: str) -> tuple[tuple[str, Any], ...]:
+def config_placement(text: str) -> dict[str, Any]:
     """The sharding and offload a training config states (a DeepSpeed config's ZeRO stage and offload, an
     accelerate config's FSDP): resource_estimate's placement takes them; the point names the GPUs."""
-    from autoconf.interfaces.configs.detect import read_text
-
-    found = read_text(text, "from_config")
-    return tuple(sorted((k, v) for k, v in found.values.items() if k in ("strategy", "offload") and v is not None))
+    return {k: v for k, v in _config_values(text).items() if k in ("strategy", "offload") and v is not None}
 
 
 def config_knobs(text: str, knobs: dict[str, Any]) -> dict[str, Any]:
     """The point's knobs with the config's fields where the point has a knob at its default (or none)."""
     kept = {k: v for k, v in knobs.items() if v != KNOB_DEFAULTS.get(k)}
-    return {**knobs, **dict(_config_fields(text)), **kept}
+    return {**knobs, **_config_fields(text), **kept}
 
 
 def ibm_version(model_version: str) -> str:
@@ -242,7 +243,7 @@ def resource_estimate_answers(points: Sequence[Point]) -> list[Outputs]:
             job = job_of(point)
             chosen, note = estimator_of(str(point["estimator"]), str(point["model_version"]))
             gpus = plain(point["number_gpus"])
-            stated = dict(config_placement(str(point["from_config"]))) if point.get("from_config") else {}
+            stated = config_placement(str(point["from_config"])) if point.get("from_config") else {}
             place = Placement(gpu_model=point["gpu_model"], number_gpus=gpus,
                               gpus_per_worker=min(gpus, plain(point["gpus_per_node"])), **stated)
             estimate = chosen.estimate(job, place)
