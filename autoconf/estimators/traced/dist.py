@@ -72,7 +72,7 @@ from autoconf.estimators.traced.step import (
     WEIGHTS,
     StepHooks,
     _no_packed_sequences,
-    fp32_outputs,
+    kept_output,
 )
 from autoconf.estimators.traced.wrap import ACTIVE, RankBytes, join_world, patch_fsdp, wrap_ddp, wrap_fsdp2
 
@@ -122,10 +122,7 @@ def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, hooks: StepHo
         with amp:
             out = model(input_ids=ids, labels=labels)
         loss = out.loss
-        fp32_outputs(out, spec)
-        # the Trainer keeps only the loss; a stack whose loop holds the output to after its optimizer step
-        # (spec ``keep_output``, step.py) keeps its logits through backward and the update
-        held = out if spec.get("keep_output") else None
+        held = kept_output(out, spec)  # step.py: the loss only, or the output held through the update
         del out
         tracker.set_phase(BACKWARD, LOGITS)
         loss.backward()

@@ -254,10 +254,7 @@ def run_step(model: torch.nn.Module, opt: torch.optim.Optimizer, hooks: StepHook
             if kernel == "hf":
                 out = model(input_ids=ids, labels=labels)
                 loss = out.loss
-                fp32_outputs(out, spec)
-                # the Trainer keeps only the loss (pitfall 6): logits must not live through backward, unless the
-                # stack's loop holds the model output until after the optimizer step (spec ``keep_output``)
-                held = out if spec.get("keep_output") else None
+                held = kept_output(out, spec)  # the Trainer keeps only the loss (pitfall 6)
                 del out
             else:
                 loss = kernel_loss(model, ids, kernel, hooks.enter_loss)
@@ -276,13 +273,17 @@ def run_step(model: torch.nn.Module, opt: torch.optim.Optimizer, hooks: StepHook
     del ids, labels
 
 
-def fp32_outputs(out: Any, spec: dict[str, Any]) -> None:
-    """accelerate's ``convert_outputs_to_fp32`` (spec ``fp32_outputs``: the HF Trainer under bf16 mixed precision, where
-    the loss keeps bf16 logits: kernels.py ``release_loss`` "bf16-4.x"): an fp32 copy of the returned logits is made
-    while the half-precision ones are alive, then the Trainer drops both."""
+def kept_output(out: Any, spec: dict[str, Any]) -> Any:  # noqa: ANN401 - a transformers ModelOutput
+    """What the training loop keeps of the model's output once it has the loss: nothing for the HF Trainer (its
+    logits must not live through backward), the whole output for a stack whose loop holds it until after the
+    optimizer step (spec ``keep_output``). Before that, accelerate's ``convert_outputs_to_fp32`` (spec
+    ``fp32_outputs``: the HF Trainer under bf16 mixed precision, where the loss keeps bf16 logits: kernels.py
+    ``release_loss`` "bf16-4.x") makes an fp32 copy of the returned logits while the half-precision ones are alive,
+    which the Trainer then drops."""
     if spec.get("fp32_outputs"):
         copy = out.logits.float()
         del copy
+    return out if spec.get("keep_output") else None
 
 
 def warm_up(model: torch.nn.Module, opt: torch.optim.Optimizer) -> None:
