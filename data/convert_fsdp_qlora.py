@@ -2,7 +2,7 @@
 
 What the source measures (shared/data/external/fsdp-qlora/SOURCE.md):
 - ``fsdp_qlora_benchmarks_03_2024.csv``: fsdp_qlora's own ``train.py`` (FSDP1, HF model, custom LoRA/QLoRA
-  wrapping, bnb 4-bit), gradient checkpointing on, bf16, AdamW, LoRA r 64 / alpha 16 on all linear layers,
+  wrapping, bnb 4-bit), gradient checkpointing on, bf16, AdamW, LoRA r 64 / alpha 16 on the six "all" targets,
   FSDP FULL_SHARD unless DDP=True (= FSDP NO_SHARD, a full replica per GPU like DDP). "Peak Memory (GiB)" is
   ``torch.cuda.max_memory_reserved`` per GPU. Time (s) is the wall time of the whole run (dataset size not
   stated per table, so no tokens/s). The cloud table has time only (runs that fit).
@@ -36,6 +36,11 @@ BLOG_MODELS = {
     "Llama-2 7B": "meta-llama/Llama-2-7b-hf", "Llama-2 70B": "meta-llama/Llama-2-70b-hf", "Yi 34B": "01-ai/Yi-34B",
     "Mistral 7B v0.2 Base": "mistral-community/Mistral-7B-v0.2",
 }
+# train.py's LoRA defaults at every revision the rows name (299f51a 2024-01-26 ... 05ed9f2 2024-06-13): lora_rank 64,
+# lora_alpha 16, and lora_target_modules "all", which main() expands to these six (no o_proj); train.py's own
+# custom_qlora / DoRA layers wrap the same names. The blog's "all linear layers" is this list.
+LORA = {"lora_r": 64, "lora_alpha": 16,
+        "lora_target_modules": "k_proj,q_proj,v_proj,up_proj,down_proj,gate_proj"}
 METHOD = {"LoRA": "lora", "QLoRA": "qlora", "lora": "lora", "qlora": "qlora", "custom_qlora": "qlora"}
 
 
@@ -69,8 +74,7 @@ def benchmarks(folder: Path) -> list[dict[str, Any]]:
             "tokens_per_sample": int(context), "variable_length": 0,
             "per_device_batch_size": batch, "gradient_accumulation_steps": 1 if batch else "",
             "batch_size": batch * ngpu if batch else "", "dtype": "bf16", "strategy": "ddp" if ddp else "fsdp",
-            "gradient_checkpointing": 1, "fused_loss": 0, "packing": 0, "lora_r": 64, "lora_alpha": 16,
-            "lora_target_modules": "all-linear", "optimizer": "adamw", "status": "ok",
+            "gradient_checkpointing": 1, "fused_loss": 0, "packing": 0, **LORA, "optimizer": "adamw", "status": "ok",
             "quantization": "bnb-4bit" if method == "qlora" else "none",
             "offload": ("params+activations" if cloud and _flag(src["CPU+Activation Offload"])
                         else "optimizer+params" if offload else "none"),
@@ -130,13 +134,13 @@ def probes(folder: Path) -> list[dict[str, Any]]:
             "per_device_batch_size": batch, "batch_size": batch * ngpu, "gradient_accumulation_steps": 1,
             "dtype": "bf16", "strategy": "ddp" if _flag(src.use_ddp) else "fsdp",
             "gradient_checkpointing": int(_flag(src.use_gradient_checkpointing)), "fused_loss": 0, "packing": 0,
-            "quantization": "bnb-4bit" if method == "qlora" else "none",
+            **LORA, "quantization": "bnb-4bit" if method == "qlora" else "none",
             "offload": "optimizer+params" if _flag(src.use_cpu_offload) else "none", "status": status,
             "reason": src.preceding_comments if status in ("oom", "failed") else "",
             "kernels": f"train_type={src.train_type}" + (";low_memory" if _flag(src.low_memory) else ""),
             "notes": ";".join(p for p in (f"comment: {src.preceding_comments}" if src.preceding_comments else "",
                                           "command commented out" if _flag(src.command_commented_out) else "",
-                                          "1 fwd-bwd step; lora rank = train.py default at 299f51a9 (not stated)")
+                                          "1 fwd-bwd step; LoRA rank, alpha and targets = train.py defaults (not stated)")
                               if p),
         }
         extra = []

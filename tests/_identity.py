@@ -75,8 +75,13 @@ def memory_as_at_the_sample(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("autoconf.estimators.theory.states.TP_FSDP_PLAN_ROOT", False)
     # fsdp_qlora's train.py runs LoRA dropout 0.1 (defaults.py; issue 20): the samples' jobs had peft's 0.0
     monkeypatch.setitem(defaults.FRAMEWORK_JOB_DEFAULTS, "fsdp-qlora", {"optimizer_impl": "foreach"})
-    # fsdp_qlora's train.py keeps bitsandbytes' double quantisation (finding 23.6): the samples' profile had none
-    monkeypatch.setitem(PROFILES, "fsdp-qlora", dataclasses.replace(PROFILES["fsdp-qlora"], double_quant=False))
+    # fsdp_qlora's train.py keeps bitsandbytes' double quantisation (finding 23.6) and its peft builds bf16 adapters
+    # (finding 27): the samples' profile had neither
+    monkeypatch.setitem(PROFILES, "fsdp-qlora",
+                        dataclasses.replace(PROFILES["fsdp-qlora"], double_quant=False, adapter_bytes=4,
+                                            peft_model_dtype_adapters=False))
+    # LoRA dropout traced as CUDA runs it (finding 27): the samples' CPU trace kept a dropout noise of 4 bytes a unit
+    monkeypatch.setattr(f"{act}.LORA_DROPOUT_BYTES_PER_HIDDEN", 4)
     # QLoRA's traced layer (qlorangc): peft's kbit upcast's fp32 stream, LoRA's adapter inputs, bitsandbytes'
     # MatMul4Bit keeping no input (before: the bf16 layer doubled, no adapter inputs, the input kept)
     monkeypatch.setattr(f"{lora}.KBIT_FP32_STREAM", 0)
@@ -91,3 +96,13 @@ def _old_norm_bytes(job: Any, arch: Any) -> Any:  # noqa: ANN401
 
     count = 2 if arch.model_type == "gpt_bigcode" else max(arch.norms_per_layer, 2)
     return (norms._norm_bytes(job, arch) + norms._fp32_weight_input(job, arch)) * arch.hidden_size * count
+
+
+def as_sampled(row: dict[str, Any]) -> dict[str, Any]:
+    """A data/ row as the sample read it: the fsdp-qlora rows had no LoRA settings (probe scripts) or all-linear
+    targets (the blog) before train.py's defaults were read in (docs/traced_vs_theory.md finding 27)."""
+    if row["source"] != "fsdp-qlora":
+        return row
+    if "probe_scripts" in str(row["source_ref"]):
+        return {**row, "lora_r": float("nan"), "lora_alpha": float("nan"), "lora_target_modules": float("nan")}
+    return {**row, "lora_target_modules": "all-linear"}

@@ -23,7 +23,7 @@ from autoconf.estimators.frame import OUTPUT_COLUMNS
 from autoconf.evaluation.data import load_measurements, row_to_inputs
 from autoconf.recommend.frame import recommend_frame
 from bench.learned_identity import answer
-from tests._identity import memory_as_at_the_sample, same  # noqa: F401 (an autouse fixture)
+from tests._identity import as_sampled, memory_as_at_the_sample, same  # noqa: F401 (an autouse fixture)
 
 SAMPLE = json.loads((Path(__file__).parent / "fixtures" / "learned_identity_sample.json").read_text(encoding="utf-8"))
 NAMES = ("hybrid", "learned")
@@ -50,7 +50,8 @@ def test_measured_rows_answer_as_before(name: str) -> None:
         old = item["answer"]
         if isinstance(old, str) and old.startswith("input: "):
             continue  # the row's words are refused before any estimator (theory's identity test covers it)
-        assert same(old, answer(name, *row_to_inputs(rows[item["row"]]), VERSION)), item["row"]
+        assert same(old, answer(name, *row_to_inputs(as_sampled(rows[item["row"]])), VERSION)), item["row"]
+
 
 
 @pytest.mark.parametrize(("name", "part"), [(n, p) for n in NAMES for p in ("sweep", "random", "strict")])

@@ -25,7 +25,7 @@ from autoconf.evaluation.data import load_measurements, row_to_inputs
 from autoconf.recommend.frame import recommend_frame
 from autoconf.schema import job_and_placement
 from bench.theory_identity import _answer as answer_of  # what the full comparison records per row
-from tests._identity import NOT_COMPARED, memory_as_at_the_sample, same  # noqa: F401 (an autouse fixture)
+from tests._identity import NOT_COMPARED, as_sampled, memory_as_at_the_sample, same  # noqa: F401 (an autouse fixture)
 
 SAMPLE = json.loads((Path(__file__).parent / "fixtures" / "theory_identity_sample.json").read_text(encoding="utf-8"))
 ERRORS = (ValueError, TypeError, ArithmeticError)
@@ -45,7 +45,7 @@ def test_measured_rows_answer_as_before() -> None:
     rows = load_measurements().to_dict(orient="records")
     for item in SAMPLE["measurements"]:
         try:
-            pair = row_to_inputs(rows[item["row"]])
+            pair = row_to_inputs(as_sampled(rows[item["row"]]))
         except ERRORS as exc:
             assert item["answer"] == "input: " + describe(exc, with_input=False)
             continue

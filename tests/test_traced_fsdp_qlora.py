@@ -20,14 +20,16 @@ TINY = "tiny-llama-test"  # h 64, I 176, 2 layers, 4 heads (2 kv) of 16, vocabul
 BATCH, SEQ, VOCAB = 2, 64, 512
 
 
-def _end_of_backward(framework: str) -> int:
-    """Live bytes at the last sample of the backward phase of one traced step."""
+def _end_of_backward(keep_output: bool) -> int:
+    """Live bytes at the last sample of the backward phase of one traced train.py step, with or without the held
+    output (the stack's own spec holds it)."""
     from autoconf.estimators.traced.step import BACKWARD, trace
 
-    job = Job(model=TINY, framework=framework, method="lora", lora_dropout=0.0, optimizer_impl="foreach",
+    job = Job(model=TINY, framework="fsdp-qlora", method="lora", lora_dropout=0.0, optimizer_impl="foreach",
               tokens_per_sample=SEQ, batch_size=BATCH, gradient_checkpointing=False)
     spec = {**trace_spec(job, get_architecture(TINY)), "shapes": [[BATCH, SEQ]]}
-    samples: np.ndarray = trace(spec)["results"][0]["samples"]
+    assert spec.pop("keep_output") is True
+    samples: np.ndarray = trace({**spec, "keep_output": True} if keep_output else spec)["results"][0]["samples"]
     backward = samples[samples[:, -1] == BACKWARD]
     return int(backward[-1, :-1].sum())
 
@@ -38,7 +40,21 @@ def test_train_py_holds_the_model_output_through_backward() -> None:
     HF Trainer keeps only the loss. Without checkpointing: with it the held graph also keeps the non-reentrant
     checkpoints' saved layer inputs (2·h bytes per token per layer) to the end of backward, which train.py's
     reentrant ones are not."""
-    assert _end_of_backward("fsdp-qlora") - _end_of_backward("hf-trainer") == BATCH * SEQ * VOCAB * 2 + 4
+    assert _end_of_backward(True) - _end_of_backward(False) == BATCH * SEQ * VOCAB * 2 + 4
+
+
+@pytest.mark.parametrize(("framework", "dtype"), [("fsdp-qlora", "bfloat16"), ("hf-trainer", "float32")])
+def test_adapters_follow_the_stacks_peft(framework: str, dtype: str) -> None:
+    """train.py's peft (0.7-0.11: ``update_layer`` moves new adapters to the base weight's floating dtype) builds
+    bf16 adapters on the bf16 model; peft from 0.12 (``autocast_adapter_dtype=True``), under the HF Trainer, fp32."""
+    import torch
+
+    from autoconf.estimators.traced.model import build_model
+
+    job = Job(model=TINY, framework=framework, method="lora", tokens_per_sample=SEQ, batch_size=BATCH)
+    model = build_model(trace_spec(job, get_architecture(TINY)), None)
+    adapters = {p.dtype for n, p in model.named_parameters() if "lora_" in n}
+    assert adapters == {getattr(torch, dtype)}
 
 
 def _rank_optimizer_peak(keep_output: bool) -> int:

@@ -38,10 +38,12 @@ from autoconf.estimators.theory import images
 from autoconf.estimators.theory.coefficients import attention_coef, mlp_coef, quant_saves_input, rotary_dim
 from autoconf.estimators.theory.lora_activations import (
     adapted_inputs,
+    distinct_inputs,
     frozen_input_bytes,
     kbit_stream,
     kbit_stream_delta,
     lora_inputs_delta,
+    model_dtype_adapters,
     peft_adapters,
     targets_or_zero,
 )
@@ -60,7 +62,10 @@ PRECISION_FACTOR = {"bf16": 1.0, "fp16": 1.0, "fp32": 2.0, "amp-bf16": 1.2, "amp
 ROTARY_TABLE_BYTES = {"olmo2": 8, "gemma3_text": 8, "gptj": 0}
 TEXT_ONLY_SKIPS_CROSS = True  # a text-only step skips mllama's cross-attention layers (_runs)
 LEARNED_POSITION_BYTES = 8  # gpt2's int64 position ids, kept for wpe's backward (traced gpt2: 4·h + 28 outside)
-LORA_DROPOUT_BYTES_PER_HIDDEN = 4  # fp32 dropout output kept per adapted module and input unit (traced)
+# CUDA's fused dropout (aten native_dropout; Dropout.cpp is_fused_kernel_acceptable) keeps a bool mask: 1 byte per
+# input unit of each adapted module; its output replaces fp32 adapters' cast copy of the input as lora_A's saved
+# input (traced with traced/cuda_dropout.py; 4 when the CPU trace kept the dropout's fp32 noise)
+LORA_DROPOUT_BYTES_PER_HIDDEN = 1
 # the dropout output is as wide as the module's input: o_proj q, down_proj I (traced llama3.2-1b all-linear: +24,576
 # B per token per layer over 4·h per module); 0: h wide for every module
 DROPOUT_BY_INPUT = 1
@@ -126,9 +131,12 @@ def layer_bytes_per_token(
         # MLP input and o_proj input, bf16
         adapter = where(quant_saves_input(job), adapter + (2 * arch.hidden_size + 2 * arch.q_width), adapter)
         adapter = adapter + lora_inputs_delta(job, arch, adapted_inputs(job, arch, lora))
-        # one fp32 dropout output per adapted module, as wide as its input (DROPOUT_BY_INPUT; 0: h wide)
+        # one dropout mask per adapted module, as wide as its input (DROPOUT_BY_INPUT; 0: h wide); adapters in the
+        # model dtype keep each module's dropout output where, without dropout, lora_A kept the shared input
         dropped = adapted_inputs(job, arch, lora) if DROPOUT_BY_INPUT else adapted * arch.hidden_size
-        adapter = where(job.lora_dropout > 0, adapter + LORA_DROPOUT_BYTES_PER_HIDDEN * dropped, adapter)
+        own = where(model_dtype_adapters(job),
+                    settings_of(job).adapter_bytes * (dropped - distinct_inputs(job, arch)), 0.0)
+        adapter = where(job.lora_dropout > 0, adapter + LORA_DROPOUT_BYTES_PER_HIDDEN * dropped + own, adapter)
         adapter = adapter + kbit_stream_delta(job, arch, adapted_inputs(job, arch, lora), fsdp,
                                               None if layer is None else layer.moe)
         per_token = where(lora, adapter, per_token)

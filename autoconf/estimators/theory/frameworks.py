@@ -57,6 +57,10 @@ class Profile:
     # the stack trains through the HF Trainer, whose accelerate ``convert_outputs_to_fp32`` copies half-precision
     # logits to fp32 under bf16/fp16 mixed precision (loss.BF16_LOSS_FP32_OUTPUT_BYTES_PER_VOCAB)
     fp32_outputs: bool = False
+    # LoRA through peft before 0.12, whose update_layer builds the adapters in the base weights' (floating) dtype
+    # (adapter_bytes 2): lora_A keeps its input itself, one tensor per distinct input, where fp32 adapters keep a
+    # cast copy per module (lora_activations.model_dtype_adapters)
+    peft_model_dtype_adapters: bool = False
     sources: dict[str, str] = field(default_factory=dict)
 
 
@@ -164,7 +168,13 @@ PROFILES: dict[str, Profile] = {
                  "versions": "trl 1.16.0 (PyPI)"}),
     "fsdp-qlora": _hf_like(
         "fsdp-qlora", "Answer.AI fsdp_qlora train.py (2024)", efficient_loading=True, double_quant=True,
+        adapter_bytes=2, peft_model_dtype_adapters=True,
         sources={"load": "low_memory=True (default): rank 0 loads, other ranks build on meta",
+                 "adapter": "peft 0.7.1-0.11.1 tuners/lora/layer.py update_layer moves new adapters to the base "
+                 "weight's dtype when it is floating: train.py's Params4bit in quant_storage=torch_dtype (bf16) for "
+                 "qlora, the bf16 model for lora; its own custom_qlora layers use compute_dtype (bf16). train.py calls "
+                 "FSDP itself (no accelerate upcast), and its last revision (05ed9f2, 2024-06-13) predates peft 0.12's "
+                 "autocast_adapter_dtype (fp32 adapters)",
                  "double_quant": "train.py replace_linear(model.model, Linear4bit, compute_dtype=..., "
                  "quant_type='nf4', quant_storage=...) leaves bitsandbytes Linear4bit(compress_statistics=True) "
                  "(299f51a, cd4a1b5, 4cd6923)"}),

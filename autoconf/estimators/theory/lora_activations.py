@@ -113,14 +113,36 @@ def lora_inputs_delta(job: AnyJob, arch: Architecture, inputs: Num) -> Num:
     # an adapted down projection's frozen base keeps no bf16 input either (mlp_coef keeps it for an adapted one)
     down = 0.0 if arch.is_moe else where(per_value(job.lora_target_modules, adapts_down) > 0,
                                          2.0 * arch.intermediate_size, 0.0)
-    delta = LORA_INPUT_BYTES * inputs - kept - copy - down
+    # adapters in the model dtype cast nothing: lora_A keeps the tensor it reads, once per distinct input
+    saved = where(model_dtype_adapters(job), settings_of(job).adapter_bytes * distinct_inputs(job, arch),
+                  LORA_INPUT_BYTES * inputs)
+    delta = saved - kept - copy - down
     return where(peft_adapters(job), delta, 0.0)
 
 
 def peft_adapters(job: AnyJob) -> Flag:
-    """The traced HF / peft path: LoRA or QLoRA (QLORA_INPUTS) with fp32 adapters; a QLoRA layer keeps what the LoRA
-    layer keeps (traced llama3.2-1b, bf16 QLoRA and LoRA: the same saved tensors, inside and outside the layers)."""
-    return ((job.method == "lora") | ((job.method == "qlora") & bool(QLORA_INPUTS))) & (settings_of(job).adapter_bytes == 4)
+    """The traced HF / peft path: LoRA or QLoRA (QLORA_INPUTS) with fp32 adapters, or with adapters in the model
+    dtype (peft before 0.12); a QLoRA layer keeps what the LoRA layer keeps (traced llama3.2-1b, bf16 QLoRA and
+    LoRA: the same saved tensors, inside and outside the layers)."""
+    adapters = (settings_of(job).adapter_bytes == 4) | model_dtype_adapters(job)
+    return ((job.method == "lora") | ((job.method == "qlora") & bool(QLORA_INPUTS))) & adapters
+
+
+def model_dtype_adapters(job: AnyJob) -> Flag:
+    """peft's LoRA layer with adapters in the model dtype (frameworks.Profile.peft_model_dtype_adapters)."""
+    return settings_of(job).profile.peft_model_dtype_adapters
+
+
+def distinct_inputs(job: AnyJob, arch: Architecture) -> Num:
+    """Input units of one layer's adapted linears counted once per tensor they read: q / k / v one h, the MLP's
+    input linears one h (a parallel block's attention and MLP one together), o_proj q, down I."""
+    def units(targets: tuple[str, ...]) -> float:
+        try:
+            names = {lin.name for lin in arch.lora_targets(targets) if lin.per_layer == 1}
+        except ValueError:
+            return 0.0
+        return _shared_inputs(arch, targets, None) + arch.q_width * (FAMILIES[arch.family].out in names)
+    return per_value(job.lora_target_modules, units)
 
 
 def kbit_stream_delta(job: AnyJob, arch: Architecture, inputs: Num, fsdp: Flag = False,

@@ -115,6 +115,7 @@ class ProfileColumns:
         self.quant_saves_input = np.array([p.quant_saves_input for p in profiles], dtype=bool)
         self.kbit_upcast = np.array([p.kbit_upcast for p in profiles], dtype=bool)
         self.fp32_outputs = np.array([p.fp32_outputs for p in profiles], dtype=bool)
+        self.peft_model_dtype_adapters = np.array([p.peft_model_dtype_adapters for p in profiles], dtype=bool)
         self.fused_ce_bytes_per_vocab = np.array([p.fused_ce_bytes_per_vocab or 0 for p in profiles], dtype=float)
         self.loss_segment_bytes_per_vocab = np.array([p.loss_segment_bytes_per_vocab for p in profiles], dtype=float)
         self.has_fit = np.array([p.device_fit is not None for p in profiles], dtype=bool)
@@ -139,7 +140,8 @@ class ResolvedColumns:
     def __init__(self, frameworks: np.ndarray, explicit: dict[str, np.ndarray]) -> None:
         keys, inverse = np.unique(frameworks, return_inverse=True)
         self.profile = ProfileColumns(keys)
-        for name in ("full_copy_on_gpu", "quant_saves_input", "kbit_upcast", "fp32_outputs", "fused_ce_bytes_per_vocab",
+        for name in ("full_copy_on_gpu", "quant_saves_input", "kbit_upcast", "fp32_outputs",
+                     "peft_model_dtype_adapters", "fused_ce_bytes_per_vocab",
                      "loss_segment_bytes_per_vocab", "has_fit", "fit_context", "fit_nccl", "fit_fragmentation"):
             setattr(self.profile, name, getattr(self.profile, name)[inverse])
         for name, given in explicit.items():  # NaN = not set: the profile's value
@@ -224,6 +226,7 @@ class JobColumns:
                             ("quant_saves_input", bool(profile.quant_saves_input)),
                             ("kbit_upcast", bool(profile.kbit_upcast)),
                             ("fp32_outputs", bool(profile.fp32_outputs)),
+                            ("peft_model_dtype_adapters", bool(profile.peft_model_dtype_adapters)),
                             ("fused_ce_bytes_per_vocab", float(profile.fused_ce_bytes_per_vocab or 0)),
                             ("loss_segment_bytes_per_vocab", float(profile.loss_segment_bytes_per_vocab)),
                             ("has_fit", fit is not None), ("fit_context", fit.context_bytes if fit else 0.0),

@@ -48,6 +48,7 @@ import transformers.masking_utils
 from torch.nn.parallel import DistributedDataParallel
 from torch.overrides import TorchFunctionMode
 
+from autoconf.estimators.traced import cuda_dropout
 from autoconf.estimators.traced.allocator import replay
 from autoconf.estimators.traced.fsdp1 import (
     checkpoint_units,
@@ -196,6 +197,7 @@ def trace_rank(spec: dict[str, Any]) -> dict[str, Any]:
     """Load, two steps at ``spec['shape']`` and a checkpoint save of rank 0 of ``spec['world']`` ranks."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
+    cuda_dropout.install()
     strategy, world = spec["strategy"], int(spec["world"])
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}; got {strategy}")
@@ -311,6 +313,7 @@ def run_one(spec_path: str, out_path: str, tracer: Callable[[dict[str, Any]], di
     """Trace SPEC.json's spec with ``tracer`` (default: the HF rank trace; the stack drivers pass their own);
     the samples and events go to OUT.npz; the summary is returned."""
     spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
+    cuda_dropout.install()
     out = (tracer or trace_rank)(spec)
     np.savez_compressed(out_path, samples=out["samples"], events=out["events"])
     return summarise(out, bool(spec.get("expandable_segments")))

@@ -2,8 +2,9 @@
 
 The spec is also the trace cache's key, so a key appears only where the trace differs from the installed stack's
 (earlier cache entries stay valid): the LoRA targets in the architecture's own module names, the transformers
-release's loss line, the bitsandbytes release's kept 4-bit input, a stack loop that holds the model output, and
-SDPA's mask past a sliding window.
+release's loss line, the bitsandbytes release's kept 4-bit input, a stack loop that holds the model output,
+adapters in the model dtype (peft before 0.12), a LoRA dropout traced as CUDA runs it, and SDPA's mask past a
+sliding window.
 """
 
 from __future__ import annotations
@@ -54,6 +55,12 @@ def trace_spec(job: Job, arch: Architecture) -> dict[str, Any]:
     if job.method in ("lora", "qlora"):
         spec.update(lora_r=job.lora_r, lora_alpha=job.lora_alpha, lora_dropout=job.lora_dropout,
                     lora_target_modules=list(lora_targets(job, arch)))
+        if job.lora_dropout > 0:  # traced as CUDA's fused dropout (cuda_dropout.py): earlier CPU-dropout keys retire
+            spec["cuda_dropout"] = True
+        if resolve(job).profile.peft_model_dtype_adapters:
+            # the stack's peft (before 0.12) builds the adapters in the base weights' dtype (model._lora); absent
+            # for fp32 adapters: earlier cache keys stay valid
+            spec["adapter_dtype"] = "model"
     if job.method == "qlora":
         spec.update(double_quant=resolve(job).double_quant, kbit_upcast=resolve(job).kbit_upcast)
     if job.effective_loss_kernel != "hf":  # absent for HF's loss: earlier cache keys stay valid

@@ -31,7 +31,15 @@ def _lora(model: nn.Module, spec: dict[str, Any]) -> nn.Module:
     )
     # peft's default autocast_adapter_dtype=True keeps adapters in fp32 next to a bf16 base, as
     # in a real peft run: their weights, grads and AdamW states are 4 B/param.
-    return peft.get_peft_model(model, config)
+    adapted = peft.get_peft_model(model, config)
+    if spec.get("adapter_dtype") == "model":
+        # peft before 0.12 (tuners/lora/layer.py update_layer, read at 0.7.1 and 0.10.0) moves each new adapter to
+        # its base weight's floating dtype: the model dtype (or a 4-bit weight's floating quant_storage), 2 B/param
+        param_dtype, _ = DTYPES[spec["dtype"]]
+        for name, module in adapted.named_modules():
+            if name.rsplit(".", 1)[-1] in ("lora_A", "lora_B"):
+                module.to(param_dtype)
+    return adapted
 
 
 def meta_model(spec: dict[str, Any]) -> nn.Module:

@@ -37,6 +37,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from autoconf.defaults import STATE_PARTS
+from autoconf.estimators.traced import cuda_dropout
 from autoconf.estimators.traced.hf_config import DTYPES
 from autoconf.estimators.traced.kernels import kernel_loss, transients
 from autoconf.estimators.traced.model import build_model, build_optimizer
@@ -309,6 +310,7 @@ def trace(spec: dict[str, Any]) -> dict[str, Any]:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     transformers.masking_utils.find_packed_sequence_indices = _no_packed_sequences
+    cuda_dropout.install()
     torch.manual_seed(0)
     fake_mode = None if spec.get("real") else FakeTensorMode(allow_non_fake_inputs=True)
     start = time.perf_counter()
