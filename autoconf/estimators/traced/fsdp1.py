@@ -56,7 +56,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from autoconf.estimators.traced.step import GRADIENTS, WEIGHTS
+from autoconf.estimators.traced.live_bytes import GRADIENTS, WEIGHTS
 from autoconf.estimators.traced.wrap import ACTIVE
 
 
