@@ -23,7 +23,8 @@ BATCH, SEQ, VOCAB = 2, 64, 512
 def _end_of_backward(keep_output: bool) -> int:
     """Live bytes at the last sample of the backward phase of one traced train.py step, with or without the held
     output (the stack's own spec holds it)."""
-    from autoconf.estimators.traced.step import BACKWARD, trace
+    from autoconf.estimators.traced.live_bytes import BACKWARD
+    from autoconf.estimators.traced.step import trace
 
     job = Job(model=TINY, framework="fsdp-qlora", method="lora", lora_dropout=0.0, optimizer_impl="foreach",
               tokens_per_sample=SEQ, batch_size=BATCH, gradient_checkpointing=False)

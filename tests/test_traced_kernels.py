@@ -106,7 +106,7 @@ def test_liger_stand_in_allocations_by_hand(trained_head: bool) -> None:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from autoconf.estimators.traced.kernels import FusedLinearCrossEntropy
-    from autoconf.estimators.traced.step import LiveBytes
+    from autoconf.estimators.traced.live_bytes import LiveBytes
 
     tokens, h, vocab = 100, 64, 512
     with FakeTensorMode():

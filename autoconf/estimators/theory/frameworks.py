@@ -4,8 +4,9 @@ A profile is data: the values a stack uses for the settings that ``Job`` exposes
 (``fsdp_cpu_ram_efficient_loading``, ``double_quant``, ``quantize_lm_head``, the loss kernel,
 ``optimizer_in_backward``, ``activation_offloading``, ``expandable_segments``), plus behaviours that
 are not user settings (the adapter dtype, whether 4-bit matmuls keep their input, where a rank's
-checkpoint copy lands at load, and — for the one stack we have device-level measurements of — the
-fitted CUDA-side overhead). ``resolve(job)`` merges the Job's explicit values over its profile.
+checkpoint copy lands at load, what the traced estimator follows of its loop and sharding, and — for the
+one stack we have device-level measurements of — the fitted CUDA-side overhead). ``resolve(job)`` merges the
+Job's explicit values over its profile.
 docs/frameworks.md is the readable form of this table, with the version range and a source per claim.
 """
 
@@ -54,6 +55,18 @@ class Profile:
     # tensor parallel: the loss splits the vocabulary over the TP ranks (each holds V / tp of the logits); False =
     # transformers' tp_plan, whose LM head gathers its output on every rank (the whole vocabulary's logits per rank)
     vocab_parallel_loss: bool = False
+    # traced: the stack's loop holds the model output (its logits) through backward and the optimizer step, where the
+    # HF Trainer keeps only the loss (trace spec ``keep_output``)
+    holds_output: bool = False
+    # traced: the stack's sharded QLoRA keeps every 4-bit weight's quant state whole on each GPU (no parameter: FSDP
+    # neither shards nor offloads it), where the replica's sharding would scale it with the weights
+    whole_quant_states: bool = False
+    # traced: the stack's multi-GPU jobs run the HF Trainer's model under accelerate's FSDP1 (torch
+    # FullyShardedDataParallel; fsdp1.py), full shard only, and are traced as FSDP1 ranks (ranks.fsdp1_job)
+    fsdp1: bool = False
+    # traced: the stack's multi-GPU QLoRA runs FSDP1 with bitsandbytes' 4-bit weights in the flat parameters (traced
+    # as FSDP1 ranks; other multi-GPU QLoRA is traced on one replica)
+    fsdp1_qlora: bool = False
     # the stack trains through the HF Trainer, whose accelerate ``convert_outputs_to_fp32`` copies half-precision
     # logits to fp32 under bf16/fp16 mixed precision (loss.BF16_LOSS_FP32_OUTPUT_BYTES_PER_VOCAB)
     fp32_outputs: bool = False
@@ -81,6 +94,18 @@ _ACC_LOAD = "accelerate FullyShardedDataParallelPlugin: cpu_ram_efficient_loadin
 _TRAINER_NO_MOVE = "transformers Trainer does not move an FSDP model to the GPU before accelerate wraps it"
 _FP32_OUT = ("accelerate utils/operations.py ConvertOutputsToFp32, wrapped around the forward by "
              "Accelerator.prepare_model under the HF Trainer's bf16=True")
+_FMS_FSDP1 = ("fms-acceleration's benchmark accelerate.yaml: `accelerate launch` with an FSDP config of "
+              "fsdp_version 1, FULL_SHARD (fsdp1.py)")
+_PEFT_FSDP1_QLORA = ("the peft profile's only multi-GPU rows are fms-acceleration's baseline-peft-bnb (fms-hf-tuning "
+                     "and TRL's SFTTrainer under its benchmark's accelerate.yaml, FSDP1), loaded by its bitsandbytes "
+                     "plugin with bnb_4bit_quant_storage set to the model dtype under FSDP (framework_plugin_bnb.py "
+                     "model_loader)")
+_QLORA_OUTPUT = ("train.py binds output = model(...) and drops it only after optimizer.step() (\"Delete the output so "
+                 "more memory frees up before the next forward pass\", 4cd6923 and cd4a1b5)")
+_QLORA_STATES = ("train.py load_and_quantize quantises on the GPU and moves only the packed data to cpu/meta "
+                 "(param.__dict__ kept); the quant state is no parameter, so FSDP neither shards nor offloads it "
+                 "(docs/traced_vs_theory.md finding 23.6)")
+_QLORA_FSDP1 = "train.py wraps the model in torch FullyShardedDataParallel itself, as accelerate's FSDP1 (fsdp1.py)"
 _KBIT = ("peft utils/other.py prepare_model_for_kbit_training casts every fp16/bf16 parameter that is not Params4bit "
          "to fp32; TRL SFTTrainer calls it for a 4-bit model unless the QLoRA is sharded (FSDP, Params4bit on CPU)")
 
@@ -103,12 +128,13 @@ PROFILES: dict[str, Profile] = {
     "hf-trainer": _hf_like("hf-trainer", "transformers 4.46–5.x, TRL SFTTrainer, accelerate ≥ 1.0", kbit_upcast=True,
                            fp32_outputs=True, sources={"kbit_upcast": _KBIT, "fp32_outputs": _FP32_OUT}),
     "peft": _hf_like("peft", "peft 0.12–0.21 under transformers Trainer", kbit_upcast=True, fp32_outputs=True,
+                     fsdp1_qlora=True,
                      sources={"kbit_upcast": f"{_KBIT} (the peft QLoRA recipe calls it itself)",
-                              "fp32_outputs": _FP32_OUT}),
+                              "fp32_outputs": _FP32_OUT, "fsdp1_qlora": _PEFT_FSDP1_QLORA}),
     "fms-hf-tuning": _hf_like(
         "fms-hf-tuning", "fms-hf-tuning 2.x with fms-acceleration (the ado SFTTrainer stack)",
-        efficient_loading=True, quant_saves_input=False, device_fit=FMS_FIT, fp32_outputs=True,
-        sources={"load": "fms-hf-tuning's FSDP config sets fsdp_cpu_ram_efficient_loading: true",
+        efficient_loading=True, quant_saves_input=False, device_fit=FMS_FIT, fp32_outputs=True, fsdp1=True,
+        sources={"load": "fms-hf-tuning's FSDP config sets fsdp_cpu_ram_efficient_loading: true", "fsdp1": _FMS_FSDP1,
                  "quant_input": "fms-acceleration QLoRA runs GPTQ/fused Triton kernels with their own autograd; "
                  "kept as fitted on its rows (not verified separately)",
                  "device": "device overhead fitted on 1,092 fms-acceleration A100-80GB rows (in-sample)"}),
@@ -177,7 +203,9 @@ PROFILES: dict[str, Profile] = {
                  "autocast_adapter_dtype (fp32 adapters)",
                  "double_quant": "train.py replace_linear(model.model, Linear4bit, compute_dtype=..., "
                  "quant_type='nf4', quant_storage=...) leaves bitsandbytes Linear4bit(compress_statistics=True) "
-                 "(299f51a, cd4a1b5, 4cd6923)"}),
+                 "(299f51a, cd4a1b5, 4cd6923)",
+                 "holds_output": _QLORA_OUTPUT, "quant_states": _QLORA_STATES, "fsdp1": _QLORA_FSDP1},
+        holds_output=True, whole_quant_states=True, fsdp1=True),
     "llm-foundry": _hf_like(
         "llm-foundry", "llm-foundry 0.4–0.10 (Composer + PyTorch FSDP1), MPT and HF models",
         own_model_code=True, efficient_loading=True,

@@ -2,108 +2,54 @@
 
 Every formula of the theory takes a job and a placement. A ``Job``/``Placement`` is one row (its fields are Python
 scalars); ``JobColumns``/``PlacementColumns`` hold the same fields as numpy arrays, one entry per row of a batch that
-shares an architecture. The helpers below (``where``, ``is_in``, ``minimum``, ...) are what the formulas use for a
-branch on a job or placement field: plain Python for one ``Job`` (the form the scalar callers use: the VRAM-budget
-dialect, the traced estimator, the planners), numpy masks for columns. ``memory.estimate_memory`` itself is a batch
-of one row. Framework profiles are resolved once per distinct framework and spread into columns
+shares an architecture. The helpers (``where``, ``is_in``, ``minimum``, ...; rowwise.py) are what the formulas use
+for a branch on a job or placement field: plain Python for one ``Job`` (the form the scalar callers use: the
+VRAM-budget dialect, the traced estimator, the planners), numpy masks for columns. ``memory.estimate_memory`` itself
+is a batch of one row. Framework profiles are resolved once per distinct framework and spread into columns
 (``ResolvedColumns``); no formula runs Python per row of a batch.
+
+This module holds the Job columns; the Placement columns are placement_columns.py's. Callers import all of these
+names from here (``__all__``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Self, get_args
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from autoconf.defaults import FRAMEWORK_LOSS_KERNEL, GPUS_PER_NODE
+from autoconf.defaults import FRAMEWORK_LOSS_KERNEL
 from autoconf.estimators.theory.frameworks import PROFILES, Resolved, resolve
-from autoconf.schema import Job, Placement, Strategy
+from autoconf.estimators.theory.placement_columns import (
+    STRATEGY_NAMES,
+    AnyPlacement,
+    PlacementColumns,
+    node_size,
+    strategy_in,
+)
+from autoconf.estimators.theory.rowwise import (
+    Codes,
+    Flag,
+    FlatColumns,
+    Num,
+    Table,
+    is_in,
+    lookup,
+    maximum,
+    minimum,
+    not_,
+    per_value,
+    where,
+)
+from autoconf.schema import Job
 
-# A float for one Job/Placement, or a float array with one entry per row of a batch (numpy broadcasts both ways).
-Num = Any
-Flag = Any  # a bool for one row, a bool array for a batch
-
-
-_BOOLS = (bool, np.bool_)  # a tuple: isinstance over it is faster than over the union ``bool | np.bool_``
-
-
-def where(cond: Flag, a: Num, b: Num) -> Num:
-    """``a if cond else b`` for one row; np.where over rows."""
-    if isinstance(cond, _BOOLS):
-        return a if cond else b
-    return np.where(cond, a, b)
-
-
-def not_(flag: Flag) -> Flag:
-    return not flag if isinstance(flag, _BOOLS) else ~flag
-
-
-def is_in(value: Any, choices: Sequence[Any]) -> Flag:  # noqa: ANN401 - a field: a scalar or a column
-    """``value in choices`` for one row; a mask over rows."""
-    if not isinstance(value, np.ndarray):
-        return value in choices
-    mask = np.zeros(value.shape, dtype=bool)
-    for c in choices:
-        mask |= value == c
-    return mask
-
-
-def minimum(a: Num, b: Num) -> Num:
-    return min(a, b) if not isinstance(a, np.ndarray) and not isinstance(b, np.ndarray) else np.minimum(a, b)
-
-
-def maximum(a: Num, b: Num) -> Num:
-    return max(a, b) if not isinstance(a, np.ndarray) and not isinstance(b, np.ndarray) else np.maximum(a, b)
-
-
-def lookup(value: Any, table: Mapping[Any, float]) -> Num:  # noqa: ANN401
-    """``table[value]`` for one row; per row by one comparison per table entry (a ``Table``'s default elsewhere)."""
-    if not isinstance(value, np.ndarray):
-        return table[value]
-    out = np.full(value.shape, table.default if isinstance(table, Table) else np.nan)
-    for key, found in table.items():
-        out[value == key] = found
-    return out
-
-
-class Table(dict[str, float]):
-    """A lookup table with a default for the keys it does not name."""
-
-    def __init__(self, table: Mapping[str, float], default: float) -> None:
-        super().__init__(table)
-        self.default = default
-
-    def __missing__(self, key: str) -> float:
-        return self.default
-
-
-def per_value(value: Any, fn: Callable[[Any], float]) -> Num:  # noqa: ANN401
-    """``fn(value)`` for one row; ``fn`` once per distinct value of a column (e.g. LoRA targets, image sizes)."""
-    if isinstance(value, Codes):
-        return np.array([fn(v) for v in value.table], dtype=float)[value.codes]
-    if not isinstance(value, np.ndarray):
-        return fn(value)
-    keys, inverse = np.unique(value, return_inverse=True)
-    return np.array([fn(k) for k in keys.tolist()], dtype=float)[inverse]
-
-
-@dataclass(frozen=True)
-class Codes:
-    """A column of hashable values (LoRA target tuples): distinct values and each row's index into them."""
-
-    table: tuple[Any, ...]
-    codes: np.ndarray
-
-    @classmethod
-    def of(cls, values: Sequence[Any] | np.ndarray) -> Codes:
-        index: dict[Any, int] = {}
-        codes = np.fromiter((index.setdefault(v, len(index)) for v in values), dtype=np.int64, count=len(values))
-        return cls(tuple(index), codes)
-
-    def take(self, rows: np.ndarray | slice) -> Codes:
-        return Codes(self.table, self.codes[rows])
+__all__ = [  # the names callers import from here (several live in rowwise.py and placement_columns.py)
+    "JOB_BOOL", "JOB_INT", "JOB_TEXT", "OVERRIDES", "OVERRIDE_FIELDS", "STRATEGY_NAMES", "AnyJob", "AnyPlacement",
+    "Codes", "Flag", "FlatColumns", "JobColumns", "Num", "PlacementColumns", "ProfileColumns", "ResolvedColumns",
+    "Table", "is_in", "lookup", "lookup_text", "maximum", "minimum", "node_size", "not_", "per_value", "settings_of",
+    "strategy_in", "where",
+]
 
 
 class ProfileColumns:
@@ -276,92 +222,9 @@ def lookup_text(value: np.ndarray, table: Mapping[str, str], default: str) -> np
     return out.astype(str)
 
 
-class FlatColumns:
-    """Columns that are numpy arrays of one length, or a Python scalar that every row shares: ``take`` selects the
-    same rows of each array."""
-
-    def take(self, rows: np.ndarray | slice) -> Self:
-        out = object.__new__(type(self))
-        for name, value in self.__dict__.items():
-            setattr(out, name, value[rows] if isinstance(value, np.ndarray) else value)
-        return out
-
-
-STRATEGY_NAMES: tuple[str, ...] = get_args(Strategy)
-_STRATEGY_TEXT = np.array(STRATEGY_NAMES)
-_FSDP, _DDP = STRATEGY_NAMES.index("fsdp"), STRATEGY_NAMES.index("ddp")
-
-
-class PlacementColumns(FlatColumns):
-    """The Placement fields the theory reads, one numpy entry per row (``gpus_per_worker`` 0 = the default;
-    ``offload`` may be one string that every row shares, as the layout search gives it).
-
-    The effective strategy is held as ``strategy_code``, an index of STRATEGY_NAMES per row: the formulas ask
-    which strategies a row has (``strategy_in``) about twenty times, an integer comparison each instead of a
-    text one."""
-
-    def __init__(self, number_gpus: np.ndarray, gpus_per_worker: np.ndarray, tp: np.ndarray, pp: np.ndarray,
-                 offload: np.ndarray | str, strategy: np.ndarray | None, codes: np.ndarray | None = None) -> None:
-        """``strategy``: "" where the Placement leaves it to the default (fsdp on > 1 data-parallel GPU, else ddp);
-        or ``codes``: every row's effective strategy as an index of STRATEGY_NAMES (then ``strategy`` is None)."""
-        self.number_gpus, self.gpus_per_worker, self.tp, self.pp = number_gpus, gpus_per_worker, tp, pp
-        self.offload = offload
-        self.dp = number_gpus // (tp * pp)
-        if codes is None:
-            assert strategy is not None
-            codes = np.where(self.dp > 1, _FSDP, _DDP).astype(np.int8)  # the default, where strategy is ""
-            for i, name in enumerate(STRATEGY_NAMES):
-                codes[strategy == name] = i
-        self.strategy_code = codes
-
-    @property
-    def effective_strategy(self) -> np.ndarray:
-        """The effective strategy of every row as text."""
-        out: np.ndarray = _STRATEGY_TEXT[self.strategy_code]
-        return out
-
-    @classmethod
-    def of(cls, places: Sequence[Placement]) -> PlacementColumns:
-        def ints(name: str) -> np.ndarray:
-            return np.array([getattr(p, name) or 0 for p in places], dtype=np.int64)
-
-        return cls(ints("number_gpus"), ints("gpus_per_worker"), ints("tp"), ints("pp"),
-                   np.array([p.offload for p in places], dtype=str), np.array([p.strategy or "" for p in places],
-                                                                              dtype=str))
-
-
-
 AnyJob = Job | JobColumns
-AnyPlacement = Placement | PlacementColumns
-
-
-def strategy_in(placement: AnyPlacement, choices: Sequence[str]) -> Flag:
-    """``placement.effective_strategy in choices`` for one Placement; a mask over rows (by strategy_code)."""
-    if isinstance(placement, Placement):
-        return placement.effective_strategy in choices
-    key = tuple(choices)
-    table = _CHOICE_TABLES.get(key)
-    if table is None:  # one look-up per row instead of a comparison per choice
-        table = np.zeros(len(STRATEGY_NAMES), dtype=bool)
-        table[[STRATEGY_NAMES.index(c) for c in choices]] = True
-        table.flags.writeable = False
-        _CHOICE_TABLES[key] = table
-    out: np.ndarray = table[placement.strategy_code]
-    return out
-
-
-# strategy_in's tables by choices: constants of STRATEGY_NAMES (the formulas ask about a dozen fixed sets)
-_CHOICE_TABLES: dict[tuple[str, ...], np.ndarray] = {}
 
 
 def settings_of(job: AnyJob) -> Resolved | ResolvedColumns:
     """The resolved framework settings of one Job, or the columns of a batch."""
     return resolve(job) if isinstance(job, Job) else job.settings
-
-
-def node_size(placement: AnyPlacement) -> Num:
-    """GPUs per worker: the Placement's, else min(number_gpus, GPUS_PER_NODE)."""
-    if isinstance(placement, Placement):
-        return placement.gpus_per_worker or min(placement.number_gpus, GPUS_PER_NODE)
-    return np.where(placement.gpus_per_worker > 0, placement.gpus_per_worker,
-                    np.minimum(placement.number_gpus, GPUS_PER_NODE))

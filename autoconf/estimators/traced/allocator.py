@@ -1,6 +1,6 @@
 """Replay an allocation/free sequence through a model of PyTorch's CUDA caching allocator.
 
-The traced step logs every storage's allocation and free (autoconf/estimators/traced/step.py, ``events``);
+The traced step logs every storage's allocation and free (autoconf/estimators/traced/live_bytes.py, ``events``);
 this module plays them through the rules of ``DeviceCachingAllocator`` in
 c10/cuda/CUDACachingAllocator.cpp (pytorch/pytorch, read at eb42ad6e) to get ``max_memory_reserved``:
 the bytes of the segments cudaMalloc'd, free blocks included. Pure Python: no torch.

@@ -15,7 +15,7 @@ creation, which it never does with FSDP2 (transformers 5.24 trainer.py, ``is_fsd
 under ``no_sync()``: the reducer's in-place bucket all-reduce and its bucket rebuild after step 1 read
 data, and skipping them frees or allocates nothing.
 
-Then, under one tracker (autoconf/estimators/traced/step.py's ``LiveBytes`` with an allocation log):
+Then, under one tracker (autoconf/estimators/traced/live_bytes.py's ``LiveBytes`` with an allocation log):
 materialisation of the rank's parameters (``to_empty``: the load phase), two training steps (forward with
 the model's loss, backward, ``clip_grad_norm_(1.0)`` as the Trainer's ``max_grad_norm``, AdamW step,
 ``zero_grad``): the first creates the optimizer states, the second is steady (``short_first_step`` traces
@@ -61,8 +61,7 @@ from autoconf.estimators.traced.fsdp1 import (
 )
 from autoconf.estimators.traced.hf_config import DTYPES
 from autoconf.estimators.traced.hf_parallel import by_mesh, clip_by_mesh, parallel_model, split_by_mesh
-from autoconf.estimators.traced.model import build_optimizer, finish, meta_model
-from autoconf.estimators.traced.step import (
+from autoconf.estimators.traced.live_bytes import (
     ACTIVATIONS,
     BACKWARD,
     FORWARD,
@@ -71,13 +70,12 @@ from autoconf.estimators.traced.step import (
     OPT_STEP,
     OPTIMIZER,
     WEIGHTS,
-    StepHooks,
-    _no_packed_sequences,
-    kept_output,
 )
+from autoconf.estimators.traced.model import build_optimizer, finish, meta_model
+from autoconf.estimators.traced.step import StepHooks, _no_packed_sequences, kept_output
 from autoconf.estimators.traced.wrap import ACTIVE, RankBytes, join_world, patch_fsdp, wrap_ddp, wrap_fsdp2
 
-# Phase codes of the samples: step.py's four, then these (the estimator maps them to schema phases).
+# Phase codes of the samples: live_bytes.py's four, then these (the estimator maps them to schema phases).
 CLIP, LOAD, SAVE = 4, 5, 6
 PHASES = ("forward", "loss", "backward", "optimizer", "clip", "load", "save")
 # single: one unwrapped GPU, for the allocator replay of a one-GPU step (docs/traced_vs_theory.md, findings)

@@ -53,10 +53,6 @@ logger = logging.getLogger(__name__)
 # fitted (theory/risk_table.py), as an assumption; read as the σ of log(actual / predicted) peak.
 TRACED_REL_SIGMA = 0.06
 WEIGHTS, GRADIENTS, OPTIMIZER = range(3)
-# Stacks whose sharded QLoRA keeps every 4-bit weight's quant state whole on each GPU: train.py's
-# ``load_and_quantize`` quantises on the GPU and moves only the packed data to cpu/meta (``param.__dict__`` kept);
-# the state is no parameter, so FSDP neither shards nor offloads it (docs/traced_vs_theory.md finding 23.6).
-WHOLE_QUANT_STATE_STACKS = ("fsdp-qlora",)
 
 
 def sharding(job: Job, arch: Architecture, placement: Placement) -> tuple[np.ndarray, np.ndarray]:
@@ -66,7 +62,8 @@ def sharding(job: Job, arch: Architecture, placement: Placement) -> tuple[np.nda
     single-GPU states: FSDP/ZeRO degrees, offload, DeepSpeed's fp32 master copies); the gathered
     FSDP/ZeRO-3 units and ZeRO buckets are added to the weights outside the optimizer step; DDP and
     DeepSpeed keep gradients allocated through forward and backward; the quant states of a
-    ``WHOLE_QUANT_STATE_STACKS`` QLoRA sharded over several GPUs stay whole, unscaled.
+    QLoRA sharded over several GPUs by a stack that keeps them whole (frameworks.Profile.whole_quant_states) stay
+    whole, unscaled.
     """
     one = model_states(job, arch, Placement(gpu_model=placement.gpu_model, number_gpus=1))
     many = model_states(job, arch, placement)
@@ -83,7 +80,7 @@ def sharding(job: Job, arch: Architecture, placement: Placement) -> tuple[np.nda
             if many.grads_persist:
                 scale[phase, GRADIENTS] = 0.0
                 add[phase, GRADIENTS] = many.gradients
-    if job.framework in WHOLE_QUANT_STATE_STACKS and placement.dp > 1:
+    if resolve(job).profile.whole_quant_states and placement.dp > 1:
         # the trace's weights hold the quant states whole; scaled with them, put back what the scale took
         states = quant_state_bytes(job, arch)
         add[:, WEIGHTS] += states * (1.0 - scale[:, WEIGHTS])

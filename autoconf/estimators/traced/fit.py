@@ -30,7 +30,7 @@ import numpy as np
 logger = logging.getLogger(__name__)
 
 FIT_VERSION = 2  # part of the cache key: bump when the trace or the fit changes meaning
-NUM_CATEGORIES = 5  # weights, gradients, optimizer, activations, logits (autoconf/estimators/traced/step.py)
+NUM_CATEGORIES = 5  # weights, gradients, optimizer, activations, logits (autoconf/estimators/traced/live_bytes.py)
 PHASE_NAMES = ("forward", "loss", "backward", "optimizer")
 TRACE_TIMEOUT_S = 900  # a 405B-shaped trace takes ~1 min on a loaded core; anything slower is stuck
 # Fit shapes (batch, seq) and one check shape per regime. Trace cost grows with the number of ops,

@@ -35,7 +35,7 @@ on the checkpoint's detached input, so FSDP1's reshard-only hook (``_register_po
 ``_finalize_params`` at the end of backward) holds that input and the gradient accumulated into it: each
 layer keeps 2·h + 2·h bytes per token until backward ends, instead of 2·h.
 
-peft QLoRA (ranks.FSDP1_QLORA_STACKS, fms-acceleration's ``baseline-peft-bnb``): the model is quantised in host
+peft QLoRA (frameworks.Profile.fsdp1_qlora, fms-acceleration's ``baseline-peft-bnb``): the model is quantised in host
 memory (``qlora_model``) with its packed 4-bit weights in the model dtype (``bnb_4bit_quant_storage``), which FSDP1
 flattens with the layer's norms; no kbit upcast (TRL's ``is_sharded_qlora``); the quant states, no parameters, are
 moved to the device whole (``four_bit_states_to_device``); ``MixedPrecision`` in the storage dtype.
@@ -56,7 +56,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from autoconf.estimators.traced.step import GRADIENTS, WEIGHTS
+from autoconf.estimators.traced.live_bytes import GRADIENTS, WEIGHTS
 from autoconf.estimators.traced.wrap import ACTIVE
 
 

@@ -22,10 +22,6 @@ from autoconf.schema import Job
 
 # Architecture fields that do not change the model (kept out of the cache key).
 _NON_STRUCTURAL = ("source", "verification", "answerable", "aliases")
-# Stacks whose training loop holds the model output (its logits) through backward and the optimizer step:
-# Answer.AI fsdp_qlora's train.py binds ``output = model(...)`` and drops it only after ``optimizer.step()``
-# ("Delete the output so more memory frees up before the next forward pass", 4cd6923 and cd4a1b5).
-OUTPUT_HOLDING_STACKS = ("fsdp-qlora",)
 
 
 def lora_targets(job: Job, arch: Architecture) -> tuple[str, ...]:
@@ -70,7 +66,7 @@ def trace_spec(job: Job, arch: Architecture) -> dict[str, Any]:
         spec["hf_loss"] = line
     if line == "bf16-4.x" and resolve(job).profile.fp32_outputs:  # accelerate's fp32 copy is then the peak
         spec["fp32_outputs"] = True
-    if job.effective_loss_kernel == "hf" and job.framework in OUTPUT_HOLDING_STACKS:
+    if job.effective_loss_kernel == "hf" and resolve(job).profile.holds_output:  # the loop holds the output
         spec["keep_output"] = True
     if bnb_keeps_input(job):  # absent for bitsandbytes >= 0.43.2 (the installed behaviour): earlier keys stay valid
         spec["bnb_keeps_input"] = True

@@ -44,14 +44,7 @@ STRATEGIES = ("ddp", "fsdp", "fsdp-shard-grad-op", "fsdp-hybrid")  # data-parall
 TP_DP_STRATEGIES = ("fsdp", "ddp", "fsdp-hybrid")
 # Stacks whose multi-GPU step is the HF Trainer's through accelerate (FSDP2 wrapping of dist.py, or DDP).
 ACCELERATE_STACKS = ("hf-trainer", "peft")
-# Stacks that run the HF Trainer under accelerate's FSDP1 (torch FullyShardedDataParallel; fsdp1.py), full shard only.
-FSDP1_STACKS = ("fms-hf-tuning", "fsdp-qlora")
 FSDP1_VERSION = 4  # bump when the FSDP1 rank trace changes meaning (its cache keys only)
-# QLoRA stacks whose FSDP is accelerate's FSDP1 with bitsandbytes' 4-bit weights in the flat parameters: the peft
-# profile's only multi-GPU rows are fms-acceleration's ``baseline-peft-bnb`` (fms-hf-tuning and TRL's SFTTrainer
-# under its benchmark's accelerate.yaml, FSDP1), loaded by its bitsandbytes plugin with ``bnb_4bit_quant_storage``
-# set to the model dtype under FSDP (framework_plugin_bnb.py ``model_loader``).
-FSDP1_QLORA_STACKS = ("peft",)
 # Job.dtype -> bnb_4bit_quant_storage under FSDP: the model's torch_dtype (the weights' dtype; fp32 under amp-*)
 QUANT_STORAGE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "amp-bf16": "float32",
                  "amp-fp16": "float32"}
@@ -77,7 +70,7 @@ def rank_unsupported(job: Job, placement: Placement) -> str | None:
         return f"strategy {strategy} (rank traces cover {', '.join(STRATEGIES)})"
     if strategy == "fsdp-hybrid" and (placement.workers < 2 or placement.number_gpus % placement.workers):
         return f"fsdp-hybrid over {placement.workers} node(s) of {placement.number_gpus} GPUs (needs >= 2 equal nodes)"
-    qlora_fsdp1 = job.method == "qlora" and job.framework in FSDP1_QLORA_STACKS and fsdp1_job(job, placement)
+    qlora_fsdp1 = job.method == "qlora" and resolve(job).profile.fsdp1_qlora and fsdp1_job(job, placement)
     if (job.method == "qlora" and not qlora_fsdp1) or job.effective_loss_kernel != "hf" or job.optimizer == "adamw-8bit":
         return "QLoRA, loss kernels and 8-bit AdamW (traced on one replica only)"
     if placement.offload != "none":
@@ -90,13 +83,15 @@ def rank_unsupported(job: Job, placement: Placement) -> str | None:
 
 
 def fsdp1_job(job: Job, placement: Placement) -> bool:
-    """The job's ranks run FSDP1 (``FSDP1_STACKS``; QLoRA of ``FSDP1_QLORA_STACKS``), without tensor parallelism."""
-    stack = job.framework in FSDP1_STACKS or (job.method == "qlora" and job.framework in FSDP1_QLORA_STACKS)
+    """The job's ranks run FSDP1 (frameworks.Profile ``fsdp1``; QLoRA of ``fsdp1_qlora``), without tensor
+    parallelism."""
+    profile = resolve(job).profile
+    stack = profile.fsdp1 or (job.method == "qlora" and profile.fsdp1_qlora)
     return stack and placement.tp == 1
 
 
 def fsdp1_settings(job: Job) -> dict[str, Any]:
-    """The rank-spec keys of an FSDP1 stack's job (``FSDP1_STACKS``): the strategy, the version (part of the
+    """The rank-spec keys of an FSDP1 stack's job (``fsdp1_job``): the strategy, the version (part of the
     cache key) and, for fms-hf-tuning LoRA with checkpointing, transformers 4.x's reentrant checkpoint around each
     FSDP unit under bf16 autocast (fsdp1.py; every fms-acceleration campaign pins a 4.x release)."""
     settings: dict[str, Any] = {"strategy": "fsdp1", "fsdp1_version": FSDP1_VERSION}
@@ -104,7 +99,7 @@ def fsdp1_settings(job: Job) -> dict[str, Any]:
         settings["use_orig_params"] = True
     if job.framework == "fms-hf-tuning" and job.method == "lora" and job.gradient_checkpointing:
         settings["hf4_checkpointing"] = True
-    if job.method == "qlora" and job.framework in FSDP1_QLORA_STACKS:
+    if job.method == "qlora" and resolve(job).profile.fsdp1_qlora:
         # fms-hf-tuning under `accelerate launch` (its 4.x campaigns, as for LoRA above); the plugin stores the 4-bit
         # weights in the model dtype; TRL's SFTTrainer skips peft's prepare_model_for_kbit_training for sharded QLoRA
         # (``is_sharded_qlora``: the 4-bit weights on cpu/meta before FSDP wraps them) and, with checkpointing,

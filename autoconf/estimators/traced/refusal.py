@@ -1,7 +1,7 @@
 """Why the traced estimator refuses a job: one rule for every stack (docs/traced.md, "What it cannot trace").
 
 A combination is refused when the code that would answer it cannot run it on fake tensors or does not run it: the
-stack's own driver (torchtune, torchtitan, trl; stacks/memory.py ``stack_unsupported``) or the HF step (everything
+stack's own driver (torchtune, torchtitan, trl; stacks/unsupported.py ``stack_unsupported``) or the HF step (everything
 else, and DeepSpeed outside its engine). The refusal reads the job only, so it does not depend on what is installed.
 What is not a refusal: a trace that fails at run time (theory answers, noted), a driver not installed here (the HF
 step answers, noted with the install line), a partial trace (one replica traced, sharding from theory, noted).
@@ -15,7 +15,8 @@ from autoconf.catalog import Architecture, get_architecture
 from autoconf.catalog.families import REMOTE_CODE
 from autoconf.estimators.theory.frameworks import resolve
 from autoconf.estimators.traced.ranks import rank_unsupported
-from autoconf.estimators.traced.stacks.memory import applies, missing, stack_unsupported
+from autoconf.estimators.traced.stacks.memory import applies, missing
+from autoconf.estimators.traced.stacks.unsupported import stack_unsupported
 from autoconf.schema import Job, Placement
 
 # Loss kernels and optimizers the trace runs (autoconf/estimators/traced/kernels.py, model.py).

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from autoconf.estimators.traced.step import GRADIENTS, WEIGHTS, LiveBytes
+from autoconf.estimators.traced.live_bytes import GRADIENTS, WEIGHTS, LiveBytes
 
 
 class RankBytes(LiveBytes):  # type: ignore[no-untyped-call]  # torch's __init_subclass__ is unannotated

@@ -34,8 +34,8 @@ import torch
 import torch.distributed as dist
 
 from autoconf.estimators.traced.dist import LOAD, trace_out
+from autoconf.estimators.traced.live_bytes import ACTIVATIONS, BACKWARD, FORWARD, LOGITS, OPT_STEP, OPTIMIZER, WEIGHTS
 from autoconf.estimators.traced.stacks.hooks import Phases, driver_main
-from autoconf.estimators.traced.step import ACTIVATIONS, BACKWARD, FORWARD, LOGITS, OPT_STEP, OPTIMIZER, WEIGHTS
 from autoconf.estimators.traced.wrap import RankBytes
 
 MODEL_DTYPE = {"bf16": "bf16", "amp-bf16": "bf16", "fp16": "fp16", "amp-fp16": "fp16", "fp32": "fp32"}

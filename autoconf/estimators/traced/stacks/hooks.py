@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from autoconf.estimators.traced.dist import run_one
-from autoconf.estimators.traced.step import ACTIVATIONS, BACKWARD, GRADIENTS, LOGITS, LOSS
+from autoconf.estimators.traced.live_bytes import ACTIVATIONS, BACKWARD, GRADIENTS, LOGITS, LOSS
 from autoconf.estimators.traced.wrap import RankBytes
 
 
@@ -35,7 +35,7 @@ class Phases:
         for param in model.parameters():
             if param.requires_grad:
                 param.register_post_accumulate_grad_hook(self._grad_ready)  # type: ignore[no-untyped-call]
-        # the output projection's weight gradient is made inside the loss backward (step.py's LiveBytes)
+        # the output projection's weight gradient is made inside the loss backward (live_bytes.py's LiveBytes)
         self.head_grad_shapes = {tuple(p.shape) for p in head.parameters() if p.requires_grad} if head else set()
 
     def _enter_loss(self, _module: torch.nn.Module, _args: Any, out: torch.Tensor) -> None:

@@ -41,8 +41,8 @@ from typing import Any
 import torch
 
 from autoconf.estimators.traced.dist import LOAD, SAVE, params_of, trace_out
+from autoconf.estimators.traced.live_bytes import ACTIVATIONS, BACKWARD, FORWARD, LOGITS, OPT_STEP, OPTIMIZER, WEIGHTS
 from autoconf.estimators.traced.stacks.hooks import Phases, driver_main
-from autoconf.estimators.traced.step import ACTIVATIONS, BACKWARD, FORWARD, LOGITS, OPT_STEP, OPTIMIZER, WEIGHTS
 from autoconf.estimators.traced.wrap import ACTIVE, RankBytes
 
 LM_HEAD_CHUNK = 128  # lora.py fit: model(input_ids, lm_head_chunk_size=128)

@@ -33,8 +33,8 @@ import torch
 import torch.distributed as dist
 
 from autoconf.estimators.traced.dist import CLIP, LOAD, params_of, trace_out
+from autoconf.estimators.traced.live_bytes import ACTIVATIONS, BACKWARD, FORWARD, LOGITS, OPT_STEP, OPTIMIZER, WEIGHTS
 from autoconf.estimators.traced.stacks.hooks import Phases, driver_main
-from autoconf.estimators.traced.step import ACTIVATIONS, BACKWARD, FORWARD, LOGITS, OPT_STEP, OPTIMIZER, WEIGHTS
 from autoconf.estimators.traced.wrap import ACTIVE, RankBytes, patch_fsdp
 
 TORCH_DTYPES = {"bf16": ("bfloat16", "bfloat16"), "amp-bf16": ("float32", "bfloat16"), "fp32": ("float32", "float32")}

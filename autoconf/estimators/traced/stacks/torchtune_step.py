@@ -37,8 +37,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from autoconf.estimators.traced.dist import CLIP, LOAD, SAVE, HostCopies, params_of, trace_out
-from autoconf.estimators.traced.stacks.hooks import Phases, driver_main
-from autoconf.estimators.traced.step import (
+from autoconf.estimators.traced.live_bytes import (
     ACTIVATIONS,
     BACKWARD,
     FORWARD,
@@ -47,6 +46,7 @@ from autoconf.estimators.traced.step import (
     OPTIMIZER,
     WEIGHTS,
 )
+from autoconf.estimators.traced.stacks.hooks import Phases, driver_main
 from autoconf.estimators.traced.wrap import ACTIVE, RankBytes, join_world, patch_fsdp
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}

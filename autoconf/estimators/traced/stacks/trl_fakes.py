@@ -14,7 +14,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from autoconf.estimators.traced.step import GRADIENTS
+from autoconf.estimators.traced.live_bytes import GRADIENTS
 from autoconf.estimators.traced.wrap import ACTIVE
 
 

@@ -15,7 +15,7 @@ from torch.distributed.tensor import DTensor
 from torch.overrides import TorchFunctionMode
 
 from autoconf.estimators.traced.dist import LOAD
-from autoconf.estimators.traced.step import GRADIENTS, WEIGHTS
+from autoconf.estimators.traced.live_bytes import GRADIENTS, WEIGHTS
 from autoconf.estimators.traced.wrap import RankBytes
 
 

@@ -70,6 +70,15 @@ import torch
 import torch.distributed as dist
 
 from autoconf.estimators.traced.dist import CLIP, LOAD, trace_out
+from autoconf.estimators.traced.live_bytes import (
+    ACTIVATIONS,
+    BACKWARD,
+    FORWARD,
+    LOGITS,
+    OPT_STEP,
+    OPTIMIZER,
+    WEIGHTS,
+)
 from autoconf.estimators.traced.stacks.hooks import driver_main
 from autoconf.estimators.traced.stacks.trl_fakes import (
     FakeReads,
@@ -89,15 +98,6 @@ from autoconf.estimators.traced.stacks.trl_host import (
     host_then_quantised,
     patch_fsdp1,
     sharded_params_are_weights,
-)
-from autoconf.estimators.traced.step import (
-    ACTIVATIONS,
-    BACKWARD,
-    FORWARD,
-    LOGITS,
-    OPT_STEP,
-    OPTIMIZER,
-    WEIGHTS,
 )
 from autoconf.estimators.traced.wrap import ACTIVE, patch_fsdp
 

@@ -1,0 +1,23 @@
+"""The stack behaviours the traced estimator follows are profile attributes with a source (frameworks.Profile)."""
+
+from __future__ import annotations
+
+import pytest
+
+from autoconf.estimators.theory.frameworks import PROFILES
+
+# Written out from docs/traced_vs_theory.md, not read from the profiles: train.py's held output (finding 23.5) and
+# whole quant states (23.6); the FSDP1 stacks (finding 11: fms-hf-tuning; 23.7: fsdp-qlora's LoRA ranks) and
+# fms-acceleration's peft QLoRA rows traced as FSDP1 ranks (22.1).
+SET_BY = [
+    ("holds_output", "holds_output", {"fsdp-qlora"}),
+    ("whole_quant_states", "quant_states", {"fsdp-qlora"}),
+    ("fsdp1", "fsdp1", {"fms-hf-tuning", "fsdp-qlora"}),
+    ("fsdp1_qlora", "fsdp1_qlora", {"peft"}),
+]
+
+
+@pytest.mark.parametrize("attribute, source, stacks", SET_BY)
+def test_traced_behaviour_is_set_by_its_stacks_with_a_source(attribute: str, source: str, stacks: set[str]) -> None:
+    assert {name for name, p in PROFILES.items() if getattr(p, attribute)} == stacks
+    assert all(PROFILES[name].sources.get(source) for name in stacks)
