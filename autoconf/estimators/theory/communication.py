@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from autoconf.catalog import Architecture, GPUSpec
 from autoconf.estimators.theory.collectives import Collective, latency_seconds
+from autoconf.estimators.theory.pipeline_stages import cost_based_split, logits_bytes_per_token
 from autoconf.estimators.theory.stacks import Stack, bucket_params, stack_for
 from autoconf.estimators.theory.weights import trainable_params
 from autoconf.schema import Job, Placement
@@ -118,6 +119,10 @@ def communication(
     grads = trainable_params(job, arch) / placement.tp / placement.pp * grad_width
     bw = link_bandwidth(gpu, placement, inter_node_gbps)
     nodes, link = dp_nodes(placement), gpu.intra_node_link
+    if stack.cost_based_stages and placement.pp > 1:  # nanotron's (pp, dp, tp) ranks: a stage's dp·tp GPUs in a row
+        per_node = placement.gpus_per_worker or min(placement.number_gpus, 8)
+        nodes = min(placement.dp, max(1, math.ceil(placement.dp * placement.tp / per_node)))
+        bw = bw if nodes > 1 else intra_bandwidth(gpu, placement)
 
     def alpha(kind: Collective, ranks: int = dp, over: int = nodes) -> float:
         return latency_seconds(kind, ranks, over, link, stack.nccl)
@@ -171,7 +176,7 @@ def communication(
     net_gbps = placement.inter_node_gbps or inter_node_gbps
     tensor = gas * tensor_parallel_seconds(job, arch, placement, gpu, net_gbps, stack.nccl)
     overlapped = tensor * (1.0 - stack.tp_exposed_share) if stack.tp_overlap else 0.0
-    p2p = gas * pipeline_seconds(job, arch, placement, gpu, net_gbps, stack.nccl)
+    p2p = gas * pipeline_seconds(job, arch, placement, gpu, net_gbps, stack.nccl, stack.cost_based_stages)
     if stack.overlap_p2p and placement.virtual_pp > 1:  # NeMo: overlap_p2p_comm with the interleaved schedule
         hidden += p2p
     else:
@@ -197,19 +202,34 @@ def parameter_tensors(arch: Architecture, stack: Stack) -> int:
 
 
 def pipeline_seconds(job: Job, arch: Architecture, placement: Placement, gpu: GPUSpec,
-                     inter_node_gbps: float = INTER_NODE_BANDWIDTH_GBPS, nccl: str = "2.8") -> float:
+                     inter_node_gbps: float = INTER_NODE_BANDWIDTH_GBPS, nccl: str = "2.8",
+                     cost_based_stages: bool = False) -> float:
     """Pipeline point-to-point per micro-batch on one stage: the b·s·h activations sent forward and their gradient
     sent back, once per model chunk (virtual_pp), each 1/tp of it (Megatron's scatter-gather optimisation), on the
     1F1B critical path (Narayanan et al. 2021, §4.1). Stages tp·pp GPUs wide or wider than a node talk over the
-    network; each send pays a two-rank call's latency."""
+    network; each send pays a two-rank call's latency.
+
+    ``cost_based_stages`` (nanotron): ranks are laid out (pp, dp, tp), tp innermost (parallel/context.py
+    ``_init_parallel_groups``), so a stage is dp·tp consecutive GPUs and a pipeline over several nodes has a boundary between
+    nodes. A GPU sends across it through its own share of the node's network: a rail-optimised node has one NIC per
+    GPU (nic_share; AWS p5.48xlarge, the benchmark's cluster: 3,200 Gb/s of EFA for 8 GPUs, 50 GB/s each), and every
+    GPU of a stage sends at once. The slowest boundary also carries the logits when nanotron's split puts the
+    LM head, its fp32 cast and the loss on different stages (pipeline_stages.logits_bytes_per_token)."""
     if placement.pp <= 1:
         return 0.0
     micro = job.batch_size / (placement.dp * job.gradient_accumulation_steps)
     message = micro * job.tokens_per_sample * arch.hidden_size * COMM_BYTES[job.dtype] / placement.tp
     per_node = placement.gpus_per_worker or min(placement.number_gpus, 8)
-    crosses = placement.tp * placement.pp > per_node
     intra = intra_bandwidth(gpu, placement)
-    bandwidth = min(intra, inter_node_gbps) if crosses else intra
+    if cost_based_stages:
+        crosses = placement.workers > 1  # the stages fill the nodes in order: some boundary leaves a node
+        bandwidth = min(intra, inter_node_gbps / per_node) if crosses else intra  # the sending GPU's own NIC
+        logits = micro * job.tokens_per_sample * logits_bytes_per_token(
+            cost_based_split(arch, placement.pp), arch.vocab_size / placement.tp)
+        message = message + logits
+    else:
+        crosses = placement.tp * placement.pp > per_node
+        bandwidth = min(intra, inter_node_gbps) if crosses else intra
     one = message / (bandwidth * 1e9 * COLLECTIVE_EFFICIENCY) + latency_seconds(
         "send", 2, 2 if crosses else 1, gpu.intra_node_link, nccl)
     return 2 * placement.virtual_pp * one

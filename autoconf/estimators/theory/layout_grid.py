@@ -16,10 +16,11 @@ from functools import lru_cache
 
 import numpy as np
 
-from autoconf.catalog import get_architecture, get_gpu
+from autoconf.catalog import Architecture, get_architecture, get_gpu
 from autoconf.estimators.theory import throughput as tp
 from autoconf.estimators.theory.collectives import Collective, latency_seconds
 from autoconf.estimators.theory.communication import parameter_tensors
+from autoconf.estimators.theory.pipeline_stages import cost_based_split, logits_bytes_per_token, stage_imbalance
 from autoconf.estimators.theory.stacks import Stack, bucket_params, stack_for
 from autoconf.estimators.theory.weights import trainable_params
 from autoconf.schema import Job, Strategy
@@ -143,6 +144,21 @@ def _buckets(profile: Stack, strategy: np.ndarray, dp: np.ndarray, grads: np.nda
     return out
 
 
+def _slowest_stage(job: Job, arch: Architecture, p: np.ndarray, matmuls: np.ndarray, rate: np.ndarray,
+                   attention: np.ndarray) -> np.ndarray:
+    """throughput.compute_seconds' stage imbalance (pipeline_stages.stage_imbalance of nanotron's split) per row:
+    1 without a pipeline; layer and head seconds per token as throughput.stage_seconds_per_token."""
+    head_flops = (6.0 if job.method == "full" else 4.0) * arch.vocab_size * arch.hidden_size
+    layer = ((matmuls - head_flops) / rate + attention) / arch.num_layers
+    head = head_flops / rate
+    out = np.ones(len(p))
+    for stages in np.unique(p[p > 1]).tolist():
+        rows = p == stages
+        split = cost_based_split(arch, stages)
+        out[rows] = [stage_imbalance(split, a, b) for a, b in zip(layer[rows].tolist(), head[rows].tolist(), strict=True)]
+    return out
+
+
 def layout_speeds(job: Job, gpu_model: str, rows: Layouts, *, stack: str | None = None,
                   intra_node_gbps: float | None = None, inter_node_gbps: float | None = None) -> Speeds:
     """estimate_throughput(job at row's batch/accumulation/checkpointing, Placement of row) for every row.
@@ -166,6 +182,8 @@ def layout_speeds(job: Job, gpu_model: str, rows: Layouts, *, stack: str | None 
     # compute_seconds(): matmuls at eff of their peak, attention at its kernel's rate, the 1F1B bubble
     # (p - 1) / (virtual_pp · micro-batches), virtual_pp = 1 here
     compute = tokens * (matmuls / (peak * eff) + attention) / n * (1 + (p - 1) / g)
+    if profile.slowest_stage and (p > 1).any():  # the slowest of nanotron's stages sets the 1F1B slot
+        compute = compute * _slowest_stage(job, arch, p, matmuls, peak * eff, attention)
     # communication(): link_bandwidth() (the NIC once a data-parallel ring leaves the node), per strategy
     width = tp.COMM_BYTES[job.dtype]
     shard = arch.total_params / t / p * width
@@ -178,6 +196,10 @@ def layout_speeds(job: Job, gpu_model: str, rows: Layouts, *, stack: str | None 
     share = 1.0 / np.minimum(rows.gpus_per_worker, t)  # nic_share()
     bw = np.where(spread, np.minimum(intra, network * share), intra)
     nodes = np.where(spread, np.minimum(d, np.maximum(1, -(-(d * t * p) // rows.gpus_per_worker))), 1)  # dp_nodes()
+    if profile.cost_based_stages:  # communication(): nanotron's (pp, dp, tp) ranks put a stage's dp·tp GPUs in a row
+        staged = p > 1
+        nodes = np.where(staged, np.minimum(d, np.maximum(1, -(-(d * t) // rows.gpus_per_worker))), nodes)
+        bw = np.where(staged & (nodes == 1), intra, bw)
     link = gpu.intra_node_link
     alpha = _Latency(link, profile.nccl)
     gather, scatter = _rings((shard, grads), d, bw)
@@ -254,9 +276,19 @@ def layout_speeds(job: Job, gpu_model: str, rows: Layouts, *, stack: str | None 
     # pipeline_seconds(): activations forward and gradients back, 1/tp each, per micro-batch (virtual_pp = 1 here:
     # on the critical path for every stack)
     if (p > 1).any():  # 0 on every row otherwise
-        crosses = t * p > rows.gpus_per_worker
         p2p_bytes = message / t
-        p2p_one = (p2p_bytes / (np.where(crosses, min(intra, network), intra) * 1e9 * tp.COLLECTIVE_EFFICIENCY)
+        if profile.cost_based_stages:  # pipeline_seconds(): nanotron's (pp, dp, tp) ranks and its logits boundary
+            crosses = workers > 1
+            p2p_link = np.where(crosses, np.minimum(intra, network / rows.gpus_per_worker), intra)
+            logits = np.zeros(len(p))
+            for stages in np.unique(p[p > 1]).tolist():
+                per_token = logits_bytes_per_token(cost_based_split(arch, stages), arch.vocab_size)
+                logits = np.where(p == stages, per_token, logits)
+            p2p_bytes = p2p_bytes + rows.batch / (d * g) * job.tokens_per_sample * logits / t
+        else:
+            crosses = t * p > rows.gpus_per_worker
+            p2p_link = np.where(crosses, min(intra, network), intra)
+        p2p_one = (p2p_bytes / (p2p_link * 1e9 * tp.COLLECTIVE_EFFICIENCY)
                    + np.where(crosses, latency_seconds("send", 2, 2, link, profile.nccl),
                               latency_seconds("send", 2, 1, link, profile.nccl)))
         exposed = exposed + np.where(p > 1, g * 2 * p2p_one, 0.0)

@@ -42,6 +42,13 @@ The profile says *what* a stack does, with a source per claim; *how much* each b
   ``accumulate_grad_in_fp32``: trainer.py ``make_ddp``).
 - nccl: the NCCL release whose latency constants price the stack's collective calls (collectives.NCCL_RELEASES;
   "2.8" unless the stack's runs say which; nanotron's benchmark: "2.18").
+- cost_based_stages: the stack splits the pipeline as nanotron's build_model does (theory/pipeline_stages.py) and
+  lays its ranks out (pp, dp, tp), tp innermost (nanotron parallel/context.py ``_init_parallel_groups``): a pipeline
+  send between nodes runs at the sending GPUs' share of the node's network, and the LM head's logits cross a stage
+  boundary where the split puts the head, its fp32 cast and the loss on different stages
+  (communication.pipeline_seconds).
+- slowest_stage: with cost_based_stages, 1F1B runs at the slowest stage of that split (throughput.compute_seconds).
+  Off in the ``nanotron`` profile: measured in bench/layout_vs_nanotron.py, not priced (docs/layouts.md).
 - peft_profile: the profile a LoRA / QLoRA job of this stack runs with, when the stack's PEFT recipes differ ("" =
   the same). NeMo's LoRA performance recipes keep the tensor-parallel collectives on the critical path: ``llama3_70b``
   ``finetune_performance_optimizations`` adds ``MegatronCommOverlapCallback(tp_comm_overlap=False)`` for a PEFT scheme
@@ -74,6 +81,8 @@ class Stack:
     nccl: str = "2.8"  # collectives.latency_seconds: the NCCL release of the stack's runs
     zero1_reduce_after_backward: bool = False  # ZeRO-1's gradients all-reduced once after backward, exposed
     peft_profile: str = ""  # the profile of this stack's LoRA / QLoRA recipes ("" = this one)
+    cost_based_stages: bool = False  # nanotron's pipeline split and rank order set its sends (pipeline_stages.py)
+    slowest_stage: bool = False  # the 1F1B step runs at the slowest of those stages (needs cost_based_stages)
 
 
 DDP_BUCKET_BYTES = 25 * 2**20  # torch.nn.parallel.DistributedDataParallel(bucket_cap_mb=25)
@@ -145,11 +154,14 @@ STACKS: dict[str, Stack] = {
                              "CUDA_DEVICE_MAX_CONNECTIONS=1 (run_multinode.sh line 41 at 67c5ebb6, as nanotron's README "
                              "asks for its async TP): with one hardware queue the kernels of other streams wait for a "
                              "data-parallel collective to finish, so the DDP hook's bucket all-reduces do not overlap "
-                             "backward (alibaba/Megatron-LLaMA#26 and #43, from traces; raised for nanotron in #236)",
+                             "backward (alibaba/Megatron-LLaMA#26 and #43, from traces; raised for nanotron in #236); "
+                             "models/base.py build_model at c2528430 splits the pipeline by get_block_compute_costs "
+                             "(models/llama.py) and parallel/context.py lays ranks out (pp, dp, tp): "
+                             "theory/pipeline_stages.py",
                       # DDP sizes its buckets on the model's bf16 gradients (2 bytes each), whatever the hook reduces
                       tp_exposed_share=0.5, grad_reduce_bytes=4, bucket_params=DDP_BUCKET_BYTES / 2,
                       param_gather_calls=1, nccl="2.18", zero1_reduce_after_backward=True,
-                      overlap_grad_reduce=False),
+                      overlap_grad_reduce=False, cost_based_stages=True),
     "llm-foundry-triton": Stack("llm-foundry-triton", fused_kernels=False, overlap_param_gather=False, tp_overlap=False,
                                 source="mosaicml/llm-foundry at 5e85bd62d (the commit of its benchmark tables): MPT "
                                        "with attn_impl 'triton' (scripts/train/benchmarking/submit_benchmarks.py "

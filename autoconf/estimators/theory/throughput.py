@@ -32,6 +32,7 @@ from autoconf.estimators.theory.communication import _ring_seconds as _ring_seco
 from autoconf.estimators.theory.communication import communication as communication
 from autoconf.estimators.theory.communication import intra_bandwidth as intra_bandwidth
 from autoconf.estimators.theory.communication import link_bandwidth as link_bandwidth
+from autoconf.estimators.theory.pipeline_stages import cost_based_split, stage_imbalance
 from autoconf.estimators.theory.stacks import Stack, stack_for
 from autoconf.estimators.theory.weights import trainable_params
 from autoconf.schema import Job, Placement, ThroughputEstimate
@@ -396,7 +397,24 @@ def compute_seconds(
     if not matmuls_only:
         per_token += attention_seconds(job, gpu, arch, stack, recompute, span)
     micro_batches = job.gradient_accumulation_steps
-    return tokens * per_token / placement.number_gpus * (1 + (placement.pp - 1) / (placement.virtual_pp * micro_batches))
+    slowest = 1.0
+    if placement.pp > 1 and (stack or stack_for(job.framework)).slowest_stage:
+        layer, head = stage_seconds_per_token(job, arch, gpu, eff, recompute, stack, span)
+        slowest = stage_imbalance(cost_based_split(arch, placement.pp), layer, head)
+    return (tokens * per_token / placement.number_gpus * slowest
+            * (1 + (placement.pp - 1) / (placement.virtual_pp * micro_batches)))
+
+
+def stage_seconds_per_token(job: Job, arch: Architecture, gpu: GPUSpec, eff: float, recompute: float | None = None,
+                            stack: Stack | None = None, span: float | None = None) -> tuple[float, float]:
+    """(one decoder layer, the LM head): seconds per token on one whole GPU, as compute_seconds prices them (the
+    weight matmuls at ``eff`` of matmul_peak, recompute included; attention at its kernel's rate)."""
+    matmuls, _ = flops_parts(job, arch, recompute)
+    head_flops = 6.0 * arch.vocab_size * arch.hidden_size if job.method == "full" else 4.0 * arch.vocab_size * arch.hidden_size
+    peak = matmul_peak(job, gpu, arch, recompute) * eff
+    layer = (matmuls - head_flops) / arch.num_layers / peak
+    layer += attention_seconds(job, gpu, arch, stack, recompute, span) / arch.num_layers
+    return layer, head_flops / peak
 
 
 def step_seconds(compute: float, comm: Communication, backward_window: float = 1.0) -> float:
