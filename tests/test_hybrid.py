@@ -72,7 +72,7 @@ def test_inside_the_domain_the_correction_moves_towards_measurements(hybrid: Hyb
     assert "learned correction" in est.memory.notes[1] and est.model_version == hybrid.model_version
 
 
-@pytest.mark.parametrize("version", ["1.0.0", "2.0.0", "2.1.0", "2.2.0", "2.3.0", "2.4.0"])
+@pytest.mark.parametrize("version", ["1.0.0", "2.0.0", "2.1.0", "2.2.0", "2.3.0", "2.4.0", "2.5.0"])
 def test_outside_the_domain_it_is_theory_with_a_wider_margin(version: str) -> None:
     hybrid = get_estimator("hybrid", version)
     assert isinstance(hybrid, HybridEstimator)
@@ -109,7 +109,7 @@ def test_conformal_risk_values(residuals: list[float], headroom: list[float], ex
     assert conformal_risk(np.array(residuals), np.array(headroom))[0] == pytest.approx(expected)
 
 
-@pytest.mark.parametrize("version", ["1.0.0", "2.0.0", "2.1.0", "2.2.0", "2.3.0", "2.4.0"])
+@pytest.mark.parametrize("version", ["1.0.0", "2.0.0", "2.1.0", "2.2.0", "2.3.0", "2.4.0", "2.5.0"])
 @pytest.mark.parametrize("framework", ["fms-hf-tuning", "hf-trainer"])
 @pytest.mark.parametrize("tokens", [1024, 4096])
 def test_risk_falls_as_capacity_grows(version: str, framework: str, tokens: int) -> None:

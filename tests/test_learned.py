@@ -74,7 +74,7 @@ def test_fits_are_deterministic(table: T.Table, tmp_path: Path) -> None:
 
 # ---- the shipped version ---------------------------------------------------------------------
 
-@pytest.mark.parametrize("SHIPPED", ["1.0.0", "2.0.0", "2.1.0", "2.2.0", "2.3.0", "2.4.0"])
+@pytest.mark.parametrize("SHIPPED", ["1.0.0", "2.0.0", "2.1.0", "2.2.0", "2.3.0", "2.4.0", "2.5.0"])
 def test_shipped_version_card_and_size(SHIPPED: str) -> None:
     assert SHIPPED in V.list_versions() and V.PINNED_MANIFESTS[SHIPPED] == V.sha256_file(
         V.version_dir(SHIPPED) / V.MANIFEST)
@@ -92,7 +92,7 @@ def test_shipped_version_card_and_size(SHIPPED: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("version", ["1.0.0", "2.0.0", "2.1.0", "2.2.0", "2.3.0", "2.4.0"])
+@pytest.mark.parametrize("version", ["1.0.0", "2.0.0", "2.1.0", "2.2.0", "2.3.0", "2.4.0", "2.5.0"])
 def test_shipped_version_loads_with_the_autogluon_backend_and_agrees(version: str) -> None:
     fast, slow = M.load(version), M.load(version, backend="autogluon")
     x = space_features().iloc[::50]

@@ -108,14 +108,14 @@ def test_space_module_matches_sweep_space_yaml() -> None:
 def test_cli_recommend_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["recommend", "--model", "mistral-7b-v0.1", "--gpu", PCIE, "--batch-size", "8", "--json"]) == 0
     rec = json.loads(capsys.readouterr().out)
-    assert rec["can_recommend"] == 1 and rec["estimator"] == "hybrid" and rec["model_version"] == "2.4.0"  # the newest
+    assert rec["can_recommend"] == 1 and rec["estimator"] == "hybrid" and rec["model_version"] == "2.5.0"  # the newest
     assert main(["recommend", "--model", "mistral-7b-v0.1", "--gpu", PCIE, "--estimator", "theory"]) == 0
     assert "recommended:" in capsys.readouterr().out
 
 
 def test_cli_unknown_model_version_lists_versions(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["recommend", "--model", "llama3.1-8b", "--gpu", PCIE, "--model-version", "9.9.9"]) == 2
-    assert "model_version: must be one of 1.0.0, 2.0.0, 2.1.0, 2.2.0, 2.3.0, 2.4.0; got '9.9.9'" in capsys.readouterr().err
+    assert "model_version: must be one of 1.0.0, 2.0.0, 2.1.0, 2.2.0, 2.3.0, 2.4.0, 2.5.0; got '9.9.9'" in capsys.readouterr().err
 
 
 def test_cli_models_list_and_show(capsys: pytest.CaptureFixture[str]) -> None:

@@ -39,6 +39,7 @@ PINNED_MANIFESTS: dict[str, str] = {
     "2.2.0": "451af871c63b4fd15fd21361445096a5f027f78f611cb24f789d4a776315eb9a",
     "2.3.0": "e27399cffbe79e0ed9fd798f6b7364f1b37fff244aac1713bc4677f2973fc164",
     "2.4.0": "c59bda0306f88f5c7763be176c527f680f9d8defe936213055931c31446cdf8d",
+    "2.5.0": "01a7c60c87597959ddad3db1b43949a2ab4d99ff8e4dec1cdc4fdaf2a043fa4b",
 }
 
 
