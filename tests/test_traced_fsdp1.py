@@ -176,12 +176,14 @@ def test_fsdp1_qlora_rank_shards_packed_weights_and_keeps_whole_quant_states(dou
 
 
 @pytest.mark.parametrize(("framework", "method", "strategy", "traced"), [
-    ("peft", "qlora", "fsdp", True), ("peft", "qlora", "ddp", False), ("fsdp-qlora", "qlora", "fsdp", False),
+    ("peft", "qlora", "fsdp", True), ("peft", "qlora", "ddp", False), ("fsdp-qlora", "qlora", "fsdp", True),
+    ("fsdp-qlora", "qlora", "ddp", True), ("fsdp-qlora", "qlora", "fsdp-shard-grad-op", False),
     ("peft", "lora", "fsdp", True),
 ])
-def test_fsdp1_ranks_for_peft_qlora_only(framework: str, method: str, strategy: str, traced: bool) -> None:
-    """peft QLoRA runs accelerate's FSDP1 (its ranks traced for full shard only); fsdp_qlora's own QLoRA loading
-    stays a replica; peft LoRA keeps its FSDP2 ranks."""
+def test_fsdp1_ranks_for_the_fsdp1_qlora_stacks(framework: str, method: str, strategy: str, traced: bool) -> None:
+    """peft QLoRA runs accelerate's FSDP1 (its ranks traced for full shard only); fsdp_qlora's train.py flattens its
+    bf16-stored Params4bit in FSDP1 itself, full shard or, for its DDP, NO_SHARD (finding 27.4); peft LoRA keeps its
+    FSDP2 ranks."""
     job = _job(method, framework)
     placement = Placement(gpu_model="NVIDIA-A100-80GB-PCIe", number_gpus=2, strategy=strategy)
     assert (rank_unsupported(job, placement) is None) is traced

@@ -96,3 +96,52 @@ def test_train_py_quant_states_stay_whole_on_every_gpu(gpus: int) -> None:
     expected = (92_160 / 64 + 4 * 92_160 / 64 / 256) * (1 - scale[stepping, WEIGHTS])
     assert add[stepping, WEIGHTS] == pytest.approx(expected)
     assert (add[stepping, WEIGHTS] > 0) == (gpus > 1)
+
+
+MIB = 1024 * 1024
+
+
+@pytest.mark.parametrize(("sizes", "expected"), [
+    # tensor_flatten.cpp take_tensors: a group closes once it holds at least the 250 MiB limit
+    ([100, 100, 100], [300]),
+    ([300, 10], [300, 10]),  # a tensor over the limit is a bucket of its own; the rest is flushed at the end
+    ([86, 86, 86, 32, 32], [258, 64]),  # a Llama-2-7B unit's MLP then attention weights (bf16)
+])
+def test_broadcast_buckets_follow_take_tensors(sizes: list[int], expected: list[int]) -> None:
+    import torch
+
+    from autoconf.estimators.traced.fsdp1 import broadcast_buckets
+
+    assert broadcast_buckets([(torch.bfloat16, s * MIB) for s in sizes]) == [e * MIB for e in expected]
+
+
+def test_buckets_are_grouped_by_dtype() -> None:
+    """fp32 buffers and bf16 weights never share a flattened bucket (take_tensors groups by type)."""
+    import torch
+
+    from autoconf.estimators.traced.fsdp1 import broadcast_buckets
+
+    sizes = [(torch.bfloat16, 200 * MIB), (torch.float32, 1 * MIB), (torch.bfloat16, 60 * MIB)]
+    assert broadcast_buckets(sizes) == [260 * MIB, 1 * MIB]
+
+
+def test_the_device_load_copies_each_unit_to_the_device() -> None:
+    """train.py's FSDP1 (``device_id`` a GPU, ``sync_module_states``) copies each unit's weights to the device and
+    broadcasts them in buckets before flattening them: the tiny llama's root unit (embedding and head, 512 × 64 bf16
+    each, and the final norm's 64: 131,200 bytes) is one bucket, allocated only with the device load."""
+    from autoconf.estimators.traced.dist import trace_rank
+    from autoconf.estimators.traced.ranks import fsdp1_settings
+
+    job = Job(model=TINY, framework="fsdp-qlora", method="lora", tokens_per_sample=SEQ, batch_size=BATCH)
+    spec = {**trace_spec(job, get_architecture(TINY)), "world": 2, "shape": [BATCH, SEQ], **fsdp1_settings(job)}
+    assert spec["device_load"] is True
+
+    def load_events(device_load: bool) -> list[int]:
+        out = trace_rank(spec if device_load else {k: v for k, v in spec.items() if k != "device_load"})
+        return [int(n) for _, n, _ in out["events"] if n > 0]
+
+    extra = sorted(load_events(True))
+    for size in load_events(False):
+        extra.remove(size)
+    root = 2 * 512 * 64 * 2 + 64 * 2
+    assert root in extra  # the root's bucket: embedding, norm and head flattened together

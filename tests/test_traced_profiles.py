@@ -13,7 +13,9 @@ SET_BY = [
     ("holds_output", "holds_output", {"fsdp-qlora"}),
     ("whole_quant_states", "quant_states", {"fsdp-qlora"}),
     ("fsdp1", "fsdp1", {"fms-hf-tuning", "fsdp-qlora"}),
-    ("fsdp1_qlora", "fsdp1_qlora", {"peft"}),
+    ("fsdp1_qlora", "fsdp1_qlora", {"peft", "fsdp-qlora"}),  # finding 27.4: train.py flattens its Params4bit
+    ("fsdp1_device_load", "fsdp1_device_load", {"fsdp-qlora"}),  # finding 27.4: train.py device_id and sync
+    ("ddp_is_fsdp1_no_shard", "ddp_is_fsdp1_no_shard", {"fsdp-qlora"}),  # 27.4: --use_ddp is NO_SHARD
 ]
 
 

@@ -74,6 +74,11 @@ class Profile:
     # (adapter_bytes 2): lora_A keeps its input itself, one tensor per distinct input, where fp32 adapters keep a
     # cast copy per module (lora_activations.model_dtype_adapters)
     peft_model_dtype_adapters: bool = False
+    # traced FSDP1 ranks: the stack builds FSDP1 with a CUDA device_id and sync_module_states, so each unit's weights
+    # are copied to the GPU one by one and broadcast in 250 MiB buckets before flattening (traced/fsdp1.device_load)
+    fsdp1_device_load: bool = False
+    # the stack's "DDP" is FSDP1 with ShardingStrategy.NO_SHARD (a full replica per rank inside FSDP1 units)
+    ddp_is_fsdp1_no_shard: bool = False
     sources: dict[str, str] = field(default_factory=dict)
 
 
@@ -194,18 +199,25 @@ PROFILES: dict[str, Profile] = {
                  "versions": "trl 1.16.0 (PyPI)"}),
     "fsdp-qlora": _hf_like(
         "fsdp-qlora", "Answer.AI fsdp_qlora train.py (2024)", efficient_loading=True, double_quant=True,
-        adapter_bytes=2, peft_model_dtype_adapters=True,
+        adapter_bytes=2, peft_model_dtype_adapters=True, fsdp1_device_load=True,
         sources={"load": "low_memory=True (default): rank 0 loads, other ranks build on meta",
                  "adapter": "peft 0.7.1-0.11.1 tuners/lora/layer.py update_layer moves new adapters to the base "
                  "weight's dtype when it is floating: train.py's Params4bit in quant_storage=torch_dtype (bf16) for "
                  "qlora, the bf16 model for lora; its own custom_qlora layers use compute_dtype (bf16). train.py calls "
                  "FSDP itself (no accelerate upcast), and its last revision (05ed9f2, 2024-06-13) predates peft 0.12's "
                  "autocast_adapter_dtype (fp32 adapters)",
+                 "fsdp1_device_load": "train.py FSDP(..., device_id=torch.cuda.current_device(), sync_module_states="
+                 "args['low_memory'], param_init_fn=to_empty(device=cuda) on the meta ranks); low_memory defaults to "
+                 "True (65d22a0, 3afe102, 4cd6923)",
                  "double_quant": "train.py replace_linear(model.model, Linear4bit, compute_dtype=..., "
                  "quant_type='nf4', quant_storage=...) leaves bitsandbytes Linear4bit(compress_statistics=True) "
                  "(299f51a, cd4a1b5, 4cd6923)",
-                 "holds_output": _QLORA_OUTPUT, "quant_states": _QLORA_STATES, "fsdp1": _QLORA_FSDP1},
-        holds_output=True, whole_quant_states=True, fsdp1=True),
+                 "holds_output": _QLORA_OUTPUT, "quant_states": _QLORA_STATES, "fsdp1": _QLORA_FSDP1,
+                 "fsdp1_qlora": "train.py replace_linear(..., Linear4bit, quant_storage=torch_dtype): bf16-stored "
+                 "Params4bit that its FSDP(use_orig_params=False) flattens (3afe102, 4cd6923)",
+                 "ddp_is_fsdp1_no_shard": "train.py sharding_strategy = ShardingStrategy.NO_SHARD for --use_ddp "
+                 "(65d22a0) and --sharding_strategy ddp (3afe102, 4cd6923)"},
+        holds_output=True, whole_quant_states=True, fsdp1=True, fsdp1_qlora=True, ddp_is_fsdp1_no_shard=True),
     "llm-foundry": _hf_like(
         "llm-foundry", "llm-foundry 0.4–0.10 (Composer + PyTorch FSDP1), MPT and HF models",
         own_model_code=True, efficient_loading=True,

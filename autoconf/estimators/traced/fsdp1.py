@@ -41,16 +41,19 @@ flattens with the layer's norms; no kbit upcast (TRL's ``is_sharded_qlora``); th
 moved to the device whole (``four_bit_states_to_device``); ``MixedPrecision`` in the storage dtype.
 
 Not run as on a GPU: ``sync_module_states`` (the broadcast of rank 0's weights at load) refuses CPU modules
-(``_check_module_states_for_sync_module_states``); it works in place apart from its 250 MB coalescing bucket,
-which is not counted. The model is materialised outside the tracker (with ``fsdp_cpu_ram_efficient_loading`` rank 0
-holds it in host memory, the other ranks on the meta device) and each unit's flat parameter is built and sharded
-inside it, as FSDP1's constructor does on the GPU.
+(``_check_module_states_for_sync_module_states``), and ``device_id`` is the CPU. The model is materialised outside
+the tracker (with ``fsdp_cpu_ram_efficient_loading`` rank 0 holds it in host memory, the other ranks on the meta
+device) and each unit's flat parameter is built and sharded inside it, as FSDP1's constructor does on the GPU. For a
+stack that builds FSDP1 with a CUDA ``device_id`` and ``sync_module_states`` (frameworks.Profile
+``fsdp1_device_load``; spec ``device_load``), ``device_load`` stands in for the per-unit copy to the device and the
+broadcast's buckets with their allocations, so that the allocator replay holds the cache the load leaves.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -76,10 +79,63 @@ def wrap_fsdp1(model: nn.Module, spec: dict[str, Any], amp: torch.dtype | None) 
         layers = {type(m) for m in model.modules() if type(m).__name__ in names}
         policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls=layers)
     precision = MixedPrecision(param_dtype=amp, reduce_dtype=amp, buffer_dtype=amp) if amp is not None else None
-    return FSDP(model, auto_wrap_policy=policy, sharding_strategy=ShardingStrategy.FULL_SHARD,
-                use_orig_params=bool(spec.get("use_orig_params")),
-                limit_all_gathers=True, backward_prefetch=BackwardPrefetch.BACKWARD_PRE, forward_prefetch=False,
-                mixed_precision=precision, device_id=torch.device("cpu"), sync_module_states=False)
+    with device_load() if spec.get("device_load") else contextlib.nullcontext():
+        sharding = ShardingStrategy.NO_SHARD if spec.get("fsdp1_sharding") == "no_shard" else ShardingStrategy.FULL_SHARD
+        return FSDP(model, auto_wrap_policy=policy, sharding_strategy=sharding,
+                    use_orig_params=bool(spec.get("use_orig_params")),
+                    limit_all_gathers=True, backward_prefetch=BackwardPrefetch.BACKWARD_PRE, forward_prefetch=False,
+                    mixed_precision=precision, device_id=torch.device("cpu"), sync_module_states=False)
+
+
+# torch/distributed/fsdp/_init_utils.py PARAM_BROADCAST_BUCKET_SIZE: sync_module_states' dist._broadcast_coalesced
+# packs a unit's states into buckets of this many bytes
+BROADCAST_BUCKET_BYTES = 250 * 1024 * 1024
+
+
+def broadcast_buckets(sizes: list[tuple[torch.dtype, int]]) -> list[int]:
+    """Bytes of each flattened bucket ``dist._broadcast_coalesced`` allocates for tensors of these (dtype, bytes):
+    torch/csrc/utils/tensor_flatten.cpp ``take_tensors`` groups them by type in order and closes a group once it
+    holds at least the limit (so one tensor larger than the limit is a bucket of its own); the groups left open
+    are flushed at the end."""
+    buckets: list[int] = []
+    open_groups: dict[torch.dtype, int] = {}
+    for dtype, size in sizes:
+        total = open_groups.get(dtype, 0) + size
+        if total >= BROADCAST_BUCKET_BYTES:
+            buckets.append(total)
+            open_groups.pop(dtype, None)
+        else:
+            open_groups[dtype] = total
+    return buckets + [size for size in open_groups.values() if size]
+
+
+@contextlib.contextmanager
+def device_load() -> Iterator[None]:
+    """FSDP1's constructor as on a GPU with ``device_id`` and ``sync_module_states=True``: the states of each unit
+    still in host memory are copied to the device one by one (``_move_states_to_device``: ``param.data =
+    param.to(device)``; a meta rank's ``param_init_fn`` ``to_empty`` allocates the same), then broadcast from rank 0
+    (``_sync_module_params_and_buffers`` → ``dist._broadcast_coalesced``: each bucket flattened into a new tensor,
+    broadcast and copied back), then flattened and sharded. The fake-CPU wrap (device_id CPU, no sync) calls the move
+    for each unit's own states; its allocations, and the buckets', are stood in for there."""
+    from torch.distributed.fsdp import _init_utils
+
+    move = _init_utils._move_states_to_device
+
+    def moved(params: list[nn.Parameter], buffers: list[torch.Tensor], device_from_device_id: torch.device | None
+              ) -> None:
+        states = [*params, *buffers]
+        with torch.no_grad():
+            for tensor in states:
+                tensor.data = tensor.detach().clone()
+        for size in broadcast_buckets([(t.dtype, t.numel() * t.element_size()) for t in states]):
+            bucket = torch.empty(size, dtype=torch.uint8)
+            del bucket
+
+    _init_utils._move_states_to_device = moved
+    try:
+        yield
+    finally:
+        _init_utils._move_states_to_device = move
 
 
 class _ReentrantAround(nn.Module):

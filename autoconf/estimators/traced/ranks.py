@@ -76,7 +76,9 @@ def rank_unsupported(job: Job, placement: Placement) -> str | None:
     if placement.offload != "none":
         return f"offload {placement.offload}"
     if fsdp1_job(job, placement):
-        return None if strategy == "fsdp" else f"{job.framework} with {strategy} (its FSDP1 ranks are traced for fsdp)"
+        no_shard = strategy == "ddp" and resolve(job).profile.ddp_is_fsdp1_no_shard  # its DDP: FSDP1's NO_SHARD
+        return None if strategy == "fsdp" or no_shard else (
+            f"{job.framework} with {strategy} (its FSDP1 ranks are traced for fsdp)")
     if job.framework not in ACCELERATE_STACKS:
         return f"{job.framework} wraps its model its own way (rank traces follow {', '.join(ACCELERATE_STACKS)})"
     return None
@@ -99,6 +101,8 @@ def fsdp1_settings(job: Job) -> dict[str, Any]:
         settings["use_orig_params"] = True
     if job.framework == "fms-hf-tuning" and job.method == "lora" and job.gradient_checkpointing:
         settings["hf4_checkpointing"] = True
+    if resolve(job).profile.fsdp1_device_load:  # the constructor's copies to the device and broadcast buckets
+        settings["device_load"] = True
     if job.method == "qlora" and resolve(job).profile.fsdp1_qlora:
         # fms-hf-tuning under `accelerate launch` (its 4.x campaigns, as for LoRA above); the plugin stores the 4-bit
         # weights in the model dtype; TRL's SFTTrainer skips peft's prepare_model_for_kbit_training for sharded QLoRA
@@ -107,9 +111,14 @@ def fsdp1_settings(job: Job) -> dict[str, Any]:
         # (``autocast_adapter_dtype=False`` for sharded QLoRA, trl 0.9.6-0.13 sft_trainer.py), but accelerate (from
         # 0.30, #2674) upcasts every trainable FSDP1 flat parameter to fp32 under mixed precision
         # (accelerator.py ``prepare_model``): fp32 adapters, as peft's default gives them
-        settings.update(use_orig_params=True, kbit_upcast=False, quant_storage=QUANT_STORAGE[job.dtype])
-        if job.gradient_checkpointing:
-            settings["hf4_checkpointing"] = True
+        # Answer.AI's train.py wraps FSDP1 itself: ``use_orig_params=False``, its Params4bit stored in the model dtype
+        # (``quant_storage=torch_dtype``), no kbit preparation, and FSDP's checkpoint wrapper around the decoder layer
+        # inside each unit (``apply_activation_checkpointing`` after the wrap), not 4.x's around the unit
+        settings.update(kbit_upcast=False, quant_storage=QUANT_STORAGE[job.dtype])
+        if job.framework in ACCELERATE_STACKS:
+            settings["use_orig_params"] = True
+            if job.gradient_checkpointing:
+                settings["hf4_checkpointing"] = True
     return settings
 
 
@@ -240,6 +249,8 @@ def rank_plan(job: Job, placement: Placement, spec: dict[str, Any], batch: int) 
     ranks = [0, shards - 1] if strategy != "ddp" and uneven(spec, shards) else [0]
     if fsdp1_job(job, placement):  # FSDP1: every rank's flat shard is padded alike
         rank_spec.update(fsdp1_settings(job))
+        if strategy == "ddp":  # the stack's DDP is FSDP1's NO_SHARD (refusal above)
+            rank_spec["fsdp1_sharding"] = "no_shard"
         if rank_spec.get("hf4_checkpointing"):  # 4.x's checkpoint around each unit replaces the step's own
             rank_spec.pop("reentrant", None)
         ranks = [0]
