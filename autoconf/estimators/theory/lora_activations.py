@@ -136,13 +136,9 @@ def model_dtype_adapters(job: AnyJob) -> Flag:
 def distinct_inputs(job: AnyJob, arch: Architecture) -> Num:
     """Input units of one layer's adapted linears counted once per tensor they read: q / k / v one h, the MLP's
     input linears one h (a parallel block's attention and MLP one together), o_proj q, down I."""
-    def units(targets: tuple[str, ...]) -> float:
-        try:
-            names = {lin.name for lin in arch.lora_targets(targets) if lin.per_layer == 1}
-        except ValueError:
-            return 0.0
-        return _shared_inputs(arch, targets, None) + arch.q_width * (FAMILIES[arch.family].out in names)
-    return per_value(job.lora_target_modules, units)
+    out = {FAMILIES[arch.family].out}
+    return per_value(job.lora_target_modules,
+                     lambda t: _shared_inputs(arch, t, None) + arch.q_width * _adapts(arch, t, out))
 
 
 def kbit_stream_delta(job: AnyJob, arch: Architecture, inputs: Num, fsdp: Flag = False,
