@@ -104,18 +104,18 @@ def fsdp1_settings(job: Job) -> dict[str, Any]:
     if resolve(job).profile.fsdp1_device_load:  # the constructor's copies to the device and broadcast buckets
         settings["device_load"] = True
     if job.method == "qlora" and resolve(job).profile.fsdp1_qlora:
-        # fms-hf-tuning under `accelerate launch` (its 4.x campaigns, as for LoRA above); the plugin stores the 4-bit
-        # weights in the model dtype; TRL's SFTTrainer skips peft's prepare_model_for_kbit_training for sharded QLoRA
-        # (``is_sharded_qlora``: the 4-bit weights on cpu/meta before FSDP wraps them) and, with checkpointing,
-        # calls ``enable_input_require_grads`` instead. Its adapters are built in the storage dtype
-        # (``autocast_adapter_dtype=False`` for sharded QLoRA, trl 0.9.6-0.13 sft_trainer.py), but accelerate (from
-        # 0.30, #2674) upcasts every trainable FSDP1 flat parameter to fp32 under mixed precision
-        # (accelerator.py ``prepare_model``): fp32 adapters, as peft's default gives them
-        # Answer.AI's train.py wraps FSDP1 itself: ``use_orig_params=False``, its Params4bit stored in the model dtype
-        # (``quant_storage=torch_dtype``), no kbit preparation, and FSDP's checkpoint wrapper around the decoder layer
-        # inside each unit (``apply_activation_checkpointing`` after the wrap), not 4.x's around the unit
+        # 4-bit weights stored in the model dtype and no kbit preparation: fms-acceleration's bnb plugin sets the
+        # storage dtype and TRL's SFTTrainer skips peft's prepare_model_for_kbit_training for sharded QLoRA
+        # (``is_sharded_qlora``); Answer.AI's train.py builds ``Linear4bit(quant_storage=torch_dtype)`` itself
         settings.update(kbit_upcast=False, quant_storage=QUANT_STORAGE[job.dtype])
         if job.framework in ACCELERATE_STACKS:
+            # fms-hf-tuning / TRL under `accelerate launch` (its 4.x campaigns, as for LoRA above): original
+            # parameters, and 4.x's reentrant checkpoint around each unit (with checkpointing TRL calls
+            # ``enable_input_require_grads``). Its adapters are built in the storage dtype (``autocast_adapter_dtype
+            # =False`` for sharded QLoRA, trl 0.9.6-0.13 sft_trainer.py), but accelerate (from 0.30, #2674) upcasts
+            # every trainable FSDP1 flat parameter to fp32 under mixed precision (accelerator.py ``prepare_model``):
+            # fp32 adapters, as peft's default gives them. train.py wraps FSDP1 itself (``use_orig_params=False``,
+            # FSDP's checkpoint wrapper inside each unit), so it takes neither
             settings["use_orig_params"] = True
             if job.gradient_checkpointing:
                 settings["hf4_checkpointing"] = True
