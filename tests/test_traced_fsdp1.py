@@ -215,3 +215,40 @@ def test_bitsandbytes_up_to_0_43_1_keeps_the_4bit_matmul_input(keep: bool) -> No
             assert kept.dtype == torch.bfloat16 and tuple(kept.shape) == (3, 64)
     finally:
         keep_matmul_input(False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["full", "lora"])
+def test_fsdp1_cpu_offload_keeps_the_shards_on_the_host(method: str) -> None:
+    """``CPUOffload(offload_params=True)`` (fsdp1_offload.py) on rank 0 of 2. Each flat shard moves to the host when
+    its unit is built, its gradient is copied to a pinned host buffer and AdamW steps there: at step 2's optimizer
+    step the rank holds no weights, gradients or moments, only AdamW's 0-d fp32 step of each trained flat parameter
+    and the root's ``_zero_scalar`` (``clip_grad_norm_``), 4 bytes each, which the fake device cannot place. Through
+    forward and backward it holds the same gathered units as without offload, less every resident shard
+    (⌈unit / 2⌉ elements each); at load, when the root is built last, less the layers' shards."""
+    spec = {**trace_spec(_job(method), get_architecture(TINY)), "world": 2, "strategy": "fsdp1", "shape": list(SHAPE)}
+    kept, offloaded = trace_ranks(spec), trace_ranks({**spec, "cpu_offload": True})
+    trained, size = _units(method)
+    full, _ = _units("full")
+    shards = sum(math.ceil(u / 2) for u in full) * 2 + (sum(math.ceil(u / 2) for u in trained) * size
+                                                         if method == "lora" else 0)
+    weights, grads, states = _phase(offloaded, 2, "optimizer")["parts"][:3]
+    assert (weights, grads, states) == (0, 0, 4 * (len(trained) + 1))
+    for phase in ("forward", "backward"):
+        assert _phase(kept, 2, phase)["parts"][0] - _phase(offloaded, 2, phase)["parts"][0] == shards
+    layers = sum(math.ceil(u / 2) for u in full[1:]) * 2
+    if method == "full":  # LoRA's adapters units are built before each layer's: the load's order differs
+        assert _phase(kept, 0, "load")["parts"][0] - _phase(offloaded, 0, "load")["parts"][0] == layers
+
+
+@pytest.mark.parametrize(("framework", "offload", "strategy", "traced"), [
+    ("fsdp-qlora", "optimizer+params", "fsdp", True), ("fsdp-qlora", "optimizer+params", "ddp", True),
+    ("fsdp-qlora", "optimizer", "fsdp", False), ("fms-hf-tuning", "optimizer+params", "fsdp", True),
+    ("hf-trainer", "optimizer+params", "fsdp", False),
+])
+def test_fsdp1_ranks_trace_parameter_offload_only(framework: str, offload: str, strategy: str, traced: bool) -> None:
+    """FSDP1's only offload is ``CPUOffload(offload_params=True)`` (parameters, gradients and so the optimizer on the
+    host): traced for the FSDP1 stacks; optimizer-only offload and FSDP2 stacks' offload keep the replica."""
+    placement = Placement(gpu_model="NVIDIA-A100-80GB-PCIe", number_gpus=2, strategy=strategy, offload=offload)
+    why = rank_unsupported(_job("qlora" if framework == "fsdp-qlora" else "lora", framework), placement)
+    assert (why is None) is traced

@@ -177,3 +177,24 @@ def test_release_loss_stand_in_keeps_the_release_bytes(version: str | None, mode
     fake, real = (trace({**spec, "real": r})["results"][0]["samples"] for r in (False, True))
     np.testing.assert_array_equal(fake, real)
     assert fake[:, 4].max() / (2 * 64 * arch.vocab_size) == pytest.approx(per_vocab, rel=1 / 64)
+
+
+def test_host_storages_are_not_device_memory() -> None:
+    """``LiveBytes.to_host``: a storage moved to the host frees its device bytes (a free event in the allocator
+    replay), what an op makes from host tensors only is host memory, and an op that also reads a device tensor
+    allocates on the device (1,000 fp32 elements: 4,000 bytes)."""
+    from autoconf.estimators.traced.live_bytes import LiveBytes
+
+    tracker = LiveBytes(events=True)
+    with tracker:
+        shard = torch.empty(1000)
+        assert sum(tracker.totals) == 4000
+        tracker.to_host(shard)
+        moments = torch.zeros_like(shard) + shard
+        assert sum(tracker.totals) == 0
+        device = torch.ones(1000)
+        mixed = device * shard
+        assert sum(tracker.totals) == 8000
+    assert tracker.events is not None
+    assert [n for _, n, _ in tracker.events[:2]] == [4000, -4000]
+    del moments, mixed

@@ -59,6 +59,7 @@ from autoconf.estimators.traced.fsdp1 import (
     qlora_model,
     wrap_fsdp1,
 )
+from autoconf.estimators.traced.fsdp1_offload import cpu_offload
 from autoconf.estimators.traced.hf_config import DTYPES
 from autoconf.estimators.traced.hf_parallel import by_mesh, clip_by_mesh, parallel_model, split_by_mesh
 from autoconf.estimators.traced.live_bytes import (
@@ -229,7 +230,8 @@ def trace_rank(spec: dict[str, Any]) -> dict[str, Any]:
             base.tie_weights()
     if strategy == "fsdp1":  # the Trainer enables checkpointing before accelerate wraps the model (4.x: around each unit)
         finish(model, {**spec, "gradient_checkpointing": False} if spec.get("hf4_checkpointing") else spec)
-    with fake_mode, tracker, replicated:
+    offload = cpu_offload() if spec.get("cpu_offload") else contextlib.nullcontext()  # FSDP1's (fsdp1_offload.py)
+    with fake_mode, tracker, replicated, offload:
         tracker.enter(0, LOAD, WEIGHTS)
         if strategy == "fsdp1":  # each unit flattened, padded, sharded: FSDP1's constructor
             hf4 = bool(spec.get("hf4_checkpointing"))

@@ -198,6 +198,8 @@ class TracedEstimator(Estimator):
         strategy: str = f"{placement.effective_strategy} as the HF Trainer wraps it"
         if fsdp1_job(job, placement):
             strategy = "FSDP1 (FullyShardedDataParallel) as accelerate wraps it; no checkpoint save (sharded)"
+            if placement.offload == "optimizer+params":
+                strategy += "; parameters, gradients and the optimizer offloaded to the host (CPUOffload)"
         if placement.tp > 1:
             strategy = (f"{placement.tp}-way tensor parallel" + (f" × {placement.dp}-way {placement.effective_strategy}"
                         if placement.dp > 1 else "") + " as transformers shards it at load")

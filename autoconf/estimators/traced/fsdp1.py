@@ -65,7 +65,7 @@ from autoconf.estimators.traced.wrap import ACTIVE
 
 def wrap_fsdp1(model: nn.Module, spec: dict[str, Any], amp: torch.dtype | None) -> nn.Module:
     """``model`` (materialised, on the fake process group of dist.join_world) wrapped as the module docstring says."""
-    from torch.distributed.fsdp import BackwardPrefetch, MixedPrecision, ShardingStrategy
+    from torch.distributed.fsdp import BackwardPrefetch, CPUOffload, MixedPrecision, ShardingStrategy
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
     from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
 
@@ -84,7 +84,8 @@ def wrap_fsdp1(model: nn.Module, spec: dict[str, Any], amp: torch.dtype | None) 
         return FSDP(model, auto_wrap_policy=policy, sharding_strategy=sharding,
                     use_orig_params=bool(spec.get("use_orig_params")),
                     limit_all_gathers=True, backward_prefetch=BackwardPrefetch.BACKWARD_PRE, forward_prefetch=False,
-                    mixed_precision=precision, device_id=torch.device("cpu"), sync_module_states=False)
+                    mixed_precision=precision, device_id=torch.device("cpu"), sync_module_states=False,
+                    cpu_offload=CPUOffload(offload_params=bool(spec.get("cpu_offload"))))
 
 
 # torch/distributed/fsdp/_init_utils.py PARAM_BROADCAST_BUCKET_SIZE: sync_module_states' dist._broadcast_coalesced

@@ -55,6 +55,9 @@ class LiveBytes(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
         self.stream = 0  # the stream new storages are allocated on (0: the compute stream)
         self.serial = 0
         self.skip = False  # host-side copies (checkpoint offload) are not device memory
+        # id(storage) -> weakref: storages in host memory (FSDP1's CPU offload: to_host), never counted; the new
+        # storages of an op that reads host tensors only are host memory too (an op runs where its inputs are)
+        self.host: dict[int, Any] = {}
         # id(storage) -> [nbytes, category, weakref]; the weakref's callback drops the entry at free
         self.records: dict[int, list[Any]] = {}
         self.phase, self.category = FORWARD, ACTIVATIONS
@@ -75,6 +78,8 @@ class LiveBytes(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
         if isinstance(tensor, DTensor):  # sharded parameters and states: the rank's local shard
             tensor = tensor._local_tensor
         storage = tensor.untyped_storage()
+        if self.host and id(storage) in self.host:  # host memory: not the GPU's
+            return
         record = self.records.get(id(storage))
         if record is None:
             nbytes = storage.nbytes()
@@ -94,6 +99,26 @@ class LiveBytes(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
     def _event(self, block: int, nbytes: int) -> None:
         if self.events is not None and nbytes:
             self.events.append((block, nbytes, self.stream))
+
+    def to_host(self, tensor: torch.Tensor) -> None:
+        """``tensor``'s storage is in host memory from now on (a move to the host frees its device bytes; a
+        storage born there is only remembered): uncounted until it dies."""
+        storage = tensor.untyped_storage()
+        key = id(storage)
+        record = self.records.pop(key, None)  # its weakref goes with it: no free callback later
+        if record is not None:
+            self.totals[record[1]] -= record[0]
+            self._event(record[3], -record[0])
+        if key not in self.host:
+            self.host[key] = weakref.ref(storage, partial(self._host_freed, key))
+
+    def _host_freed(self, key: int, _ref: object) -> None:
+        self.host.pop(key, None)
+
+    def _reads_host_only(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        """Every tensor input of more than one element is in host memory (0-d scalars go anywhere)."""
+        inputs = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor) and t.dim() > 0]
+        return bool(inputs) and all(id(t.untyped_storage()) in self.host for t in inputs)
 
     def reclassify(self, tensor: torch.Tensor, category: int) -> None:
         if isinstance(tensor, DTensor):  # a tensor-parallel gradient: the rank's local shard
@@ -144,7 +169,11 @@ class LiveBytes(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
         tensors = _tensors(out)
         if not tensors or self.skip:  # metadata queries (prim.device on fake tensors) allocate nothing
             return out
+        on_host = bool(self.host) and self._reads_host_only(args, kwargs or {})
         for tensor in tensors:
+            if on_host and id(tensor.untyped_storage()) not in self.records:
+                self.to_host(tensor)  # made on the host (a CPU optimizer's states, clipping of host gradients)
+                continue
             self.track(tensor, GRADIENTS if self._is_head_grad(tensor, args) else self.category)
         self.ops.update(func.__name__.encode())
         self.num_ops += 1

@@ -73,8 +73,8 @@ def rank_unsupported(job: Job, placement: Placement) -> str | None:
     qlora_fsdp1 = job.method == "qlora" and resolve(job).profile.fsdp1_qlora and fsdp1_job(job, placement)
     if (job.method == "qlora" and not qlora_fsdp1) or job.effective_loss_kernel != "hf" or job.optimizer == "adamw-8bit":
         return "QLoRA, loss kernels and 8-bit AdamW (traced on one replica only)"
-    if placement.offload != "none":
-        return f"offload {placement.offload}"
+    if placement.offload != "none" and not (fsdp1_job(job, placement) and placement.offload == "optimizer+params"):
+        return f"offload {placement.offload} (rank traces offload FSDP1's parameters: optimizer+params)"
     if fsdp1_job(job, placement):
         no_shard = strategy == "ddp" and resolve(job).profile.ddp_is_fsdp1_no_shard  # its DDP: FSDP1's NO_SHARD
         return None if strategy == "fsdp" or no_shard else (
@@ -251,6 +251,8 @@ def rank_plan(job: Job, placement: Placement, spec: dict[str, Any], batch: int) 
         rank_spec.update(fsdp1_settings(job))
         if strategy == "ddp":  # the stack's DDP is FSDP1's NO_SHARD (refusal above)
             rank_spec["fsdp1_sharding"] = "no_shard"
+        if placement.offload == "optimizer+params":  # CPUOffload(offload_params=True): fsdp1_offload.py
+            rank_spec["cpu_offload"] = True
         if rank_spec.get("hf4_checkpointing"):  # 4.x's checkpoint around each unit replaces the step's own
             rank_spec.pop("reentrant", None)
         ranks = [0]
