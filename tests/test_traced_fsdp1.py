@@ -252,3 +252,22 @@ def test_fsdp1_ranks_trace_parameter_offload_only(framework: str, offload: str, 
     placement = Placement(gpu_model="NVIDIA-A100-80GB-PCIe", number_gpus=2, strategy=strategy, offload=offload)
     why = rank_unsupported(_job("qlora" if framework == "fsdp-qlora" else "lora", framework), placement)
     assert (why is None) is traced
+
+
+@pytest.mark.slow
+def test_fsdp1_gathers_on_its_unshard_stream() -> None:
+    """FSDP1 all-gathers each unit into its padded unsharded flat parameter on ``_unshard_stream`` and reduce-
+    scatters on ``_post_backward_stream`` (_runtime_utils.py ``_unshard``, ``_post_backward_hook``); the caching
+    allocator reuses a block only on the stream that allocated it, so the allocation events carry those streams
+    (wrap.tag_streams): the tiny llama's gathered units (bf16, full fine-tuning, 2 ranks: the root's 65,600
+    elements, each layer's 46,208) are allocated off the compute stream (0), gradients' shards on a third stream."""
+    import numpy as np
+
+    spec = {**trace_spec(_job("full"), get_architecture(TINY)), "world": 2, "strategy": "fsdp1", "shape": list(SHAPE),
+            **{k: v for k, v in fsdp1_settings(_job("full")).items() if k != "strategy"}}
+    with np.load(trace_ranks(spec)["events_path"]) as data:
+        events = data["events"].tolist()
+    off_compute = {n for _, n, stream in events if n > 0 and stream != 0}
+    full, _ = _units("full")
+    assert {u * 2 for u in full} <= off_compute
+    assert len({stream for _, _, stream in events}) >= 3

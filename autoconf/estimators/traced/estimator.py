@@ -197,7 +197,9 @@ class TracedEstimator(Estimator):
         phase = PHASE_TEXT.get(peak["phase"], peak["phase"])
         strategy: str = f"{placement.effective_strategy} as the HF Trainer wraps it"
         if fsdp1_job(job, placement):
-            strategy = "FSDP1 (FullyShardedDataParallel) as accelerate wraps it; no checkpoint save (sharded)"
+            # a stack that builds FSDP1 on the GPU itself (fsdp_qlora's train.py), or accelerate for the HF Trainer
+            wrapper = f"{job.framework} wraps" if resolve(job).profile.fsdp1_device_load else "accelerate wraps"
+            strategy = f"FSDP1 (FullyShardedDataParallel) as {wrapper} it; no checkpoint save (sharded)"
             if placement.offload == "optimizer+params":
                 strategy += "; parameters, gradients and the optimizer offloaded to the host (CPUOffload)"
         if placement.tp > 1:

@@ -60,7 +60,7 @@ import torch
 from torch import nn
 
 from autoconf.estimators.traced.live_bytes import GRADIENTS, WEIGHTS
-from autoconf.estimators.traced.wrap import ACTIVE
+from autoconf.estimators.traced.wrap import ACTIVE, tag_streams
 
 
 def wrap_fsdp1(model: nn.Module, spec: dict[str, Any], amp: torch.dtype | None) -> nn.Module:
@@ -208,6 +208,7 @@ def patch_fsdp1() -> None:
     """Tell the active tracker about FSDP1's storage resizes (gathered flat parameters, mixed-precision shards)."""
     from torch.distributed.fsdp import _flat_param
 
+    tag_streams()  # each of FSDP1's streams keeps its own cached blocks (wrap.tag_streams)
     if getattr(_flat_param, "_autoconf_patched", False):
         return
     setattr(_flat_param, "_autoconf_patched", True)  # noqa: B010  # a flag on torch's module

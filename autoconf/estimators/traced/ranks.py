@@ -44,7 +44,7 @@ STRATEGIES = ("ddp", "fsdp", "fsdp-shard-grad-op", "fsdp-hybrid")  # data-parall
 TP_DP_STRATEGIES = ("fsdp", "ddp", "fsdp-hybrid")
 # Stacks whose multi-GPU step is the HF Trainer's through accelerate (FSDP2 wrapping of dist.py, or DDP).
 ACCELERATE_STACKS = ("hf-trainer", "peft")
-FSDP1_VERSION = 4  # bump when the FSDP1 rank trace changes meaning (its cache keys only)
+FSDP1_VERSION = 5  # bump when the FSDP1 rank trace changes meaning (its cache keys only); 5: streams tagged
 # Job.dtype -> bnb_4bit_quant_storage under FSDP: the model's torch_dtype (the weights' dtype; fp32 under amp-*)
 QUANT_STORAGE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "amp-bf16": "float32",
                  "amp-fp16": "float32"}

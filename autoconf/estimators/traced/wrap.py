@@ -169,12 +169,19 @@ def patch_fsdp() -> None:
 
     for name, category in (("unshard", WEIGHTS), ("wait_for_unshard", WEIGHTS), ("post_backward", GRADIENTS)):
         setattr(group, name, charged(getattr(group, name), category))
+    tag_streams()
 
-    # FSDP2 allocates the all-gather output on its copy-in stream and the reduce-scatter output on its
-    # reduce-scatter stream (``with device_handle.stream(...)`` in _fsdp_collectives.py); on a GPU the caching
-    # allocator reuses a freed block only on the stream that allocated it. The CPU device handle's stream
-    # context is a no-op: wrap it to tag the allocations made inside it with that stream.
+
+def tag_streams() -> None:
+    """FSDP2 allocates the all-gather output on its copy-in stream and the reduce-scatter output on its
+    reduce-scatter stream (``with device_handle.stream(...)`` in _fsdp_collectives.py); FSDP1 its unsharded flat
+    parameters on ``_unshard_stream``, the offloaded shard's device copy on ``_pre_unshard_stream`` and the
+    reduce-scatter on ``_post_backward_stream`` (_runtime_utils.py ``_unshard``, ``_post_backward_hook``). On a GPU
+    the caching allocator reuses a freed block only on the stream that allocated it. The CPU device handle's stream
+    context is a no-op: wrapped to tag the allocations made inside it with that stream."""
     plain = torch.cpu.stream
+    if getattr(plain, "_autoconf_tagged", False):
+        return
 
     @contextlib.contextmanager
     def tagged(stream: Any) -> Iterator[None]:
@@ -191,4 +198,5 @@ def patch_fsdp() -> None:
         finally:
             tracker.stream = before
 
+    setattr(tagged, "_autoconf_tagged", True)  # noqa: B010  # a flag on our wrapper
     torch.cpu.stream = tagged
