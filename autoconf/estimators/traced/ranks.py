@@ -29,7 +29,7 @@ from typing import Any
 
 from autoconf.catalog import Architecture, get_gpu
 from autoconf.estimators.theory import cuda
-from autoconf.estimators.theory.frameworks import resolve
+from autoconf.estimators.theory.frameworks import PROFILES, resolve
 from autoconf.estimators.traced.allocator import Replay, replay
 from autoconf.estimators.traced.cache import cache_dir
 from autoconf.estimators.traced.fit import TRACE_TIMEOUT_S, TraceFailed
@@ -42,8 +42,6 @@ FEATURE_VERSIONS = {"keep_output": 2}
 STRATEGIES = ("ddp", "fsdp", "fsdp-shard-grad-op", "fsdp-hybrid")  # data-parallel dist.STRATEGIES (+ "tp")
 # Data parallelism around tensor parallelism (hf_parallel.DP_STRATEGIES: transformers' DistributedConfig sizes)
 TP_DP_STRATEGIES = ("fsdp", "ddp", "fsdp-hybrid")
-# Stacks whose multi-GPU step is the HF Trainer's through accelerate (FSDP2 wrapping of dist.py, or DDP).
-ACCELERATE_STACKS = ("hf-trainer", "peft")
 FSDP1_VERSION = 5  # bump when the FSDP1 rank trace changes meaning (its cache keys only); 5: streams tagged
 # Job.dtype -> bnb_4bit_quant_storage under FSDP: the model's torch_dtype (the weights' dtype; fp32 under amp-*)
 QUANT_STORAGE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "amp-bf16": "float32",
@@ -79,8 +77,9 @@ def rank_unsupported(job: Job, placement: Placement) -> str | None:
         no_shard = strategy == "ddp" and resolve(job).profile.ddp_is_fsdp1_no_shard  # its DDP: FSDP1's NO_SHARD
         return None if strategy == "fsdp" or no_shard else (
             f"{job.framework} with {strategy} (its FSDP1 ranks are traced for fsdp)")
-    if job.framework not in ACCELERATE_STACKS:
-        return f"{job.framework} wraps its model its own way (rank traces follow {', '.join(ACCELERATE_STACKS)})"
+    if not resolve(job).profile.accelerate_ranks:  # the HF Trainer's step through accelerate (frameworks.Profile)
+        followed = ", ".join(name for name, profile in PROFILES.items() if profile.accelerate_ranks)
+        return f"{job.framework} wraps its model its own way (rank traces follow {followed})"
     return None
 
 
@@ -108,7 +107,7 @@ def fsdp1_settings(job: Job) -> dict[str, Any]:
         # storage dtype and TRL's SFTTrainer skips peft's prepare_model_for_kbit_training for sharded QLoRA
         # (``is_sharded_qlora``); Answer.AI's train.py builds ``Linear4bit(quant_storage=torch_dtype)`` itself
         settings.update(kbit_upcast=False, quant_storage=QUANT_STORAGE[job.dtype])
-        if job.framework in ACCELERATE_STACKS:
+        if resolve(job).profile.accelerate_ranks:
             # fms-hf-tuning / TRL under `accelerate launch` (its 4.x campaigns, as for LoRA above): original
             # parameters, and 4.x's reentrant checkpoint around each unit (with checkpointing TRL calls
             # ``enable_input_require_grads``). Its adapters are built in the storage dtype (``autocast_adapter_dtype
