@@ -322,7 +322,7 @@ def run_one(spec_path: str, out_path: str, tracer: Callable[[dict[str, Any]], di
 def serve() -> int:
     """Serving worker (``--serve``): one ``SPEC.json OUT.npz`` request per stdin line, one JSON line back per
     request (the summary, or ``{"error": ...}`` after which the worker exits). Saves the start-up (imports:
-    seconds) of every trace after the first; the caller (ranks.py) restarts it now and then."""
+    seconds) of every trace after the first; the caller (rank_cache.py) restarts it now and then."""
     for line in sys.stdin:
         spec_path, out_path = line.split()
         try:
