@@ -28,7 +28,7 @@ from autoconf.estimators.traced.fit import TRACE_TIMEOUT_S, TraceFailed
 
 RANK_VERSION = 3  # part of the cache key: bump when the rank trace changes meaning
 # per spec key, the version of its meaning, part of the cache key of the specs that carry it (a bump re-traces
-# those only): ``keep_output`` 2, the output held through the update (1 dropped it, before dist.py honoured it)
+# those only): ``keep_output`` 2, the output held through the update (1 dropped it, before rank_step.py honoured it)
 FEATURE_VERSIONS = {"keep_output": 2}
 
 

@@ -25,7 +25,7 @@ FSDP1_VERSION = 5  # bump when the FSDP1 rank trace changes meaning (its cache k
 # Job.dtype -> bnb_4bit_quant_storage under FSDP: the model's torch_dtype (the weights' dtype; fp32 under amp-*)
 QUANT_STORAGE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "amp-bf16": "float32",
                  "amp-fp16": "float32"}
-# dist.PHASES -> schema Phase: clipping is part of the optimizer phase; a checkpoint save happens between
+# rank_step.PHASES -> schema Phase: clipping is part of the optimizer phase; a checkpoint save happens between
 # steps with the states live, theory's "static" phase.
 PHASE: dict[str, Phase] = {"forward": "forward", "loss": "loss", "backward": "backward", "optimizer": "optimizer",
          "clip": "optimizer", "load": "load", "save": "static"}
