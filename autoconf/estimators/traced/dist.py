@@ -41,14 +41,9 @@ from torch.nn.parallel import DistributedDataParallel
 
 from autoconf.estimators.traced import cuda_dropout
 from autoconf.estimators.traced.allocator import replay
-from autoconf.estimators.traced.fsdp1 import (
-    checkpoint_units,
-    four_bit_states_to_device,
-    patch_fsdp1,
-    qlora_model,
-    wrap_fsdp1,
-)
+from autoconf.estimators.traced.fsdp1 import checkpoint_units, four_bit_states_to_device, qlora_model, wrap_fsdp1
 from autoconf.estimators.traced.fsdp1_offload import cpu_offload
+from autoconf.estimators.traced.fsdp1_patches import patch_fsdp1
 from autoconf.estimators.traced.hf_config import DTYPES
 from autoconf.estimators.traced.hf_parallel import parallel_model, split_by_mesh
 from autoconf.estimators.traced.live_bytes import ACTIVATIONS, FORWARD, GRADIENTS, WEIGHTS
