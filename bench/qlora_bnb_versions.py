@@ -29,7 +29,8 @@ from autoconf.estimators.theory.memory import micro_batch  # noqa: E402
 from autoconf.estimators.traced.cache import get_fit  # noqa: E402
 from autoconf.estimators.traced.estimator import _regime  # noqa: E402
 from autoconf.estimators.traced.job_spec import trace_spec  # noqa: E402
-from autoconf.estimators.traced.ranks import fsdp1_settings, trace_ranks  # noqa: E402
+from autoconf.estimators.traced.rank_cache import trace_ranks  # noqa: E402
+from autoconf.estimators.traced.ranks import fsdp1_settings  # noqa: E402
 from autoconf.evaluation.data import load_measurements, row_to_inputs  # noqa: E402
 from autoconf.schema import Job  # noqa: E402
 

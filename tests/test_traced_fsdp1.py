@@ -13,7 +13,8 @@ pytest.importorskip("peft")
 from autoconf.catalog import get_architecture
 from autoconf.estimators.contract import get_estimator
 from autoconf.estimators.traced.job_spec import trace_spec
-from autoconf.estimators.traced.ranks import fsdp1_job, fsdp1_settings, rank_unsupported, trace_ranks
+from autoconf.estimators.traced.rank_cache import trace_ranks
+from autoconf.estimators.traced.ranks import fsdp1_job, fsdp1_settings, rank_unsupported
 from autoconf.schema import Job, Placement
 from tests._cache import fresh_cache  # noqa: F401 (an autouse fixture: a fresh cache per module)
 

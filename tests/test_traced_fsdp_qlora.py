@@ -60,7 +60,8 @@ def test_adapters_follow_the_stacks_peft(framework: str, dtype: str) -> None:
 
 def _rank_optimizer_peak(keep_output: bool) -> int:
     """Rank 0 of 2's peak over step 2's optimizer step (FSDP1, LoRA), with or without the held output."""
-    from autoconf.estimators.traced.ranks import fsdp1_settings, trace_ranks
+    from autoconf.estimators.traced.rank_cache import trace_ranks
+    from autoconf.estimators.traced.ranks import fsdp1_settings
 
     job = Job(model=TINY, framework="fsdp-qlora", method="lora", lora_dropout=0.0, optimizer_impl="foreach",
               tokens_per_sample=SEQ, batch_size=BATCH, gradient_checkpointing=False)

@@ -79,6 +79,12 @@ class Profile:
     fsdp1_device_load: bool = False
     # the stack's "DDP" is FSDP1 with ShardingStrategy.NO_SHARD (a full replica per rank inside FSDP1 units)
     ddp_is_fsdp1_no_shard: bool = False
+    # traced: the stack's multi-GPU step is the HF Trainer's through accelerate (FSDP2 as traced/dist.py wraps it, or
+    # DDP), which the rank traces follow; other stacks' ranks are traced as FSDP1 (``fsdp1``) or not (ranks.py)
+    accelerate_ranks: bool = False
+    # traced: where the stack's own driver does not run a job (DeepSpeed's engine), one replica of the HF step is
+    # traced and sharded by theory (a partial trace, noted) instead of a refusal (traced/refusal.py ``decide``)
+    hf_replica_fallback: bool = False
     sources: dict[str, str] = field(default_factory=dict)
 
 
@@ -111,6 +117,8 @@ _QLORA_STATES = ("train.py load_and_quantize quantises on the GPU and moves only
                  "(param.__dict__ kept); the quant state is no parameter, so FSDP neither shards nor offloads it "
                  "(docs/traced_vs_theory.md finding 23.6)")
 _QLORA_FSDP1 = "train.py wraps the model in torch FullyShardedDataParallel itself, as accelerate's FSDP1 (fsdp1.py)"
+_ACC_RANKS = ("transformers Trainer prepares the model with accelerate's Accelerator.prepare_model: FSDP2 "
+              "fsdp2_prepare_model (fully_shard per decoder layer) or DistributedDataParallel (traced/wrap.py)")
 _KBIT = ("peft utils/other.py prepare_model_for_kbit_training casts every fp16/bf16 parameter that is not Params4bit "
          "to fp32; TRL SFTTrainer calls it for a 4-bit model unless the QLoRA is sharded (FSDP, Params4bit on CPU)")
 
@@ -131,11 +139,13 @@ def _hf_like(name: str, versions: str, **changes: object) -> Profile:
 
 PROFILES: dict[str, Profile] = {
     "hf-trainer": _hf_like("hf-trainer", "transformers 4.46–5.x, TRL SFTTrainer, accelerate ≥ 1.0", kbit_upcast=True,
-                           fp32_outputs=True, sources={"kbit_upcast": _KBIT, "fp32_outputs": _FP32_OUT}),
+                           fp32_outputs=True, accelerate_ranks=True,
+                           sources={"kbit_upcast": _KBIT, "fp32_outputs": _FP32_OUT, "accelerate_ranks": _ACC_RANKS}),
     "peft": _hf_like("peft", "peft 0.12–0.21 under transformers Trainer", kbit_upcast=True, fp32_outputs=True,
-                     fsdp1_qlora=True,
+                     fsdp1_qlora=True, accelerate_ranks=True,
                      sources={"kbit_upcast": f"{_KBIT} (the peft QLoRA recipe calls it itself)",
-                              "fp32_outputs": _FP32_OUT, "fsdp1_qlora": _PEFT_FSDP1_QLORA}),
+                              "fp32_outputs": _FP32_OUT, "fsdp1_qlora": _PEFT_FSDP1_QLORA,
+                              "accelerate_ranks": f"{_ACC_RANKS}; peft's model under that Trainer"}),
     "fms-hf-tuning": _hf_like(
         "fms-hf-tuning", "fms-hf-tuning 2.x with fms-acceleration (the ado SFTTrainer stack)",
         efficient_loading=True, quant_saves_input=False, device_fit=FMS_FIT, fp32_outputs=True, fsdp1=True,
@@ -157,8 +167,11 @@ PROFILES: dict[str, Profile] = {
                  "Trainer's bf16 autocast (activations.py, LOSS_SEGMENT_NOTE); checked on the swift benchmark's "
                  "torch_reserved rows (unpacked cls-fudan-news-zh samples, docs/frameworks.md [11])"}),
     "deepspeed": _hf_like(
-        "deepspeed", "DeepSpeed 0.14+ through HF Trainer / accelerate", efficient_loading=True,
-        sources={"load": "ZeRO-3 zero.Init partitions parameters as the model is built"}),
+        "deepspeed", "DeepSpeed 0.14+ through HF Trainer / accelerate", efficient_loading=True, hf_replica_fallback=True,
+        sources={"load": "ZeRO-3 zero.Init partitions parameters as the model is built",
+                 "hf_replica_fallback": "the HF Trainer builds the model and runs the step (transformers "
+                 "integrations/deepspeed.py hands it to deepspeed.initialize): outside its engine the step is the "
+                 "HF Trainer's, as for --framework hf-trainer with a ZeRO strategy"}),
     "unsloth": _hf_like(
         "unsloth", "Unsloth 2024.10–2025.x", own_model_code=True, double_quant=True, activation_offloading=True,
         expandable_segments=True,

@@ -11,19 +11,11 @@ FSDP2 or replicas over the data-parallel dimension; autoconf/estimators/traced/h
 ``MixedPrecisionPolicy()`` for pure-dtype training and the autocast dtype as ``param_dtype`` and
 ``reduce_dtype`` for amp-* (accelerate's ``set_mixed_precision``). With FSDP2 the Trainer keeps this
 wrapping for LoRA too: it applies peft's ``fsdp_auto_wrap_policy`` only when it delays the optimizer's
-creation, which it never does with FSDP2 (transformers 5.24 trainer.py, ``is_fsdp2``). DDP steps run
-under ``no_sync()``: the reducer's in-place bucket all-reduce and its bucket rebuild after step 1 read
-data, and skipping them frees or allocates nothing.
+creation, which it never does with FSDP2 (transformers 5.24 trainer.py, ``is_fsdp2``).
 
 Then, under one tracker (autoconf/estimators/traced/live_bytes.py's ``LiveBytes`` with an allocation log):
-materialisation of the rank's parameters (``to_empty``: the load phase), two training steps (forward with
-the model's loss, backward, ``clip_grad_norm_(1.0)`` as the Trainer's ``max_grad_norm``, AdamW step,
-``zero_grad``): the first creates the optimizer states, the second is steady (``short_first_step`` traces
-only step 1's clipping and AdamW step: a fifth less CPU, but the allocator then sees the states before any
-activation, not in the real order, and its reserved peak differs); and a checkpoint save as
-accelerate's FULL_STATE_DICT default for several processes (torch.distributed.checkpoint.state_dict
-``get_model_state_dict`` / ``get_optimizer_state_dict`` with ``full_state_dict``, ``cpu_offload``): each
-parameter is gathered whole on the device, copied to the host and dropped. Host copies are not counted.
+materialisation of the rank's parameters (``to_empty``: the load phase), two training steps and a checkpoint
+save (autoconf/estimators/traced/rank_step.py: the Trainer's step, accelerate's save).
 
 The trace runs as rank 0, or the spec's ``rank``. When every sharded dimension divides by the world,
 all ranks hold the same bytes. Otherwise FSDP2 pads each shard to ⌈rows/world⌉, but the last rank's
@@ -46,150 +38,23 @@ import numpy as np
 import torch
 import transformers.masking_utils
 from torch.nn.parallel import DistributedDataParallel
-from torch.overrides import TorchFunctionMode
 
 from autoconf.estimators.traced import cuda_dropout
 from autoconf.estimators.traced.allocator import replay
-from autoconf.estimators.traced.fsdp1 import (
-    checkpoint_units,
-    clip_fsdp1,
-    four_bit_states_to_device,
-    is_fsdp1,
-    patch_fsdp1,
-    qlora_model,
-    wrap_fsdp1,
-)
+from autoconf.estimators.traced.fsdp1 import checkpoint_units, four_bit_states_to_device, qlora_model, wrap_fsdp1
 from autoconf.estimators.traced.fsdp1_offload import cpu_offload
+from autoconf.estimators.traced.fsdp1_patches import patch_fsdp1
 from autoconf.estimators.traced.hf_config import DTYPES
-from autoconf.estimators.traced.hf_parallel import by_mesh, clip_by_mesh, parallel_model, split_by_mesh
-from autoconf.estimators.traced.live_bytes import (
-    ACTIVATIONS,
-    BACKWARD,
-    FORWARD,
-    GRADIENTS,
-    LOGITS,
-    OPT_STEP,
-    OPTIMIZER,
-    WEIGHTS,
-)
+from autoconf.estimators.traced.hf_parallel import parallel_model, split_by_mesh
+from autoconf.estimators.traced.live_bytes import ACTIVATIONS, FORWARD, GRADIENTS, WEIGHTS
 from autoconf.estimators.traced.model import build_optimizer, finish, meta_model
-from autoconf.estimators.traced.step import StepHooks, _no_packed_sequences, kept_output
+from autoconf.estimators.traced.rank_step import LOAD, PHASES, first_update, fsdp1_amp, save_checkpoint, train_step
+from autoconf.estimators.traced.step import StepHooks, _no_packed_sequences
 from autoconf.estimators.traced.wrap import ACTIVE, RankBytes, join_world, patch_fsdp, wrap_ddp, wrap_fsdp2
 
-# Phase codes of the samples: live_bytes.py's four, then these (the estimator maps them to schema phases).
-CLIP, LOAD, SAVE = 4, 5, 6
-PHASES = ("forward", "loss", "backward", "optimizer", "clip", "load", "save")
 # single: one unwrapped GPU, for the allocator replay of a one-GPU step (docs/traced_vs_theory.md, findings)
 # fsdp1: torch's FullyShardedDataParallel as accelerate wraps it for the FSDP1 stacks (fsdp1.py)
 STRATEGIES = ("ddp", "fsdp", "fsdp-shard-grad-op", "fsdp-hybrid", "tp", "single", "fsdp1")
-MAX_GRAD_NORM = 1.0  # transformers TrainingArguments.max_grad_norm default
-
-
-class HostCopies(TorchFunctionMode):
-    """``Tensor.to("cpu")`` in a checkpoint save is a device-to-host copy: make it, uncounted."""
-
-    def __init__(self, tracker: RankBytes) -> None:
-        super().__init__()
-        self.tracker = tracker
-
-    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
-                           kwargs: dict[str, Any] | None = None) -> Any:
-        kwargs = kwargs or {}
-        target = kwargs.get("device", args[1] if len(args) > 1 else None)
-        if func is torch.Tensor.to and str(target) == "cpu":
-            self.tracker.skip = True
-            try:
-                return args[0].detach().clone()
-            finally:
-                self.tracker.skip = False
-        return func(*args, **kwargs)
-
-
-def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, hooks: StepHooks, shape: tuple[int, int],
-               spec: dict[str, Any], tracker: RankBytes) -> None:
-    """The HF Trainer's step: forward with the model's loss, backward, clip, optimizer step, zero_grad (the output
-    held to its end under ``keep_output``)."""
-    batch, seq = shape
-    ids = torch.randint(0, spec["arch"]["vocab_size"], (batch, seq))
-    labels = ids.clone()
-    autocast_dtype = _fsdp1_amp(spec) if spec["strategy"] == "fsdp1" else DTYPES[spec["dtype"]][1]
-    amp = torch.autocast("cpu", dtype=autocast_dtype) if autocast_dtype else contextlib.nullcontext()
-    hooks.tracker = tracker
-    # DDP: the reducer's bucket all-reduce (and its bucket rebuild after step 1) reads data; its buckets are
-    # allocated at construction and the all-reduce works in place, so no_sync() leaves the bytes unchanged
-    sync = model.no_sync() if isinstance(model, DistributedDataParallel) else contextlib.nullcontext()
-    with sync:
-        with amp:
-            out = model(input_ids=ids, labels=labels)
-        loss = out.loss
-        held = kept_output(out, spec)  # step.py: the loss only, or the output held through the update
-        del out
-        tracker.set_phase(BACKWARD, LOGITS)
-        loss.backward()
-        del loss, ids, labels
-    update(model, opt, tracker)
-    del held
-    hooks.tracker = None
-
-
-def _fsdp1_amp(spec: dict[str, Any]) -> torch.dtype | None:
-    """The autocast and ``MixedPrecision`` dtype of an FSDP1 rank: amp-*'s; the rows' ``bf16``/``fp16`` flag on
-    weights of that dtype for fms-hf-tuning LoRA with 4.x checkpointing (fsdp1.py) and for QLoRA (transformers'
-    ``_fsdp_qlora_plugin_updates`` sets FSDP1's mixed precision to the floating ``bnb_4bit_quant_storage``)."""
-    plain, amp = DTYPES[spec["dtype"]]
-    return amp or (plain if spec.get("hf4_checkpointing") or spec["method"] == "qlora" else None)
-
-
-def update(model: torch.nn.Module, opt: torch.optim.Optimizer, tracker: RankBytes) -> None:
-    """Clip the gradients, step the optimizer, drop the gradients (the Trainer's ``zero_grad``)."""
-    tracker.set_phase(CLIP, OPTIMIZER)
-    trained: list[torch.Tensor] = [p for p in model.parameters() if p.requires_grad]
-    if len(by_mesh(trained)) > 1:  # tensor parallel: parameters on several meshes, clipped as the Trainer does
-        clip_by_mesh(trained, MAX_GRAD_NORM)
-    elif is_fsdp1(model):
-        clip_fsdp1(model, MAX_GRAD_NORM)
-    else:
-        torch.nn.utils.clip_grad_norm_(trained, MAX_GRAD_NORM)
-    tracker.set_phase(OPT_STEP, OPTIMIZER)
-    opt.step()
-    tracker.sample()
-    opt.zero_grad(set_to_none=True)
-    tracker.sample()
-
-
-def first_update(model: torch.nn.Module, opt: torch.optim.Optimizer, tracker: RankBytes) -> None:
-    """Step 1's clipping and optimizer step, where AdamW creates its states, from gradients of the rank's
-    size and layout (zeros: values do not change bytes). Step 1's forward and backward are step 2's
-    without the states, so they are not traced again."""
-    tracker.enter(1, CLIP, GRADIENTS)
-    for param in model.parameters():
-        if param.requires_grad:
-            param.grad = torch.zeros_like(param)
-    update(model, opt, tracker)
-
-
-def save_checkpoint(model: torch.nn.Module, opt: torch.optim.Optimizer, strategy: str, tracker: RankBytes) -> None:
-    """accelerate's save for several processes: full state dicts offloaded to the host (FSDP2; the model's only
-    under tensor parallelism); DDP's ``state_dict()`` holds references only."""
-    tracker.enter(3, SAVE, WEIGHTS)
-    with HostCopies(tracker):
-        if strategy in ("ddp", "single"):
-            state = [model.state_dict(), opt.state_dict()]
-        else:
-            from torch.distributed.checkpoint.state_dict import (
-                StateDictOptions,
-                get_model_state_dict,
-                get_optimizer_state_dict,
-            )
-            options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-            state = [get_model_state_dict(model, options=options)]
-            # tensor parallel: the Trainer saves no optimizer state of a model sharded at load (trainer.py:
-            # "Resuming is not supported for models sharded at load time", save_only_model)
-            if strategy != "tp":
-                state.append(get_optimizer_state_dict(model, opt, options=options))
-    tracker.sample()
-    del state
-    tracker.sample()
 
 
 def trace_rank(spec: dict[str, Any]) -> dict[str, Any]:
@@ -235,7 +100,7 @@ def trace_rank(spec: dict[str, Any]) -> dict[str, Any]:
         tracker.enter(0, LOAD, WEIGHTS)
         if strategy == "fsdp1":  # each unit flattened, padded, sharded: FSDP1's constructor
             hf4 = bool(spec.get("hf4_checkpointing"))
-            model = wrap_fsdp1(model, spec, _fsdp1_amp(spec))
+            model = wrap_fsdp1(model, spec, fsdp1_amp(spec))
             if spec["method"] == "qlora":
                 four_bit_states_to_device(model)
             if hf4:
@@ -322,7 +187,7 @@ def run_one(spec_path: str, out_path: str, tracer: Callable[[dict[str, Any]], di
 def serve() -> int:
     """Serving worker (``--serve``): one ``SPEC.json OUT.npz`` request per stdin line, one JSON line back per
     request (the summary, or ``{"error": ...}`` after which the worker exits). Saves the start-up (imports:
-    seconds) of every trace after the first; the caller (ranks.py) restarts it now and then."""
+    seconds) of every trace after the first; the caller (rank_cache.py) restarts it now and then."""
     for line in sys.stdin:
         spec_path, out_path = line.split()
         try:

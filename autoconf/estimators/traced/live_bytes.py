@@ -11,7 +11,8 @@ loss backward, is a gradient from the start. After every op the five category to
 sampled, so the peak, its phase and its breakdown are exact at op granularity.
 
 Kept apart from step.py (which drives one step around it) because every trace imports it: the HF step, the rank
-traces (dist.py, wrap.py, fsdp1.py) and the stack drivers take their categories and phase codes from here.
+traces (dist.py, rank_step.py, wrap.py, fsdp1_patches.py) and the stack drivers take their categories and phase
+codes from here.
 """
 
 from __future__ import annotations

@@ -22,10 +22,6 @@ from autoconf.schema import Job, Placement
 # Loss kernels and optimizers the trace runs (autoconf/estimators/traced/kernels.py, model.py).
 TRACED_LOSS_KERNELS = ("hf", "chunked", "fused-linear-ce")
 TRACED_OPTIMIZERS = ("adamw", "sgd", "adamw-8bit")
-# Stacks whose model and step are the HF Trainer's: where their driver does not run a job (DeepSpeed's engine), one HF
-# replica is traced and sharded by theory, as for --framework hf-trainer with a ZeRO strategy (a partial trace, noted).
-# Every other stack with a driver is refused outside it: the HF step is not its code (docs/traced.md).
-HF_REPLICA_STACKS = ("deepspeed",)
 # Model types transformers refuses to run with SDPA (Gemma2ForCausalLM, MptForCausalLM: "does not support an attention
 # implementation through torch.nn.functional.scaled_dot_product_attention"), with what their attention needs.
 NO_SDPA = {"gemma2": "attention (logit soft-capping)", "mpt": "ALiBi attention"}
@@ -91,13 +87,17 @@ def decide(job: Job, placement: Placement, arch: Architecture) -> Decision:
 
     A stack with a driver (torchtune, torchtitan, trl; DeepSpeed's ZeRO on several GPUs) is refused where its code
     cannot run the job, whether or not the driver is installed here; DeepSpeed then goes to one HF replica
-    (HF_REPLICA_STACKS). Everything the HF step answers is refused where it cannot trace the job. A trace that fails
-    at run time, a driver not installed and a partial trace are answers with a note, not refusals.
+    (frameworks.Profile ``hf_replica_fallback``). Everything the HF step answers is refused where it cannot trace the
+    job. A trace that fails at run time, a driver not installed and a partial trace are answers with a note, not
+    refusals.
     """
     engine = None
     if applies(job, placement):
         engine = stack_unsupported(job, placement, arch)
-        if engine is not None and job.framework not in HF_REPLICA_STACKS:
+        # a stack whose model and step are the HF Trainer's (``hf_replica_fallback``: DeepSpeed) goes to one HF
+        # replica, sharded by theory, as --framework hf-trainer with a ZeRO strategy (a partial trace, noted); every
+        # other stack with a driver is refused outside it: the HF step is not its code (docs/traced.md)
+        if engine is not None and not resolve(job).profile.hf_replica_fallback:
             return Decision(engine)
         if engine is None and missing(job, placement) is None:
             return Decision(None, stack=True)  # the stack's own code runs it
@@ -115,6 +115,6 @@ def decide(job: Job, placement: Placement, arch: Architecture) -> Decision:
                   "from the embedding under FSDP2 and ties them after loading, which the rank trace does not follow")
     if reason is not None:
         return Decision(reason)
-    if engine is not None:  # HF_REPLICA_STACKS: the stack's driver does not run this job
+    if engine is not None:  # hf_replica_fallback: the stack's driver does not run this job
         return Decision(None, note=f"traced: {job.framework}'s own code not run: {engine}; the HF step answers")
     return Decision(None, note=missing(job, placement))  # a stack driver that would apply is not installed

@@ -33,8 +33,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from autoconf.estimators.traced.dist import LOAD, trace_out
+from autoconf.estimators.traced.dist import trace_out
 from autoconf.estimators.traced.live_bytes import ACTIVATIONS, BACKWARD, FORWARD, LOGITS, OPT_STEP, OPTIMIZER, WEIGHTS
+from autoconf.estimators.traced.rank_step import LOAD
 from autoconf.estimators.traced.stacks.hooks import Phases, driver_main
 from autoconf.estimators.traced.wrap import RankBytes
 

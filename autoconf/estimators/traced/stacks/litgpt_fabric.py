@@ -11,7 +11,7 @@ process group exists: Fabric creates none):
   ``type(strategy) is FSDPStrategy``), a guard only: the strategy is a subclass with nothing changed. Fabric passes
   ``device_id=None`` on the CPU (``FSDPStrategy.setup_module``) and FSDP1 then cannot materialise a meta-device
   model without an accelerator: the CPU is passed as the device, as the GPU is on a GPU. FSDP1's storage resizes
-  are told to the tracker (traced/fsdp1.py ``patch_fsdp1``).
+  are told to the tracker (traced/fsdp1_patches.py ``patch_fsdp1``).
 * ``lora.py``: ``ModelParallelStrategy(parallelize_fn, data_parallel_size=world, tensor_parallel_size=1)``: its
   ``parallelize_fn`` wraps each ``Block`` in ``checkpoint_wrapper`` and applies FSDP2's ``fully_shard`` to every
   trainable ``Linear``, checkpointed block and ``Block``, then the root (traced/wrap.py ``patch_fsdp``). Its
@@ -101,7 +101,7 @@ def fabric_for(spec: dict[str, Any]) -> Any:
     from litgpt.finetune import lora
     from litgpt.model import Block
 
-    from autoconf.estimators.traced.fsdp1 import patch_fsdp1
+    from autoconf.estimators.traced.fsdp1_patches import patch_fsdp1
     from autoconf.estimators.traced.wrap import join_world, patch_fsdp
 
     class CPUFSDPStrategy(FSDPStrategy):  # type: ignore[misc]  # lightning is untyped here

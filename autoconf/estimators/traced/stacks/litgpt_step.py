@@ -40,8 +40,9 @@ from typing import Any
 
 import torch
 
-from autoconf.estimators.traced.dist import LOAD, SAVE, params_of, trace_out
+from autoconf.estimators.traced.dist import params_of, trace_out
 from autoconf.estimators.traced.live_bytes import ACTIVATIONS, BACKWARD, FORWARD, LOGITS, OPT_STEP, OPTIMIZER, WEIGHTS
+from autoconf.estimators.traced.rank_step import LOAD, SAVE
 from autoconf.estimators.traced.stacks.hooks import Phases, driver_main
 from autoconf.estimators.traced.wrap import ACTIVE, RankBytes
 

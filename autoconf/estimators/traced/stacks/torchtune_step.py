@@ -36,7 +36,7 @@ from typing import Any, cast
 import torch
 from torch.overrides import TorchFunctionMode
 
-from autoconf.estimators.traced.dist import CLIP, LOAD, SAVE, HostCopies, params_of, trace_out
+from autoconf.estimators.traced.dist import params_of, trace_out
 from autoconf.estimators.traced.live_bytes import (
     ACTIVATIONS,
     BACKWARD,
@@ -46,6 +46,7 @@ from autoconf.estimators.traced.live_bytes import (
     OPTIMIZER,
     WEIGHTS,
 )
+from autoconf.estimators.traced.rank_step import CLIP, LOAD, SAVE, HostCopies
 from autoconf.estimators.traced.stacks.hooks import Phases, driver_main
 from autoconf.estimators.traced.wrap import ACTIVE, RankBytes, join_world, patch_fsdp
 

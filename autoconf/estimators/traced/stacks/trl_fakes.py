@@ -110,7 +110,7 @@ def accelerate_on_fake_gpus() -> None:
             plain(self, module, **kwargs)
         self.register_comm_hook(None, noop_hook)
         # as under no_sync(): the reducer's in-place bucket all-reduce and its bucket rebuild before step 2's
-        # forward read data; its buckets stay allocated as built, so the bytes do not change (dist.py)
+        # forward read data; its buckets stay allocated as built, so the bytes do not change (rank_step.py)
         self.require_backward_grad_sync = False
 
     setattr(ddp_module.DistributedDataParallel, "__init__", ddp_init)  # noqa: B010

@@ -14,8 +14,8 @@ import torch
 from torch.distributed.tensor import DTensor
 from torch.overrides import TorchFunctionMode
 
-from autoconf.estimators.traced.dist import LOAD
 from autoconf.estimators.traced.live_bytes import GRADIENTS, WEIGHTS
+from autoconf.estimators.traced.rank_step import LOAD
 from autoconf.estimators.traced.wrap import RankBytes
 
 

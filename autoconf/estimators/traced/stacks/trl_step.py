@@ -48,7 +48,7 @@ allocates device memory, or each allocates what the GPU code allocates):
   fake process group, with ``cpu`` as the device; FSDP2's default mesh is built before fake mode (its coordinates
   are computed from tensor values). ``Module.to`` to the device a module is on only changes dtypes (FakeTensorMode
   keeps weak references to fake parameters, so torch refuses to swap them). DDP is built without device ids,
-  without its initial broadcast, with torch's no-op communication hook, its steps as under ``no_sync()`` (dist.py's
+  without its initial broadcast, with torch's no-op communication hook, its steps as under ``no_sync()`` (rank_step.py's
   reasons). A fake tensor's ``data_ptr()`` is 0: where accelerate maps the optimizer's parameters to FSDP2's by
   address, and where transformers' save finds tied weights by address, it is the storage's identity.
 * **FSDP1** (``fsdp_version`` 1, driver only): its flat parameters' storage resizes are told to the tracker; its
@@ -69,7 +69,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from autoconf.estimators.traced.dist import CLIP, LOAD, trace_out
+from autoconf.estimators.traced.dist import trace_out
 from autoconf.estimators.traced.live_bytes import (
     ACTIVATIONS,
     BACKWARD,
@@ -79,6 +79,7 @@ from autoconf.estimators.traced.live_bytes import (
     OPTIMIZER,
     WEIGHTS,
 )
+from autoconf.estimators.traced.rank_step import CLIP, LOAD
 from autoconf.estimators.traced.stacks.hooks import driver_main
 from autoconf.estimators.traced.stacks.trl_fakes import (
     FakeReads,
@@ -184,7 +185,7 @@ class _Steps:
     def wrap_save(self, trainer: Any) -> None:
         """The Trainer's checkpoint save after step 2 (model, optimizer, scheduler, RNG states): its gathers on the
         device are counted, its host copies and file writes are not (they cannot read fake data)."""
-        from autoconf.estimators.traced.dist import SAVE, HostCopies
+        from autoconf.estimators.traced.rank_step import SAVE, HostCopies
 
         files: Any = importlib.import_module("safetensors.torch")
 
