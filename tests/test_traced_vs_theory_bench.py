@@ -13,11 +13,17 @@ GEMMA2 = ("trace worker for gemma-2-2b exited with 1: Gemma2ForCausalLM does not
           "through torch.nn.functional.scaled_dot_product_attention yet. Please request the support for this "
           "architecture: https://github.com/huggingface/transformers/issues/28005. If you believe this error is a bug,")
 
+# torch's CPU allocator under an address-space limit (the worker's last line)
+OOM = ("trace worker for llama3.1-8b exited with 1: RuntimeError: [enforce fail at alloc_cpu.cpp:127] err == 0. "
+       "DefaultCPUAllocator: can't allocate memory: you tried to allocate 939524096 bytes. Error code 12 (Cannot "
+       "allocate memory)")
+
 
 @pytest.mark.parametrize(("exc", "expected"), [
     (TraceFailed("the op sequence of x changes with the shape; cannot fit it"),
      "the op sequence of x changes with the shape; cannot fit it"),
-    (TraceFailed(GEMMA2), GEMMA2[:GEMMA2.index(" Please")]),  # long: its first sentence
+    (TraceFailed(GEMMA2), GEMMA2[:GEMMA2.index(" Please")]),  # long: its sentences that fit
+    (TraceFailed(OOM), OOM[:OOM.index(" Error code")]),
     (TraceFailed("first line\nsecond line"), "first line"),
     (TraceFailed("a, " * 100), "a, " * 66 + "a…"),  # one long sentence: cut at 200 characters
     (InvalidInputError("lora_target_modules", "must name linear modules"), "lora_target_modules: must name linear "
