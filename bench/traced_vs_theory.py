@@ -27,12 +27,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autoconf.catalog import Architecture, get_architecture, list_models
+from autoconf.errors import InvalidInputError
 from autoconf.estimators.theory import activations as act
 from autoconf.estimators.theory import loss as ce
 from autoconf.estimators.theory.memory import estimate_memory
 from autoconf.estimators.theory.states import model_states
 from autoconf.estimators.traced.cache import get_fits
-from autoconf.estimators.traced.fit import Fit
+from autoconf.estimators.traced.fit import Fit, TraceFailed
 from autoconf.estimators.traced.job_spec import trace_spec
 from autoconf.schema import GIB, Job, Placement
 from bench._report import ROOT
@@ -44,6 +45,7 @@ COMPONENTS = ("weights", "gradients", "optimizer", "activations", "logits", "pea
 TOLERANCE = 0.05  # issue 6: theory and traced should agree within 5 % per component
 W, G, OPT, A, L = range(5)
 SLOPE = 1  # index of the s (= b·s at b = 1) coefficient in the single-regime features
+Fits = dict[str, dict[tuple[str, bool], Fit]]  # model -> (method, checkpointing) -> fit
 
 
 def dense_models() -> list[str]:
@@ -125,7 +127,7 @@ def closed_forms(arch: Architecture, lora_r: int = 8) -> dict[str, float]:
             "outside_gc": outside + (0 if bigcode else 8)}
 
 
-def closed_form_check(models: list[str], fits: dict) -> str:
+def closed_form_check(models: list[str], fits: Fits) -> str:
     """How many models' traced coefficients the closed forms reproduce to the byte."""
     deep = [m for m in models if get_architecture(m).num_layers >= 3]  # 2 layers: only the first is measured
     hits = {k: 0 for k in ("full", "lora", "outside", "outside_gc")}
@@ -141,18 +143,32 @@ def _worker_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def trace_all(models: list[str]) -> tuple[dict[str, dict[tuple[str, bool], Fit]], tuple[float, float]]:
+def one_line(exc: Exception, limit: int = 200) -> str:
+    """``exc``'s message on one line: its first line, cut after its last full sentence within ``limit`` characters
+    when longer, else at ``limit`` (a worker's last stderr line can go on to ask for a bug report)."""
+    text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    if len(text) > limit and text.rfind(". ", 0, limit) > 0:
+        text = text[:text.rfind(". ", 0, limit) + 1]
+    return text if len(text) <= limit else text[:limit - 1].rstrip(" ,") + "…"
+
+
+def trace_all(models: list[str]) -> tuple[Fits, dict[str, str], tuple[float, float]]:
     """One worker per architecture; rows with the same shape share the cached fits (cache_key).
 
-    Returns the fits and (wall seconds, worker CPU seconds) of this run.
+    Returns the fits, the architectures that could not be traced (model: one-line reason: the trace spec refused
+    the job or the trace worker failed) and (wall seconds, worker CPU seconds) of this run.
     """
-    start, cpu, fits = time.perf_counter(), _worker_cpu(), {}
+    start, cpu, fits, failed = time.perf_counter(), _worker_cpu(), {}, {}
     for model in models:
         arch = get_architecture(model)
-        items = [(trace_spec(job_for(model, m, gc, 4096), arch), "single") for m, gc in CONFIGS]
-        fits[model] = dict(zip(CONFIGS, get_fits(items, verify=False), strict=True))
-        print(f"{model}: {time.perf_counter() - start:.0f} s", flush=True)
-    return fits, (time.perf_counter() - start, _worker_cpu() - cpu)
+        try:
+            items = [(trace_spec(job_for(model, m, gc, 4096), arch), "single") for m, gc in CONFIGS]
+            fits[model] = dict(zip(CONFIGS, get_fits(items, verify=False), strict=True))
+        except (TraceFailed, InvalidInputError) as exc:
+            failed[model] = one_line(exc)
+        print(f"{model}: {time.perf_counter() - start:.0f} s" + (f" (not traced: {failed[model]})"
+                                                                  if model in failed else ""), flush=True)
+    return fits, failed, (time.perf_counter() - start, _worker_cpu() - cpu)
 
 
 VARIANT_MODEL, VARIANT_SEQ = "llama3.1-8b", 4096
@@ -169,15 +185,27 @@ VARIANTS: tuple[tuple[str, dict[str, object]], ...] = (
 )
 
 
+def _variant_fit(job: Job, arch: Architecture) -> Fit | str:
+    """The variant's fit, or why it could not be traced (each variant in its own worker, so one failure costs
+    only its row)."""
+    try:
+        return get_fits([(trace_spec(job, arch), "single")], verify=False)[0]
+    except (TraceFailed, InvalidInputError) as exc:
+        return one_line(exc)
+
+
 def variant_rows() -> list[str]:
     arch = get_architecture(VARIANT_MODEL)
     jobs = [Job(**{**job_for(VARIANT_MODEL, "full", True, VARIANT_SEQ).model_dump(), **kw}) for _, kw in VARIANTS]
-    fits = get_fits([(trace_spec(job, arch), "single") for job in jobs], verify=False)
+    fits = [_variant_fit(job, arch) for job in jobs]
     lines = [f"| variant ({VARIANT_MODEL}, micro-batch 1 × {VARIANT_SEQ}) | "
              + " | ".join(f"{c} GiB | theory÷traced" for c in COMPONENTS)
              + " | phase traced / theory | per-layer B/token traced / theory |",
              "|" + "---|" * (3 + 2 * len(COMPONENTS))]
     for (label, _), job, fit in zip(VARIANTS, jobs, fits, strict=True):
+        if isinstance(fit, str):
+            lines.append(f"| {label} | not traced: {fit} |")
+            continue
         tr, th = traced_components(fit, VARIANT_SEQ), theory_components(job, arch)
         kept = (act.checkpoint_bytes_per_token(job, arch) if job.gradient_checkpointing
                 else act.layer_bytes_per_token(job, arch))
@@ -186,22 +214,30 @@ def variant_rows() -> list[str]:
         lines.append(f"| {label} | " + " | ".join(_cell(tr[c], th[c]) for c in COMPONENTS)
                      + f" | {tr['phase']} / {th['phase']} | {layer_bytes(fit):,} / {kept:,.0f} |")
     eager = fits[[label for label, _ in VARIANTS].index("no GC, eager attention")]
-    per_score = layer_bytes(eager, feature=2) / arch.num_heads
-    lines += ["", f"Eager attention keeps {per_score:.2f} bytes per head per s² per layer (theory: "
-              f"{act.EAGER_BYTES_PER_SCORE})."]
+    if isinstance(eager, Fit):
+        per_score = layer_bytes(eager, feature=2) / arch.num_heads
+        lines += ["", f"Eager attention keeps {per_score:.2f} bytes per head per s² per layer (theory: "
+                  f"{act.EAGER_BYTES_PER_SCORE})."]
     return lines
 
 
+def _ratio(traced: float, theory: float) -> float:
+    return theory / traced if traced else (1.0 if not theory else float("inf"))
+
+
 def _cell(traced: float, theory: float) -> str:
-    ratio = theory / traced if traced else (1.0 if not theory else float("inf"))
+    ratio = _ratio(traced, theory)
     flag = "**" if abs(ratio - 1) > TOLERANCE else ""
     return f"{traced / GIB:.2f} | {flag}{ratio:.3f}{flag}"
 
 
-def component_rows(models: list[str], fits: dict, seqs: list[int]) -> tuple[list[str], dict[str, int]]:
+def component_rows(models: list[str], fits: Fits,
+                   seqs: list[int]) -> tuple[list[str], dict[str, int], dict[str, list[str]]]:
+    """The table, the rows off by more than 5 % per component and the models with such a row per component."""
     lines = ["| model | method | GC | seq | " + " | ".join(f"{c} GiB | theory÷traced" for c in COMPONENTS)
              + " | phase traced / theory |", "|" + "---|" * (5 + 2 * len(COMPONENTS))]
     off = {c: 0 for c in COMPONENTS}
+    off_models: dict[str, list[str]] = {c: [] for c in COMPONENTS}
     for model in models:
         arch = get_architecture(model)
         for (method, gc) in CONFIGS:
@@ -209,21 +245,23 @@ def component_rows(models: list[str], fits: dict, seqs: list[int]) -> tuple[list
                 tr = traced_components(fits[model][(method, gc)], seq)
                 th = theory_components(job_for(model, method, gc, seq), arch)
                 for c in COMPONENTS:
-                    off[c] += abs((th[c] / tr[c] if tr[c] else 1.0) - 1) > TOLERANCE
+                    if abs(_ratio(tr[c], th[c]) - 1) > TOLERANCE:
+                        off[c] += 1
+                        off_models[c] += [] if model in off_models[c] else [model]
                 cells = " | ".join(_cell(tr[c], th[c]) for c in COMPONENTS)
                 lines.append(f"| {model} | {method} | {'y' if gc else 'n'} | {seq} | {cells} | "
                              f"{tr['phase']} / {th['phase']} |")
-    return lines, off
+    return lines, off, off_models
 
 
-def coefficient_rows(models: list[str], fits: dict) -> list[str]:
+def coefficient_rows(models: list[str], fits: Fits) -> list[str]:
     lines = ["| model | h | a | q/h | kv/h | I/h | full traced | full theory | LoRA q,v traced | LoRA theory "
              "| GC traced | GC theory | outside layers (GC) | loss B/(token·V) |", "|" + "---|" * 14]
     for model in models:
         arch, c = get_architecture(model), coefficients(model, fits[model])
         h = arch.hidden_size
 
-        def pair(key: str, c: dict = c, h: int = h) -> str:
+        def pair(key: str, c: dict[str, float] = c, h: int = h) -> str:
             return f"{c[key]:,.0f} ({c[key] / h:.3f}h) | {c[key + '_theory']:,.0f}"
 
         lines.append(
@@ -234,10 +272,10 @@ def coefficient_rows(models: list[str], fits: dict) -> list[str]:
     return lines
 
 
-def _cold_seconds(fits: dict) -> float:
+def _cold_seconds(fits: Fits) -> float:
     """Wall time of the workers that made these fits (each worker's time shared by its specs)."""
     unique = {id(f): f for per_model in fits.values() for f in per_model.values()}.values()
-    return sum(f.meta["worker_wall_seconds"] / f.meta["worker_specs"] for f in unique)
+    return float(sum(f.meta["worker_wall_seconds"] / f.meta["worker_specs"] for f in unique))
 
 
 FINDINGS = (
@@ -248,8 +286,10 @@ FINDINGS = (
     "q_width = h (wrong for mistral-nemo-12b, +1.8 %) and left out the 4·a + 8 (fp32 logsumexp per head, "
     "fp32 rsqrt of the two norms).",
     "LoRA (frozen down projection): full − 2·I + 4·r per adapted module (fp32 lora_A output; peft keeps "
-    "adapters in fp32); with lora_dropout > 0 each adapted module keeps 4h more (the fp32 dropout output; "
-    "the earlier theory added 1h).",
+    "adapters in fp32); with lora_dropout > 0 each adapted module keeps 1 byte more per input unit: "
+    "CUDA's fused dropout keeps a bool mask (traced with traced/cuda_dropout.py since 2026-11-27; the CPU trace "
+    "had kept the fp32 noise, 4 bytes, and theory followed it): 180,424 vs 172,232 bytes per token for llama3.1-8b "
+    "LoRA q,v.",
     "Checkpointing keeps exactly 2h per layer. Outside the decoder layers: 8h + 4·head_dim + 20 bytes per "
     "token for the llama family (embedding output 2h, final norm fp32 input 4h and bf16 output 2h, rotary "
     "cos/sin, ids, labels), +8 with checkpointing; 4h + 28 for gpt_bigcode (now a theory term).",
@@ -266,8 +306,19 @@ FINDINGS = (
 )
 
 
-def render(models: list[str], fits: dict, seqs: list[int], seconds: tuple[float, float]) -> str:
-    rows, off = component_rows(models, fits, seqs)
+def not_traced_lines(failed: dict[str, str]) -> list[str]:
+    """The architectures left out because their trace failed, each with its reason (empty when none)."""
+    if not failed:
+        return []
+    return [f"Not traced ({len(failed)}; left out of every table below):", "",
+            *(f"- {model}: {reason}" for model, reason in sorted(failed.items())), ""]
+
+
+def render(models: list[str], fits: Fits, seqs: list[int], seconds: tuple[float, float],
+           failed: dict[str, str] | None = None) -> str:
+    """The report for the traced ``models`` (those in ``fits``); ``failed`` names the ones left out and why."""
+    models = [m for m in models if m in fits]
+    rows, off, off_models = component_rows(models, fits, seqs)
     total = len(models) * len(CONFIGS) * len(seqs)
     summary = ", ".join(f"{c} {n}/{total}" for c, n in off.items())
     head = [
@@ -294,6 +345,12 @@ def render(models: list[str], fits: dict, seqs: list[int], seconds: tuple[float,
         "",
         f"Rows off by more than 5 %: {summary}.",
         "",
+        f"Architectures with every row within 5 %, of {len(models)} traced: "
+        + ", ".join(f"{c} {len(models) - len(off_models[c])}" for c in COMPONENTS) + ". Those with a row off:",
+        "",
+        *(f"- {c}: {', '.join(off_models[c])}" for c in COMPONENTS if off_models[c]),
+        "",
+        *not_traced_lines(failed or {}),
         "## Per-layer coefficients (bytes per token per decoder layer)",
         "",
         "Saved activations one decoder layer keeps per token, in bytes (and / h), measured exactly between the "
@@ -310,7 +367,7 @@ def render(models: list[str], fits: dict, seqs: list[int], seconds: tuple[float,
     why = ["", "## Why theory differs", "", f"The closed forms below reproduce the traced coefficients to the byte for "
            f"these models (of those with 3+ layers): {closed_form_check(models, fits)}. tiny-llama-test has 2 layers, "
            "so its per-layer figures come from the first layer (which differs) and its tiny h makes the "
-           "per-token constants large: it is the only model whose peak is off by more than 5 %.", ""]
+           "per-token constants large.", ""]
     why += [f"- {line}" for line in FINDINGS]
     table = coefficient_rows(models, fits)
     return "\n".join(head + table + why + variants + ["", "## Components", ""] + rows) + "\n"
@@ -323,12 +380,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     models = args.models.split(",") if args.models else dense_models()
     seqs = [int(s) for s in args.seq.split(",")]
-    fits, seconds = trace_all(models)
+    fits, failed, seconds = trace_all(models)
     REPORT.parent.mkdir(parents=True, exist_ok=True)
     # sections other benches own (bench/traced_scores.py: `scores`) are kept as they are
     kept = re.findall(r"<!-- section:.*?<!-- /section:[^>]*-->", REPORT.read_text(encoding="utf-8"), re.S) \
         if REPORT.exists() else []
-    REPORT.write_text("\n\n".join([render(models, fits, seqs, seconds).rstrip(), *kept]) + "\n", encoding="utf-8")
+    REPORT.write_text("\n\n".join([render(models, fits, seqs, seconds, failed).rstrip(), *kept]) + "\n", encoding="utf-8")
     print(f"wrote {REPORT}")
     return 0
 

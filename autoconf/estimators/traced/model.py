@@ -16,6 +16,7 @@ from typing import Any, cast
 import torch
 import transformers
 from torch import nn
+from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
 
 from autoconf.estimators.traced.hf_config import DTYPES, hf_config
 
@@ -51,6 +52,8 @@ def meta_model(spec: dict[str, Any]) -> nn.Module:
         try:
             model = transformers.AutoModelForCausalLM.from_config(config, dtype=param_dtype)  # type: ignore[no-untyped-call]
         except ValueError:  # a vision-language config has no *ForCausalLM: its image-text-to-text model, on text
+            if config.model_type not in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
+                raise  # the causal LM's own reason (gemma2, mpt: no SDPA path), not "not an image-text model"
             model = transformers.AutoModelForImageTextToText.from_config(  # type: ignore[no-untyped-call]
                 config, dtype=param_dtype)
     if spec.get("hf_loss"):  # an older transformers release's loss on the installed model's logits (kernels.py)
