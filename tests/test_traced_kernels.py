@@ -198,3 +198,24 @@ def test_host_storages_are_not_device_memory() -> None:
     assert tracker.events is not None
     assert [n for _, n, _ in tracker.events[:2]] == [4000, -4000]
     del moments, mixed
+
+
+@pytest.mark.parametrize("steps", [1, 2])
+def test_fused_sgd_steps_in_place_on_fake_tensors(steps: int) -> None:
+    """``SGD(momentum=0.9, fused=True)`` under FakeTensorMode (kernels._fused_sgd_meta): the first step allocates one
+    momentum buffer per parameter (``torch.empty_like``: 2 bytes × 1,000 bf16 elements), the fused update allocates
+    nothing, as the CUDA kernel updates in place."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from autoconf.estimators.traced.live_bytes import LiveBytes
+
+    assert torch._C._dispatch_has_kernel_for_dispatch_key("aten::_fused_sgd_", "Meta")
+    tracker = LiveBytes()
+    with FakeTensorMode():
+        param = torch.nn.Parameter(torch.zeros(1000, dtype=torch.bfloat16))
+        param.grad = torch.zeros_like(param)
+        opt = torch.optim.SGD([param], lr=1e-3, momentum=0.9, fused=True)
+        with tracker:
+            for _ in range(steps):
+                opt.step()
+    assert sum(tracker.totals) == 2000

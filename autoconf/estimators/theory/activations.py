@@ -10,7 +10,7 @@ these closed forms reproduce the trace to the byte on all 25 dense catalogue arc
 * outside the layers: embeddings output, final norm (fp32 copy) and head input: 8h + 4·head_dim + 20
   per token (+8 with checkpointing); gpt_bigcode 4h + 28.
 * LoRA: the frozen down projection no longer saves its input (−2I); each adapted module keeps its fp32
-  lora_A output (4r); dropout > 0 keeps an fp32 dropout output (4h) per adapted module.
+  lora_A output (4r); dropout > 0 keeps CUDA's 1-byte dropout mask (1h) per adapted module's input.
 * MoE: each token goes through ``experts_per_token`` experts, so the MLP term scales by k.
 * eager attention materialises the scores: fp32 softmax (4 B) + bf16 copy (2 B) per head per key,
   6·a·s per token, and GQA's k and v are expanded to full width (4q − 4kv − 4a more).
