@@ -95,7 +95,7 @@ def trace_rank(spec: dict[str, Any]) -> dict[str, Any]:
             base.tie_weights()
     if strategy == "fsdp1":  # the Trainer enables checkpointing before accelerate wraps the model (4.x: around each unit)
         finish(model, {**spec, "gradient_checkpointing": False} if spec.get("hf4_checkpointing") else spec)
-    offload = cpu_offload() if spec.get("cpu_offload") else contextlib.nullcontext()  # FSDP1's (fsdp1_offload.py)
+    offload = cpu_offload(tracker) if spec.get("cpu_offload") else contextlib.nullcontext()  # FSDP1's (fsdp1_offload.py)
     with fake_mode, tracker, replicated, offload:
         tracker.enter(0, LOAD, WEIGHTS)
         if strategy == "fsdp1":  # each unit flattened, padded, sharded: FSDP1's constructor

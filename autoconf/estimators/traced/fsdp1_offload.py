@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from autoconf.estimators.traced.live_bytes import LiveBytes
 from autoconf.estimators.traced.wrap import ACTIVE
 
 
@@ -48,8 +49,8 @@ def _device_copy(tensor: torch.Tensor) -> torch.Tensor:
 
 
 @contextlib.contextmanager
-def cpu_offload() -> Iterator[None]:
-    """FSDP1's parameter offload for the trace (module docstring); undone on exit."""
+def cpu_offload(tracker: LiveBytes) -> Iterator[None]:
+    """FSDP1's parameter offload for the trace (module docstring) under ``tracker``; undone on exit."""
     from torch.distributed.fsdp import _init_utils
     from torch.distributed.fsdp._flat_param import FlatParamHandle
 
@@ -98,9 +99,11 @@ def cpu_offload() -> Iterator[None]:
     originals = [(owner, name, owner.__dict__.get(name)) for owner, name, _ in patches]
     for owner, name, patched in patches:
         setattr(owner, name, patched)
+    tracker.host_outputs = True
     try:
         yield
     finally:
+        tracker.host_outputs = False
         for owner, name, original in originals:
             if original is None:
                 delattr(owner, name)

@@ -56,9 +56,12 @@ class LiveBytes(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
         self.stream = 0  # the stream new storages are allocated on (0: the compute stream)
         self.serial = 0
         self.skip = False  # host-side copies (checkpoint offload) are not device memory
-        # id(storage) -> weakref: storages in host memory (FSDP1's CPU offload: to_host), never counted; the new
-        # storages of an op that reads host tensors only are host memory too (an op runs where its inputs are)
+        # id(storage) -> weakref: storages in host memory (to_host), never counted
         self.host: dict[int, Any] = {}
+        # FSDP1's CPU offload (fsdp1_offload.py): an op that reads host tensors only runs on the host, so its new
+        # storages are host memory too (the CPU optimizer's states). Off elsewhere: the TRL driver's host tensors
+        # (stacks/trl_host.py) reach the device through copies that read them only.
+        self.host_outputs = False
         # id(storage) -> [nbytes, category, weakref]; the weakref's callback drops the entry at free
         self.records: dict[int, list[Any]] = {}
         self.phase, self.category = FORWARD, ACTIVATIONS
@@ -170,7 +173,7 @@ class LiveBytes(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
         tensors = _tensors(out)
         if not tensors or self.skip:  # metadata queries (prim.device on fake tensors) allocate nothing
             return out
-        on_host = bool(self.host) and self._reads_host_only(args, kwargs or {})
+        on_host = self.host_outputs and bool(self.host) and self._reads_host_only(args, kwargs or {})
         for tensor in tensors:
             if on_host and id(tensor.untyped_storage()) not in self.records:
                 self.to_host(tensor)  # made on the host (a CPU optimizer's states, clipping of host gradients)
