@@ -38,10 +38,6 @@ def _host(tensor: torch.Tensor | None) -> None:
         ACTIVE[-1].to_host(tensor)
 
 
-def _on_host(tensor: torch.Tensor) -> bool:
-    return bool(ACTIVE) and id(tensor.untyped_storage()) in ACTIVE[-1].host
-
-
 def _device_copy(tensor: torch.Tensor) -> torch.Tensor:
     """A copy of ``tensor`` made on the device (a new storage, not derived from the host one: counted)."""
     copy = torch.empty(tensor.shape, dtype=tensor.dtype)
@@ -74,7 +70,7 @@ def cpu_offload(tracker: LiveBytes) -> Iterator[None]:
     def shard_to_device(self: Any) -> bool:
         ret: bool = pre_unshard(self)
         mixed = self._uses_param_mixed_precision and not self._force_full_precision
-        if self._offload_params and not mixed and _on_host(self.flat_param):
+        if self._offload_params and not mixed and ACTIVE and ACTIVE[-1].is_host(self.flat_param):
             self.flat_param.data = _device_copy(self.flat_param)  # ``flat_param_to(self.device)``
             if self._use_orig_params:
                 self._use_sharded_views()

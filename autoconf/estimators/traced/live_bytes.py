@@ -56,7 +56,7 @@ class LiveBytes(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
         self.stream = 0  # the stream new storages are allocated on (0: the compute stream)
         self.serial = 0
         self.skip = False  # host-side copies (checkpoint offload) are not device memory
-        # id(storage) -> weakref: storages in host memory (to_host), never counted
+        # id(storage) -> weakref: storages in host memory (to_host, remember_host), never counted
         self.host: dict[int, Any] = {}
         # FSDP1's CPU offload (fsdp1_offload.py): an op that reads host tensors only runs on the host, so its new
         # storages are host memory too (the CPU optimizer's states). Off elsewhere: the TRL driver's host tensors
@@ -107,22 +107,31 @@ class LiveBytes(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
     def to_host(self, tensor: torch.Tensor) -> None:
         """``tensor``'s storage is in host memory from now on (a move to the host frees its device bytes; a
         storage born there is only remembered): uncounted until it dies."""
-        storage = tensor.untyped_storage()
-        key = id(storage)
-        record = self.records.pop(key, None)  # its weakref goes with it: no free callback later
+        record = self.records.pop(id(tensor.untyped_storage()), None)  # its weakref goes: no free callback later
         if record is not None:
             self.totals[record[1]] -= record[0]
             self._event(record[3], -record[0])
+        self.remember_host(tensor)
+
+    def remember_host(self, tensor: torch.Tensor) -> None:
+        """Remember ``tensor``'s storage (a DTensor's local shard) as host memory until it dies; a storage counted
+        already stays counted (``to_host`` frees it)."""
+        storage = getattr(tensor, "_local_tensor", tensor).untyped_storage()
+        key = id(storage)
         if key not in self.host:
             self.host[key] = weakref.ref(storage, partial(self._host_freed, key))
 
     def _host_freed(self, key: int, _ref: object) -> None:
         self.host.pop(key, None)
 
+    def is_host(self, tensor: torch.Tensor) -> bool:
+        """``tensor``'s storage (a DTensor's local shard) is in host memory."""
+        return id(getattr(tensor, "_local_tensor", tensor).untyped_storage()) in self.host
+
     def _reads_host_only(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
         """Every tensor input of more than one element is in host memory (0-d scalars go anywhere)."""
         inputs = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor) and t.dim() > 0]
-        return bool(inputs) and all(id(t.untyped_storage()) in self.host for t in inputs)
+        return bool(inputs) and all(self.is_host(t) for t in inputs)
 
     def reclassify(self, tensor: torch.Tensor, category: int) -> None:
         if isinstance(tensor, DTensor):  # a tensor-parallel gradient: the rank's local shard

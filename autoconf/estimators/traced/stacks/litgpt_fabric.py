@@ -31,7 +31,6 @@ import contextlib
 import functools
 import os
 import tempfile
-import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -127,34 +126,15 @@ def fabric_for(spec: dict[str, Any]) -> Any:
 
 
 class HostBytes(RankBytes):  # type: ignore[no-untyped-call]  # torch's __init_subclass__ is unannotated
-    """RankBytes that never counts the storages put on the host (``on_host``), views of them, nor the padded copies
+    """RankBytes that never counts the storages put on the host (``remember_host``), views of them, nor the padded copies
     FSDP2 makes of them (``new_zeros``, on the tensor's own device)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.host: dict[int, weakref.ref[Any]] = {}
-
-    def on_host(self, tensor: torch.Tensor) -> None:
-        storage = getattr(tensor, "_local_tensor", tensor).untyped_storage()
-        key = id(storage)
-        self.host[key] = weakref.ref(storage, functools.partial(self._off_host, key))
-
-    def _off_host(self, key: int, _ref: object) -> None:
-        self.host.pop(key, None)
-
-    def is_host(self, tensor: torch.Tensor) -> bool:
-        return id(getattr(tensor, "_local_tensor", tensor).untyped_storage()) in self.host
-
-    def track(self, tensor: torch.Tensor, category: int) -> None:
-        if not self.is_host(tensor):
-            super().track(tensor, category)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
         if func not in HOST_SIDE or not self.is_host(args[0]):
             return super().__torch_dispatch__(func, types, args, kwargs)
         out = func(*args, **(kwargs or {}))  # on the tensor's own device: the host
-        self.on_host(out)
+        self.remember_host(out)
         return out
 
 
@@ -191,7 +171,7 @@ def _to_host(handle: Any, tracker: HostBytes, *_args: Any, **_kwargs: Any) -> No
         data = handle.flat_param.detach().clone()
     finally:
         tracker.skip = False
-    tracker.on_host(data)
+    tracker.remember_host(data)
     handle.flat_param.data = data
     if handle._use_orig_params:  # torch's flat_param_to refreshes the views on the new storage
         handle._use_unsharded_views(as_params=True)
@@ -215,7 +195,7 @@ class HostMoves(TorchFunctionMode):
                 out = args[0].detach().clone()
             finally:
                 self.tracker.skip = False
-            self.tracker.on_host(out)
+            self.tracker.remember_host(out)
             return out
         if func is torch.Tensor.to and args and id(args[0]) in self.host:
             out = func(*args, **kwargs)

@@ -5,8 +5,6 @@ device here, so those moves would otherwise be no-ops); FSDP1's storage resizes 
 from __future__ import annotations
 
 import contextlib
-import functools
-import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,24 +21,15 @@ class HostBytes(RankBytes):  # type: ignore[no-untyped-call]  # torch's __init_s
     """RankBytes that knows which storages are on the host (the loaded checkpoint in CPU RAM, as ``from_pretrained``
     leaves it): never counted, nor their views; a move to the device is a counted copy (``to_device``)."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.host: dict[int, Any] = {}
-
     def mark_host(self, tensor: torch.Tensor) -> None:
-        storage = tensor.untyped_storage()
-        key = id(storage)
-        if key not in self.records:
-            self.host[key] = weakref.ref(storage, functools.partial(self._left_host, key))
-
-    def _left_host(self, key: int, _ref: object) -> None:
-        self.host.pop(key, None)
+        if id(tensor.untyped_storage()) not in self.records:
+            self.remember_host(tensor)
 
     def on_host(self, tensor: torch.Tensor) -> bool:
         return not isinstance(tensor, DTensor) and id(tensor.untyped_storage()) in self.host
 
     def track(self, tensor: torch.Tensor, category: int) -> None:
-        if tensor.device.type != "meta" and not self.on_host(tensor):  # meta: no storage anywhere
+        if tensor.device.type != "meta":  # meta: no storage anywhere (host storages: LiveBytes.track)
             super().track(tensor, category)
 
     def to_device(self, tensor: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
