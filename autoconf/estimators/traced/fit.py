@@ -192,17 +192,23 @@ def run_worker(specs: list[dict[str, Any]], timeout_s: float = TRACE_TIMEOUT_S) 
     return summary, arrays
 
 
+def quadratic(spec: dict[str, Any]) -> bool:
+    """Bytes with b·s² and s² terms: eager attention's scores, or SDPA with a materialised mask or on the math
+    kernel (job_spec: Falcon under SDPA)."""
+    return spec["attention"] == "eager" or bool(spec.get("quadratic"))
+
+
 def _design(spec: dict[str, Any], regime: str, verify: bool) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
     if regime.startswith("at "):
         batch, seq = (int(v) for v in regime[3:].split("x"))
         return [(batch, seq)], [(batch, seq)]
-    shapes, check = DESIGNS[(regime, spec["attention"] == "eager")]
+    shapes, check = DESIGNS[(regime, quadratic(spec))]
     return shapes, shapes + ([check] if verify else [])
 
 
 def _fit_one(spec: dict[str, Any], regime: str, one: dict[str, Any], arrays: list[np.ndarray], verify: bool) -> Fit:
     """Solve one spec's traces; check the extra shape if it was traced."""
-    eager = spec["attention"] == "eager"
+    eager = quadratic(spec)
     shapes, _ = _design(spec, regime, verify)
     results = one["results"]
     if len({r["ops_digest"] for r in results}) > 1 or len({len(a) for a in arrays}) > 1:

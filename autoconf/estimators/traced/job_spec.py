@@ -48,6 +48,11 @@ def trace_spec(job: Job, arch: Architecture) -> dict[str, Any]:
         "optimizer": job.optimizer, "optimizer_impl": job.optimizer_impl,
         "gradient_checkpointing": job.gradient_checkpointing,
     }
+    if arch.family == "falcon" and job.attention != "eager":  # absent elsewhere: earlier cache keys stay valid
+        if job.attention == "flash":  # transformers' FalconFlashAttention2, not the SDPA module (falcon_flash.py)
+            spec["falcon_flash"] = True
+        else:  # FalconModel always hands SDPA a mask, or the math kernel runs: scores and masks grow with s²
+            spec["quadratic"] = True
     if job.method in ("lora", "qlora"):
         spec.update(lora_r=job.lora_r, lora_alpha=job.lora_alpha, lora_dropout=job.lora_dropout,
                     lora_target_modules=list(lora_targets(job, arch)))

@@ -56,6 +56,10 @@ def meta_model(spec: dict[str, Any]) -> nn.Module:
                 raise  # the causal LM's own reason (gemma2, mpt: no SDPA path), not "not an image-text model"
             model = transformers.AutoModelForImageTextToText.from_config(  # type: ignore[no-untyped-call]
                 config, dtype=param_dtype)
+    if spec.get("falcon_flash"):  # flash_attention_2 on Falcon: its own attention class (falcon_flash.py)
+        from autoconf.estimators.traced import falcon_flash
+
+        falcon_flash.install(model)
     if spec.get("hf_loss"):  # an older transformers release's loss on the installed model's logits (kernels.py)
         from autoconf.estimators.traced.kernels import release_loss
 
