@@ -88,6 +88,13 @@ def memory_as_at_the_sample(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(f"{lora}.QLORA_INPUTS", 0)
     monkeypatch.setattr(f"{coef}.BNB_KEEPS_4BIT_INPUT", True)
     monkeypatch.setattr(f"{act}.DROPOUT_BY_INPUT", 0)
+    # Falcon's attention layouts (this round): SDPA's math kernel on falcon-7b, the grouped layout's expanded k and v,
+    # the mask FalconModel always builds, the softmax backward's gradients; before, Falcon ran as a llama-like flash
+    for module in (act, coef, lora):
+        monkeypatch.setattr(f"{module}.sdpa_math", lambda job, arch: False)
+    monkeypatch.setattr(f"{coef}.falcon_expands_kv", lambda arch: False)
+    monkeypatch.setattr(f"{act}.falcon_sdpa_mask", lambda job, arch: False)
+    monkeypatch.setattr(f"{act}.score_backward_bytes_per_token", lambda job, arch: 0.0)
 
 
 def _old_norm_bytes(job: Any, arch: Any) -> Any:  # noqa: ANN401

@@ -13,7 +13,9 @@ these closed forms reproduce the trace to the byte on all 25 dense catalogue arc
   lora_A output (4r); dropout > 0 keeps CUDA's 1-byte dropout mask (1h) per adapted module's input.
 * MoE: each token goes through ``experts_per_token`` experts, so the MLP term scales by k.
 * eager attention materialises the scores: fp32 softmax (4 B) + bf16 copy (2 B) per head per key,
-  6·a·s per token, and GQA's k and v are expanded to full width (4q − 4kv − 4a more).
+  6·a·s per token, and GQA's k and v are expanded to full width (4q − 4kv − 4a more). SDPA that falls to torch's
+  math kernel (falcon-7b's multi-query call: coefficients.sdpa_math) keeps the fp32 softmax, 4·a·s, and fp32
+  q, k, v with a copied output (2q + 4kv − 4a more than flash).
 * gradient checkpointing keeps only each layer's bf16 input (exactly 2·h per token per layer) and
   recomputes one layer at a time during backward.
 * QLoRA with bitsandbytes: ``MatMul4Bit`` keeps its input for backward whenever the input needs a
@@ -21,7 +23,8 @@ these closed forms reproduce the trace to the byte on all 25 dense catalogue arc
   (2I) are saved on top of what a bf16 LoRA layer saves (frameworks.Profile.quant_saves_input).
 * other families (the traced grid, bench/traced_grid.py): the norms by kind and count (norms.py: bf16 LayerNorms
   4·h + 4 each, fp32 weight multiplies, post-norms, Cohere's fp32 LayerNorm), rotary through torch.cat copying the
-  attention output (+2q), a fused qkv output kept whole by v (+2q + 2kv), gelu_new's 10·I, the rotary tables'
+  attention output (+2q), a fused qkv output kept whole by v (+2q + 2kv), the Python GELUs' saved tensors
+  (gelu_new 10·I, gelu_fast 16·I: coefficients.PLAIN_MLP_BYTES), Falcon's layouts (coefficients), the rotary tables'
   width and dtype outside the layers; LoRA: each adapted linear's fp32 input cast instead of the norms' trained
   terms (lora_inputs_delta).
 * the logits and cross-entropy at the loss peak: loss.py.
@@ -35,7 +38,15 @@ from __future__ import annotations
 from autoconf.catalog.architecture import Architecture
 from autoconf.catalog.shapes import ATTENTION, CROSS, MAMBA, SLIDING, LayerShape
 from autoconf.estimators.theory import images
-from autoconf.estimators.theory.coefficients import attention_coef, mlp_coef, quant_saves_input, rotary_dim
+from autoconf.estimators.theory.coefficients import (
+    SDPA_MATH_BYTES_PER_SCORE,
+    attention_coef,
+    falcon_sdpa_mask,
+    mlp_coef,
+    quant_saves_input,
+    rotary_dim,
+    sdpa_math,
+)
 from autoconf.estimators.theory.lora_activations import (
     adapted_inputs,
     distinct_inputs,
@@ -146,12 +157,22 @@ def layer_bytes_per_token(
     factor = (calib.attn_act_factor_eager if calib and calib.attn_act_factor_eager is not None
               else EAGER_BYTES_PER_SCORE)
     scores = where(job.attention == "eager", factor * arch.num_heads * _keys(job, arch, layer), 0.0)
+    scores = where(sdpa_math(job, arch), SDPA_MATH_BYTES_PER_SCORE * arch.num_heads * _keys(job, arch, layer), scores)
+    scores = where(falcon_sdpa_mask(job, arch), scores + MASKED_SDPA_BYTES_PER_KEY * _keys(job, arch, layer), scores)
     if kind == SLIDING and layer is not None and layer.window:
         tokens = images.text_tokens_per_sample(job, arch)
         masked = (job.attention == "sdpa") & (tokens >= layer.window)
         scores = where(masked, scores + MASKED_SDPA_BYTES_PER_KEY * tokens, scores)
     # the scores and masks follow the activation dtype (fp32 under the kbit upcast: not traced)
     return where(fsdp, per_token + scores, per_token * layer_factor + scores * precision_factor(job))
+
+
+def score_backward_bytes_per_token(job: AnyJob, arch: Architecture) -> Num:
+    """Bytes per token one layer's backward adds while the math kernel differentiates its softmax: the fp32 gradient
+    of the probabilities (grad_out @ vᵀ) and of the scores (_softmax_backward_data) live together beside the saved
+    probabilities, 2 × SDPA_MATH_BYTES_PER_SCORE per head per key (traced falcon-7b, SDPA, 4,096 tokens: the peak
+    is 2 × the layer's probabilities above the saved activations, with checkpointing and without)."""
+    return where(sdpa_math(job, arch), 2 * SDPA_MATH_BYTES_PER_SCORE * arch.num_heads * _keys(job, arch, None), 0.0)
 
 
 def _keys(job: AnyJob, arch: Architecture, layer: LayerShape | None) -> Num:

@@ -25,10 +25,20 @@ FUSED_QKV_FAMILIES = frozenset({"phi3", "gpt_neox"})
 # :], 2, 3)``): two bf16 rotary_dim-wide tables kept by each of q's and k's multiplies, 4 · 2 B per rotary unit
 PER_LAYER_ROTARY_BYTES = {"gptj": 8}
 NO_ROTARY = frozenset({"gpt2", "gpt_bigcode", "mpt"})  # learned positions or ALiBi
-# plain-MLP activations that save more than their input: transformers' NewGELUActivation ("gelu_new", Python
-# 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))) keeps x, tanh(·), 1 + tanh(·) and 0.5·x: with fc1's output and the
-# activation's output, 10 B per unit of the MLP width (F.gelu / gelu_pytorch_tanh keep their input only: 4)
-PLAIN_MLP_BYTES = {"gelu_new": 10}
+# plain-MLP activations written in Python save more than their input (transformers activations.py; autograd keeps
+# every operand of a tensor-tensor product and tanh's / sigmoid's output). Per unit of the MLP width, with the
+# activation's output (the down projection's input, 2 B): NewGELUActivation ("gelu_new", and "gelu_accurate", the
+# same expression) 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) keeps x, tanh(·), 1 + tanh(·) and 0.5·x: 10 B;
+# FastGELUActivation ("gelu_fast", gpt-neox-20b) 0.5·x·(1 + tanh(x·0.798·(1 + 0.044715·x·x))) keeps x, 0.044715·x,
+# x·0.798, 1 + 0.044715·x·x, the tanh, 1 + tanh and 0.5·x: 16 B; "gelu_python" (x·0.5·(1 + erf(x/√2))) keeps
+# x/√2, 0.5·x and 1 + erf(·) but not x: 8 B; QuickGELU ("quick_gelu", x·sigmoid(1.702·x)) keeps x and the sigmoid,
+# ClippedGELU ("gelu_10") x and gelu(x): 6 B. F.gelu / gelu_pytorch_tanh / relu keep their input only: 4 B (the default)
+PLAIN_MLP_BYTES = {"gelu_new": 10, "gelu_accurate": 10, "gelu_fast": 16, "gelu_python": 8, "quick_gelu": 6,
+                   "gelu_10": 6}
+# torch's math SDPA kernel (the route when the fused kernels refuse a call) upcasts bf16 / fp16 q, k, v to fp32
+# (aten _scaled_dot_product_attention_math, torch >= 2.5) and keeps the fp32 softmax output for backward: 4 B per
+# head per key, where eager attention (EAGER_BYTES_PER_SCORE) also keeps a bf16 copy
+SDPA_MATH_BYTES_PER_SCORE = 4
 BNB_KEEPS_4BIT_INPUT = False  # every release keeps it (the behaviour before 0.43.2; the identity pins' switch)
 BNB_INPUT_DROPPED = (0, 43, 2)  # the first bitsandbytes release whose 4-bit matmul does not keep its input
 DOWN_TARGETS = frozenset({"down_proj", "w2", "c_proj", "mlp.c_proj", "all-linear"})
@@ -62,9 +72,45 @@ def attention_coef(job: AnyJob, arch: Architecture, calib: Calibration | None = 
         return (norms + layers.mla_bytes(arch, arch.mla)) / h
     attn = 4 * arch.q_width + 4 * arch.kv_width + 4 * arch.num_heads + norm_stat_bytes(arch)
     attn = attn + qk_norm_bytes(job, arch) + attention_layout_bytes(job, arch)
+    # the math kernel keeps fp32 q, k, v (4q + 8kv) and no logsumexp, and its (b, heads, s, d) output is copied to
+    # (b, s, h) for the dense projection, which keeps the copy (2q), as under eager attention; flash keeps q, k, v, its
+    # output in q's (b, s, heads, d) layout, which the projection reads as it is, and the logsumexp (4q + 4kv + 4a)
+    attn = where(sdpa_math(job, arch), attn + (2 * arch.q_width + 4 * arch.kv_width - 4 * arch.num_heads), attn)
+    if falcon_expands_kv(arch):  # k and v copied to every query head before any kernel (eager expands them already)
+        attn = where(job.attention == "eager", attn, attn + (4 * arch.q_width - 4 * arch.kv_width))
     if arch.model_type != "gpt_bigcode":  # eager: GQA k, v expanded
         attn = where(job.attention == "eager", attn + (4 * arch.q_width - 4 * arch.kv_width - 4 * arch.num_heads), attn)
     return (norms + attn) / h
+
+
+def sdpa_math(job: AnyJob, arch: Architecture) -> Flag:
+    """SDPA that runs torch's math kernel: Falcon's multi-query layers (one kv head, the layout before
+    new_decoder_architecture: falcon-7b) pass k and v with one head and no ``enable_gqa`` to
+    scaled_dot_product_attention (modeling_falcon FalconAttention.forward), and torch's flash and memory-efficient
+    kernels take a dense call only with as many k / v heads as q heads unless ``enable_gqa`` (sdp_utils
+    check_batch_size_and_num_heads_dense), so the call runs the math kernel: the scores per head and key are saved
+    (SDPA_MATH_BYTES_PER_SCORE). flash (transformers' flash_attention_2) takes the one kv head as it is."""
+    return (job.attention == "sdpa") & multi_query_sdpa(arch)
+
+
+def multi_query_sdpa(arch: Architecture) -> bool:
+    """Falcon with one kv head for many query heads (its multi_query layout; a new_decoder_architecture model
+    broadcasts k and v to the query heads before the call and keeps the fused kernels)."""
+    return arch.family == "falcon" and arch.num_kv_heads == 1 < arch.num_heads
+
+
+def falcon_expands_kv(arch: Architecture) -> bool:
+    """Falcon's new_decoder_architecture layout (grouped kv heads: falcon-40b, falcon-11B) broadcasts each group's
+    k and v to its query heads and flattens them (``_split_heads``: ``torch.broadcast_to(key, query.shape)``, then
+    ``flatten(2, 3)``, a copy), so every kernel, flash_attention_2 included, gets and keeps full-width k and v."""
+    return arch.family == "falcon" and 1 < arch.num_kv_heads < arch.num_heads
+
+
+def falcon_sdpa_mask(job: AnyJob, arch: Architecture) -> Flag:
+    """Falcon under SDPA always materialises the causal mask (FalconModel.forward: ``create_causal_mask(...,
+    allow_is_causal_skip=False)``), so a fused SDPA kernel keeps it for backward (activations.MASKED_SDPA_BYTES_PER_KEY);
+    the math kernel (sdpa_math) adds it to the scores and keeps nothing of it."""
+    return (job.attention == "sdpa") & (arch.family == "falcon") & not_(sdpa_math(job, arch))
 
 
 def attention_layout_bytes(job: AnyJob, arch: Architecture) -> Num:

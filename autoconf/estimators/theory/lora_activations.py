@@ -17,6 +17,7 @@ from autoconf.estimators.theory.coefficients import (
     mlp_coef,
     mlp_compute_bytes,
     rotary_dim,
+    sdpa_math,
 )
 from autoconf.estimators.theory.norms import (
     NORM_STAT_BYTES,
@@ -108,7 +109,7 @@ def lora_inputs_delta(job: AnyJob, arch: Architecture, inputs: Num) -> Num:
     """
     kept = norm_bytes(job, arch) - lora_norm_bytes(job, arch)
     # the out projection's copied input: eager attention's for every family, flash's after a rotary cat
-    copy = where(job.attention == "eager", 2.0 * arch.q_width,
+    copy = where((job.attention == "eager") | sdpa_math(job, arch), 2.0 * arch.q_width,
                  2.0 * arch.q_width if arch.family in ROTARY_CAT_FAMILIES else 0.0)
     # an adapted down projection's frozen base keeps no bf16 input either (mlp_coef keeps it for an adapted one)
     down = 0.0 if arch.is_moe else where(per_value(job.lora_target_modules, adapts_down) > 0,
@@ -162,7 +163,8 @@ def kbit_stream_delta(job: AnyJob, arch: Architecture, inputs: Num, fsdp: Flag =
     """
     kbit = kbit_stream(job, arch, fsdp, moe)
     # the out projection's input is a copy of attention's output (lora_inputs_delta's copy): its own fp32 tensor
-    copied = where(job.attention == "eager", 1.0, 1.0 if arch.family in ROTARY_CAT_FAMILIES else 0.0)
+    copied = where((job.attention == "eager") | sdpa_math(job, arch), 1.0,
+                   1.0 if arch.family in ROTARY_CAT_FAMILIES else 0.0)
     out = per_value(job.lora_target_modules, lambda t: _adapts(arch, t, {FAMILIES[arch.family].out}))
     shared = per_value(job.lora_target_modules, lambda t: _shared_inputs(arch, t, moe)) + copied * out * arch.q_width
     inputs_kept = where(job.lora_dropout > 0, 0.0, LORA_INPUT_BYTES * (shared - inputs))

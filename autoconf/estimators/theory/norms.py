@@ -25,6 +25,9 @@ BF16_NORM_FAMILIES = frozenset({"gpt_bigcode", "phi", "phimoe", "stablelm", "gpt
 # attention and MLP read one input (phi, gptj, cohere, falcon, gpt_neox's use_parallel_residual): two LayerNorms of
 # that input (gpt_neox input_layernorm and post_attention_layernorm) save it once
 PARALLEL_FAMILIES = frozenset({"phi", "gptj", "cohere", "falcon", "gpt_neox"})
+# families whose decoder norms have no weight: OLMo's OlmoLayerNorm runs ``F.layer_norm(x.float(), shape, None, None)``
+# and casts back (modeling_olmo), so it keeps the fp32 input (4 per unit) and no normalized input for a weight
+NO_WEIGHT_NORM_FAMILIES = frozenset({"olmo"})
 NORM_STAT_BYTES = 4  # per norm and token: RMSNorm's fp32 rsqrt, or LayerNorm's bf16 mean and rstd (2 + 2)
 COHERE_NORM = True  # CohereLayerNorm's own bytes (norm_bytes); False: counted as an RMSNorm
 
@@ -44,6 +47,8 @@ def norm_bytes(job: AnyJob, arch: Architecture) -> Num:
     if arch.family == "cohere" and COHERE_NORM:  # CohereLayerNorm: fp32 (x − mean) twice, the fp32 weight multiply
         return 8 * h + where(job.method == "full", 4.0, 2.0) * h + inputs
     per_norm = _norm_bytes(job, arch) - 2  # without its output, the next block's input
+    if arch.family in NO_WEIGHT_NORM_FAMILIES:  # the fp32 input copy alone
+        return 4.0 * h * count + inputs
     once = (per_norm == BF16_NORM_BYTES_PER_HIDDEN - 2) & (arch.family in PARALLEL_FAMILIES)
     return (per_norm + _fp32_weight_input(job, arch)) * h * where(once, 1, count) + inputs
 
@@ -67,7 +72,8 @@ def bf16_norms(job: AnyJob, arch: Architecture) -> Num:
 
 def norm_stat_bytes(arch: Architecture) -> float:
     """Per token, the statistics a layer's decoder norms keep (NORM_STAT_BYTES each: the llama pair's traced 8)."""
-    return float(NORM_STAT_BYTES * arch.norms_per_layer)
+    per_norm = 8 if arch.family in NO_WEIGHT_NORM_FAMILIES else NORM_STAT_BYTES  # OLMo's fp32 mean and rstd
+    return float(per_norm * arch.norms_per_layer)
 
 
 def _fp32_weight_input(job: AnyJob, arch: Architecture) -> Num:

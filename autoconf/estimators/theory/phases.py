@@ -178,6 +178,8 @@ def phase_parts(job: AnyJob, arch: Architecture, placement: AnyPlacement, st: St
     # share a sample's text, not its images)
     vision_act = images.activation_bytes_per_image(job, arch) * job.images_per_sample * samples * in_flight
     recompute = where(job.gradient_checkpointing, layer, 0.0)
+    # the math SDPA kernel's softmax backward: two score-sized fp32 gradients of one layer at a time
+    recompute = recompute + act.score_backward_bytes_per_token(job, arch) * tokens / placement.tp
     # a tied head's gradient waits in autograd's input buffer (one of st.tied_transient's two) while the first
     # layer is recomputed, and the sum at the very end holds both (states.tied_grad_transient)
     # under TP a vocabulary-parallel loss (Megatron, nanotron, torchtitan's loss_parallel) holds V / tp of the logits
