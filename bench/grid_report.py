@@ -27,8 +27,10 @@ Open (the groups above 5 %):
 - Hybrid Mamba (granite-4.0-h): the trace runs transformers' torch SSD scan (no mamba-ssm kernels on CPU), which
   keeps each chunk's intermediates; a GPU with the fused kernels keeps far less, so the trace is not the reference
   here.
-- falcon-7b and deepseek-v2-lite: CPU SDPA takes its math path (one KV head for 71 query heads; differing q / v head
-  sizes), saving fp32 scores the per-op fit cannot follow; a GPU would run flash or memory-efficient attention.
+- deepseek-v2-lite: CPU SDPA takes its math path (its query and value head sizes differ), saving fp32 scores the
+  per-op fit cannot follow; a GPU would run memory-efficient attention. (falcon-7b, which was here: the grid runs
+  flash, which the trace now runs as transformers' FalconFlashAttention2; under SDPA a GPU takes the math path too,
+  one KV head for 71 query heads without enable_gqa, and theory and a fit with s² terms follow it.)
 - torchtune one device at micro-batch 4: its chunked loss holds 6.5·V per token against theory's 5·V.
 """
 
