@@ -31,7 +31,7 @@ from autoconf.errors import InvalidInputError
 from autoconf.estimators.theory import activations as act
 from autoconf.estimators.theory import loss as ce
 from autoconf.estimators.theory.memory import estimate_memory
-from autoconf.estimators.theory.states import model_states
+from autoconf.estimators.theory.states import model_states, vision_states
 from autoconf.estimators.traced.cache import get_fits
 from autoconf.estimators.traced.fit import Fit, TraceFailed
 from autoconf.estimators.traced.job_spec import trace_spec
@@ -66,15 +66,20 @@ def traced_components(fit: Fit, seq: int) -> dict[str, float]:
     }
 
 
-def theory_components(job: Job, arch: Architecture) -> dict[str, float]:
+def theory_components(job: Job, arch: Architecture, vision_built: bool = False) -> dict[str, float]:
+    """Theory's components of one job; ``vision_built``: the trace built the VLM's vision tower and projector
+    (transformers' image-text model; mllama's causal LM is the text model alone), so theory's states count them."""
     placement = Placement(gpu_model=GPU)
     st = model_states(job, arch, placement)
+    vision = vision_states(job, arch, placement) if vision_built else (0.0, 0.0, 0.0)
     kept = act.checkpoint_bytes_per_token(job,
                                           arch) if job.gradient_checkpointing else act.layer_bytes_per_token(job, arch)
     mem = estimate_memory(job, placement, arch=arch)
     outside = act.outside_layers_bytes_per_token(job, arch)
     return {
-        "weights": st.weights + st.buffers, "gradients": st.gradients, "optimizer": st.optimizer,
+        # the vision parts' weights only: which of them train follows the Job's freeze_vision / freeze_projector in
+        # theory, while the trace trains what transformers and peft leave trainable, so their states are not compared
+        "weights": st.weights + st.buffers + vision[0], "gradients": st.gradients, "optimizer": st.optimizer,
         "activations": (kept * arch.num_layers + outside) * job.tokens_per_sample,
         "logits": ce.loss_bytes_per_token(job, arch) * job.tokens_per_sample,
         "peak": mem.peak_bytes - mem.overhead_bytes, "phase": mem.peak_phase,
@@ -231,6 +236,11 @@ def _cell(traced: float, theory: float) -> str:
     return f"{traced / GIB:.2f} | {flag}{ratio:.3f}{flag}"
 
 
+def _traced_params(fit: Fit) -> int:
+    """Parameters of the model the trace built (LoRA adapters included)."""
+    return int(fit.meta.get("total_params", 0))
+
+
 def component_rows(models: list[str], fits: Fits,
                    seqs: list[int]) -> tuple[list[str], dict[str, int], dict[str, list[str]]]:
     """The table, the rows off by more than 5 % per component and the models with such a row per component."""
@@ -243,7 +253,9 @@ def component_rows(models: list[str], fits: Fits,
         for (method, gc) in CONFIGS:
             for seq in seqs:
                 tr = traced_components(fits[model][(method, gc)], seq)
-                th = theory_components(job_for(model, method, gc, seq), arch)
+                built = arch.vision is not None and _traced_params(fits[model][(method, gc)]) > (
+                    arch.total_params - arch.vision_params / 2)
+                th = theory_components(job_for(model, method, gc, seq), arch, built)
                 for c in COMPONENTS:
                     if abs(_ratio(tr[c], th[c]) - 1) > TOLERANCE:
                         off[c] += 1
