@@ -17,6 +17,7 @@ import pytest
 from autoconf.catalog import get_architecture, get_gpu
 from autoconf.estimators.theory import communication
 from autoconf.estimators.theory import throughput as tp
+from autoconf.estimators.theory.collectives import latency_seconds
 from autoconf.estimators.theory.layout_grid import layout_speeds
 from autoconf.estimators.theory.pipeline_stages import (
     Stage,
@@ -101,3 +102,26 @@ def test_array_path_prices_nanotron_pipelines_as_the_scalar_path(monkeypatch: py
     speeds = layout_speeds(job, "H100", space.rows, stack="nanotron", inter_node_gbps=400.0)
     scalar = [tp.estimate_throughput(j, p, stack="nanotron").tokens_per_second for j, p in pairs]
     np.testing.assert_allclose(speeds.tokens_per_second, scalar, rtol=1e-9)
+
+
+@pytest.mark.parametrize(("gpus", "pp", "tp_", "crosses", "gbps"), [
+    (256, 4, 4, True, 400.0 / 8),  # 32 nodes: first and last stage on different nodes, one NIC share per GPU
+    (8, 2, 1, False, 450.0),  # one node: NVLink (the catalogue's H100 figure)
+])
+def test_tied_embedding_gradients_summed_over_first_and_last_stage(gpus: int, pp: int, tp_: int, crosses: bool,
+                                                                   gbps: float) -> None:
+    """nanotron's sync_tied_weights_gradients (Megatron's _allreduce_word_embedding_grads): an all-reduce of the
+    embedding shard's fp32 gradient, 131,072 · 2,048 / tp · 4 B, over two ranks after backward: a two-rank ring sends
+    half of it twice at 80 % of the link, plus NCCL's latency for two ranks on one or two nodes."""
+    arch, gpu = get_architecture(SHAPE), get_gpu("H100")
+    job = Job(model=SHAPE, tokens_per_sample=4096, batch_size=256, gradient_checkpointing=False)
+    place = Placement(gpu_model="H100", number_gpus=gpus, tp=tp_, pp=pp, inter_node_gbps=400.0)
+    size = 131072 * 2048 / tp_ * 4
+    alpha = latency_seconds("all-reduce", 2, 2 if crosses else 1, "nvlink", "2.18")
+    expected = 2 * 0.5 * size / (gbps * 1e9 * 0.8) + alpha
+    got = communication.tied_embedding_seconds(job, arch, place, gpu, 400.0, stack_for("nanotron"))
+    assert got == pytest.approx(expected, rel=1e-12)
+    untied = dataclasses.replace(arch, tie_word_embeddings=False)
+    assert communication.tied_embedding_seconds(job, untied, place, gpu, 400.0, stack_for("nanotron")) == 0.0
+    lora = job.model_copy(update={"method": "lora"})  # a frozen embedding has no gradient to sum
+    assert communication.tied_embedding_seconds(lora, arch, place, gpu, 400.0, stack_for("nanotron")) == 0.0

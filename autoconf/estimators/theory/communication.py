@@ -181,7 +181,29 @@ def communication(
         hidden += p2p
     else:
         exposed += p2p
+    exposed += tied_embedding_seconds(job, arch, placement, gpu, net_gbps, stack)
     return Communication(hidden + overlapped, exposed + tensor - overlapped, last)
+
+
+def tied_embedding_seconds(job: Job, arch: Architecture, placement: Placement, gpu: GPUSpec,
+                           inter_node_gbps: float = INTER_NODE_BANDWIDTH_GBPS, stack: Stack | None = None) -> float:
+    """A pipeline of a model whose input embedding and LM head share one weight keeps it on the first and on the last
+    stage, and after backward sums the two copies' gradients with an all-reduce over those two ranks, before the
+    optimizer step: Megatron-Core ``finalize_model_grads`` → ``_allreduce_word_embedding_grads`` (the embedding group),
+    nanotron ``training_step`` → ``sync_tied_weights_gradients``; exposed. The gradient is the embedding's vocabulary
+    shard (V·h / tp) in the stack's reduce dtype. Stages are dp·tp consecutive ranks (nanotron (pp, dp, tp); Megatron
+    tp-cp-ep-dp-pp), so beyond one node the first and last stage sit on different nodes and every pair reduces at
+    once, each GPU through its own share of the node's network (nic_share)."""
+    stack = stack or stack_for(job.framework)
+    if placement.pp <= 1 or not arch.tie_word_embeddings or job.method != "full":
+        return 0.0
+    size = arch.vocab_size * arch.hidden_size / placement.tp * (stack.grad_reduce_bytes or COMM_BYTES[job.dtype])
+    per_node = placement.gpus_per_worker or min(placement.number_gpus, 8)
+    crosses = placement.workers > 1
+    intra = intra_bandwidth(gpu, placement)
+    bandwidth = min(intra, inter_node_gbps / per_node) if crosses else intra
+    return 2 * _ring_seconds(size, 2, bandwidth) + latency_seconds(
+        "all-reduce", 2, 2 if crosses else 1, gpu.intra_node_link, stack.nccl)
 
 
 def parameter_tensors(arch: Architecture, stack: Stack) -> int:

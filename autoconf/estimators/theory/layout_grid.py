@@ -292,6 +292,13 @@ def layout_speeds(job: Job, gpu_model: str, rows: Layouts, *, stack: str | None 
                    + np.where(crosses, latency_seconds("send", 2, 2, link, profile.nccl),
                               latency_seconds("send", 2, 1, link, profile.nccl)))
         exposed = exposed + np.where(p > 1, g * 2 * p2p_one, 0.0)
+        if arch.tie_word_embeddings and job.method == "full":  # tied_embedding_seconds(): first + last stage, once
+            across = workers > 1
+            tied_link = np.where(across, np.minimum(intra, network / rows.gpus_per_worker), intra)
+            twins = np.full(len(p), 2)
+            tied = (2 * _ring(arch.vocab_size * arch.hidden_size / t * grad_width, twins, tied_link)
+                    + alpha("all-reduce", twins, np.where(across, 2, 1)))
+            exposed = exposed + np.where(p > 1, tied, 0.0)
     # step_seconds(): the once-per-step reductions hide behind the last micro-batch's backward only
     window = backward_by[c] / g * compute
     step = compute + np.maximum(np.maximum(0.0, hidden - compute), last - window) + exposed
