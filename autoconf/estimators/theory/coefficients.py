@@ -35,9 +35,10 @@ NO_ROTARY = frozenset({"gpt2", "gpt_bigcode", "mpt"})  # learned positions or AL
 # ClippedGELU ("gelu_10") x and gelu(x): 6 B. F.gelu / gelu_pytorch_tanh / relu keep their input only: 4 B (the default)
 PLAIN_MLP_BYTES = {"gelu_new": 10, "gelu_accurate": 10, "gelu_fast": 16, "gelu_python": 8, "quick_gelu": 6,
                    "gelu_10": 6}
-# torch's math SDPA kernel (the route when the fused kernels refuse a call) upcasts bf16 / fp16 q, k, v to fp32
-# (aten _scaled_dot_product_attention_math, torch >= 2.5) and keeps the fp32 softmax output for backward: 4 B per
-# head per key, where eager attention (EAGER_BYTES_PER_SCORE) also keeps a bf16 copy
+# torch's math SDPA kernel (the route when the fused kernels refuse a call) upcasts bf16 / fp16 q, k, v to fp32 on
+# every device unless torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True) (aten attention.cpp
+# _scaled_dot_product_attention_math, ``query_.to(at::kFloat)``; torch >= 2.5) and keeps the fp32 softmax output for
+# backward: 4 B per head per key, where eager attention (EAGER_BYTES_PER_SCORE) also keeps a bf16 copy
 SDPA_MATH_BYTES_PER_SCORE = 4
 BNB_KEEPS_4BIT_INPUT = False  # every release keeps it (the behaviour before 0.43.2; the identity pins' switch)
 BNB_INPUT_DROPPED = (0, 43, 2)  # the first bitsandbytes release whose 4-bit matmul does not keep its input
