@@ -251,10 +251,10 @@ def component_rows(models: list[str], fits: Fits,
     for model in models:
         arch = get_architecture(model)
         for (method, gc) in CONFIGS:
+            built = arch.vision is not None and _traced_params(fits[model][(method, gc)]) > (
+                arch.total_params - arch.vision_params / 2)
             for seq in seqs:
                 tr = traced_components(fits[model][(method, gc)], seq)
-                built = arch.vision is not None and _traced_params(fits[model][(method, gc)]) > (
-                    arch.total_params - arch.vision_params / 2)
                 th = theory_components(job_for(model, method, gc, seq), arch, built)
                 for c in COMPONENTS:
                     if abs(_ratio(tr[c], th[c]) - 1) > TOLERANCE:

@@ -156,9 +156,10 @@ def layer_bytes_per_token(
     layer_factor = where(stream, lookup(job.dtype, PRECISION_FACTOR), precision_factor(job, fsdp))
     factor = (calib.attn_act_factor_eager if calib and calib.attn_act_factor_eager is not None
               else EAGER_BYTES_PER_SCORE)
-    scores = where(job.attention == "eager", factor * arch.num_heads * _keys(job, arch, layer), 0.0)
-    scores = where(sdpa_math(job, arch), SDPA_MATH_BYTES_PER_SCORE * arch.num_heads * _keys(job, arch, layer), scores)
-    scores = where(falcon_sdpa_mask(job, arch), scores + MASKED_SDPA_BYTES_PER_KEY * _keys(job, arch, layer), scores)
+    keys = _keys(job, arch, layer)
+    scores = where(job.attention == "eager", factor * arch.num_heads * keys, 0.0)
+    scores = where(sdpa_math(job, arch), SDPA_MATH_BYTES_PER_SCORE * arch.num_heads * keys, scores)
+    scores = where(falcon_sdpa_mask(job, arch), scores + MASKED_SDPA_BYTES_PER_KEY * keys, scores)
     if kind == SLIDING and layer is not None and layer.window:
         tokens = images.text_tokens_per_sample(job, arch)
         masked = (job.attention == "sdpa") & (tokens >= layer.window)

@@ -46,9 +46,9 @@ def norm_bytes(job: AnyJob, arch: Architecture) -> Num:
     inputs = min(count, 2) * 2 * h
     if arch.family == "cohere" and COHERE_NORM:  # CohereLayerNorm: fp32 (x − mean) twice, the fp32 weight multiply
         return 8 * h + where(job.method == "full", 4.0, 2.0) * h + inputs
-    per_norm = _norm_bytes(job, arch) - 2  # without its output, the next block's input
     if arch.family in NO_WEIGHT_NORM_FAMILIES:  # the fp32 input copy alone
         return 4.0 * h * count + inputs
+    per_norm = _norm_bytes(job, arch) - 2  # without its output, the next block's input
     once = (per_norm == BF16_NORM_BYTES_PER_HIDDEN - 2) & (arch.family in PARALLEL_FAMILIES)
     return (per_norm + _fp32_weight_input(job, arch)) * h * where(once, 1, count) + inputs
 
